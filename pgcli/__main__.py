@@ -1,0 +1,5 @@
+import sys
+
+from pgcli.cli import main
+
+sys.exit(main())

@@ -1,0 +1,271 @@
+"""Stable-Baselines3 baselines (PPO, A2C) and sb3-contrib's TRPO behind pgcli's trainer interface.
+
+SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.env.make_vec_env``: same wrappers, same
+normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
+SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
+episode statistics, evaluation, checkpoints and progress go through the shared :class:`~pgcli.monitor.TrainingMonitor`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.vec_env import VecEnv
+
+from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
+from pgcli.env import load_saved_normalizer, save_normalizer
+from pgcli.monitor import TrainingMonitor
+
+ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
+    "tanh": torch.nn.Tanh,
+    "relu": torch.nn.ReLU,
+    "elu": torch.nn.ELU,
+    "gelu": torch.nn.GELU,
+    "leaky_relu": torch.nn.LeakyReLU,
+}
+
+# SB3 logger key -> pgcli key (None: dropped because the monitor logs its own from the same episodes / clock).
+SB3_KEYS: dict[str, str | None] = {
+    "rollout/ep_rew_mean": None,
+    "rollout/ep_len_mean": None,
+    "train/entropy_loss": "train/entropy",  # negated below: SB3 logs -mean(entropy)
+    "train/policy_gradient_loss": "train/policy_loss",
+    "train/kl_divergence_loss": "train/kl",
+    "train/is_line_search_success": "train/line_search_success",
+    "train/policy_objective": "train/surrogate",
+}
+MIN_STEPS_PER_DUMP = 2048
+"""SB3 dumps its logger every ``log_interval`` updates; pick it so a dump covers at least this many env steps."""
+
+
+def policy_kwargs(model: ModelConfig) -> dict[str, Any]:
+    """The backend-neutral model config as SB3 ``policy_kwargs`` (separate policy and value networks)."""
+    return {
+        "net_arch": {"pi": list(model.pi_hidden_sizes), "vf": list(model.vf_hidden_sizes)},
+        "activation_fn": ACTIVATION_FNS[model.activation],
+        "ortho_init": model.ortho_init,
+        "log_std_init": model.log_std_init,
+    }
+
+
+def _schedule(value: float, kind: str) -> float | Callable[[float], float]:
+    """SB3 schedules take progress_remaining (1 -> 0); 'linear' is rl-baselines3-zoo's lin_<value>."""
+    return value if kind == "constant" else (lambda progress: progress * value)
+
+
+def _ppo(cfg: PPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
+    return PPO, {
+        "learning_rate": _schedule(cfg.learning_rate, cfg.lr_schedule),
+        "n_steps": cfg.n_steps,
+        "batch_size": cfg.batch_size,
+        "n_epochs": cfg.n_epochs,
+        "gamma": cfg.gamma,
+        "gae_lambda": cfg.gae_lambda,
+        "clip_range": _schedule(cfg.clip_range, cfg.clip_range_schedule),
+        "normalize_advantage": cfg.normalize_advantage,
+        "ent_coef": cfg.ent_coef,
+        "vf_coef": cfg.vf_coef,
+        "max_grad_norm": cfg.max_grad_norm,
+        "target_kl": cfg.target_kl,
+        "use_sde": cfg.use_sde,
+        "sde_sample_freq": cfg.sde_sample_freq,
+    }
+
+
+def _a2c(cfg: A2CConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
+    return A2C, {
+        "learning_rate": _schedule(cfg.learning_rate, cfg.lr_schedule),
+        "n_steps": cfg.n_steps,
+        "gamma": cfg.gamma,
+        "gae_lambda": cfg.gae_lambda,
+        "ent_coef": cfg.ent_coef,
+        "vf_coef": cfg.vf_coef,
+        "max_grad_norm": cfg.max_grad_norm,
+        "use_rms_prop": cfg.use_rms_prop,
+        "rms_prop_eps": cfg.rms_prop_eps,
+        "normalize_advantage": cfg.normalize_advantage,
+        "use_sde": cfg.use_sde,
+        "sde_sample_freq": cfg.sde_sample_freq,
+    }
+
+
+def _sb3_trpo(cfg: SB3TRPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
+    from sb3_contrib import TRPO
+
+    return TRPO, {
+        "learning_rate": cfg.learning_rate,
+        "n_steps": cfg.n_steps,
+        "batch_size": cfg.batch_size,
+        "gamma": cfg.gamma,
+        "gae_lambda": cfg.gae_lambda,
+        "cg_max_steps": cfg.cg_max_steps,
+        "cg_damping": cfg.cg_damping,
+        "line_search_shrinking_factor": cfg.line_search_shrinking_factor,
+        "line_search_max_iter": cfg.line_search_max_iter,
+        "n_critic_updates": cfg.n_critic_updates,
+        "normalize_advantage": cfg.normalize_advantage,
+        "target_kl": cfg.target_kl,
+        "sub_sampling_factor": cfg.sub_sampling_factor,
+        "use_sde": cfg.use_sde,
+        "sde_sample_freq": cfg.sde_sample_freq,
+    }
+
+
+SB3_ALGOS: dict[type, Callable[[Any], tuple[type[BaseAlgorithm], dict[str, Any]]]] = {
+    PPOConfig: _ppo,
+    A2CConfig: _a2c,
+    SB3TRPOConfig: _sb3_trpo,
+}
+
+
+class SB3VecEnv(VecEnv):
+    """SB3's ``VecEnv`` API over a pgcli (gymnasium, same-step autoreset) vector env.
+
+    Ended episodes carry ``terminal_observation`` (the true final observation, for SB3's truncation bootstrap),
+    ``TimeLimit.truncated`` and the raw ``episode`` statistics, exactly as SB3's own DummyVecEnv + Monitor give them.
+    """
+
+    def __init__(self, venv: VectorEnv) -> None:
+        self.venv = venv
+        super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
+        self._actions: np.ndarray | None = None
+        self.last_info: dict[str, Any] = {}
+
+    def reset(self) -> np.ndarray:
+        seed = self._seeds[0] if self._seeds and self._seeds[0] is not None else None
+        obs, self.last_info = self.venv.reset(seed=seed)
+        self._reset_seeds()
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        obs, rewards, terminated, truncated, info = self.venv.step(self._actions)
+        self.last_info = info
+        dones = terminated | truncated
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        final_info = info.get("final_info", {})
+        for i in np.flatnonzero(dones):
+            infos[i]["terminal_observation"] = info["final_obs"][i]
+            infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            if "episode" in final_info and final_info["_episode"][i]:
+                ep = final_info["episode"]
+                infos[i]["episode"] = {"r": float(ep["r"][i]), "l": int(ep["l"][i]), "t": float(ep["t"][i])}
+        return obs, rewards.astype(np.float32), dones, infos
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        values = self.venv.get_attr(attr_name)
+        return [values[i] for i in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        self.venv.set_attr(attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
+        values = self.venv.call(method_name, *method_args, **method_kwargs)
+        return [values[i] for i in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False for _ in self._get_indices(indices)]
+
+
+class _MonitorWriter(KVWriter):
+    """Routes SB3's logger into the run's logger, renamed to pgcli's metric keys."""
+
+    def __init__(self, monitor: TrainingMonitor) -> None:
+        self.monitor = monitor
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        metrics: dict[str, float] = {}
+        for key, value in key_values.items():
+            if key.startswith("time/") or not isinstance(value, (int, float, np.number)):
+                continue
+            name = SB3_KEYS.get(key, key)
+            if name is None:
+                continue
+            metrics[name] = -float(value) if key == "train/entropy_loss" else float(value)
+        self.monitor.log(step, metrics)
+
+    def close(self) -> None:
+        pass
+
+
+class _MonitorCallback(BaseCallback):
+    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each rollout."""
+
+    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer) -> None:
+        super().__init__()
+        self.monitor, self.agent = monitor, agent
+
+    def _on_step(self) -> bool:
+        returns, lengths = [], []
+        for info in self.locals["infos"]:
+            ep = info.get("episode")
+            if ep is not None:
+                returns.append(ep["r"])
+                lengths.append(ep["l"])
+        if returns:
+            self.monitor.add_episodes(self.num_timesteps, returns, lengths)
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.monitor.update(self.num_timesteps, self.agent)
+
+
+class SB3Trainer:
+    """PPO, A2C (SB3) or TRPO (sb3-contrib) on a pgcli env."""
+
+    def __init__(
+        self,
+        cfg: PPOConfig | A2CConfig | SB3TRPOConfig,
+        *,
+        env: VectorEnv,
+        model: ModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.cfg, self.env, self.device = cfg, env, device
+        self.algo_cls, kwargs = SB3_ALGOS[type(cfg)](cfg)
+        self.vec = SB3VecEnv(env)
+        self.model = self.algo_cls(
+            "MlpPolicy", self.vec, policy_kwargs=policy_kwargs(model), seed=seed, device=device, verbose=0, **kwargs
+        )
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        self.model.set_logger(Logger(folder=None, output_formats=[_MonitorWriter(monitor)]))
+        steps_per_update = self.cfg.n_steps * self.vec.num_envs
+        log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
+        self.model.learn(total_steps, callback=_MonitorCallback(monitor, self), log_interval=log_interval)
+        self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
+        return int(self.model.num_timesteps)
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        actions, _ = self.model.predict(obs, deterministic=deterministic)
+        return actions
+
+    def save(self, path: Path) -> Path:
+        """``path/model.zip`` (SB3 format) and ``path/normalizer.npz`` when the env normalises."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save(path / "model.zip")
+        save_normalizer(self.env, path)
+        return path
+
+    def load(self, path: Path) -> None:
+        self.model = self.algo_cls.load(path / "model.zip", env=self.vec, device=self.device)
+        load_saved_normalizer(self.env, path)
+
+    def close(self) -> None:
+        self.vec.close()

@@ -1,0 +1,220 @@
+"""What every trainer shares around its update loop: episode statistics, evaluation, checkpoints, progress.
+
+A trainer (ours or the SB3 adapter) reports three things to the :class:`TrainingMonitor`:
+
+- ``episodes(step, info)`` after each vector step: raw returns/lengths of the episodes that ended;
+- ``log(step, metrics)``: its ``train/*`` diagnostics;
+- ``update(step, agent)`` after each update: the monitor logs ``rollout/*`` and ``time/sps``, moves the progress bar,
+  and evaluates or checkpoints ``agent`` when their cadence is due.
+
+Metric keys are the same for every algorithm; ``step`` is always environment steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from pgcli.config import EnvConfig, EvalConfig
+from pgcli.env import (
+    EVAL_SEED_OFFSET,
+    finished_episodes,
+    load_normalizer_state,
+    make_vec_env,
+    normalizer_state,
+)
+from pgcli.tracking import MetricLogger
+
+
+class Agent(Protocol):
+    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray: ...
+
+    def save(self, path: Path) -> Path: ...
+
+
+class Trainer(Agent, Protocol):
+    """A training algorithm. Built by ``pgcli.build`` as ``Trainer(algo_cfg, env=..., model=..., seed=..., device=...)``."""
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        """Train until at least ``total_steps`` env steps; returns the env steps actually taken."""
+        ...
+
+    def load(self, path: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class EvalResult:
+    returns: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(self.returns.mean())
+
+    @property
+    def std(self) -> float:
+        return float(self.returns.std())
+
+
+class Evaluator:
+    """Runs ``episodes`` episodes on a separate env with frozen copies of the training env's normalisation."""
+
+    def __init__(self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int, train_env: VectorEnv) -> None:
+        self.env_cfg, self.cfg, self.seed, self.train_env = env_cfg, cfg, seed + EVAL_SEED_OFFSET, train_env
+        self._env: VectorEnv | None = None
+
+    def __call__(self, agent: Agent) -> EvalResult:
+        if self._env is None:
+            self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+        env = self._env
+        load_normalizer_state(env, normalizer_state(self.train_env), training=False)
+        n = env.num_envs
+        # Episodes per sub-env fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
+        targets = np.array([(self.cfg.episodes + i) // n for i in range(n)])
+        counts = np.zeros(n, dtype=int)
+        returns: list[float] = []
+        lengths: list[int] = []
+        obs, _ = env.reset(seed=self.seed)  # the same start states at every evaluation: comparable over time
+        while (counts < targets).any():
+            obs, _, _, _, info = env.step(agent.act(obs, self.cfg.deterministic))
+            final = info.get("final_info")
+            if final and "episode" in final:
+                for i in np.flatnonzero(final["_episode"]):
+                    if counts[i] < targets[i]:
+                        returns.append(float(final["episode"]["r"][i]))
+                        lengths.append(int(final["episode"]["l"][i]))
+                        counts[i] += 1
+        return EvalResult(np.asarray(returns), np.asarray(lengths))
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+
+
+class TrainingMonitor:
+    """Shared bookkeeping of one training run (see the module docstring)."""
+
+    def __init__(
+        self,
+        logger: MetricLogger,
+        *,
+        total_steps: int,
+        evaluator: Evaluator | None,
+        eval_every: int,
+        checkpoint_dir: Path | None,
+        checkpoint_every: int = 0,
+        progress: bool = True,
+        window: int = 100,
+    ) -> None:
+        self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
+        self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.n_episodes = 0
+        self.last_eval: EvalResult | None = None
+        self._last_eval_step: int | None = None
+        self._next_eval = eval_every if eval_every > 0 else None
+        self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
+        self._eval_seconds = 0.0
+        self._start = time.perf_counter()
+        self._start_step = 0
+        self._bar = _progress_bar(total_steps) if progress else None
+
+    # -- called by trainers ------------------------------------------------------------------------------------------
+    def episodes(self, step: int, info: Mapping[str, Any]) -> None:
+        """Record the episodes that ended in this vector step (raw, unnormalised returns)."""
+        eps = finished_episodes(dict(info))
+        self.add_episodes(step, eps.returns, eps.lengths)
+
+    def add_episodes(self, step: int, returns: list[float], lengths: list[int]) -> None:
+        for ret, length in zip(returns, lengths, strict=True):
+            self.logger.log_metrics({"rollout/ep_return": ret, "rollout/ep_len": length}, step)
+        self.recent_returns.extend(returns)
+        self.recent_lengths.extend(lengths)
+        self.n_episodes += len(returns)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Log a trainer's diagnostics (``train/*``) at ``step``."""
+        if metrics:
+            self.logger.log_metrics({k: float(v) for k, v in metrics.items()}, step)
+
+    def update(self, step: int, agent: Agent) -> None:
+        """After an update: rollout statistics, SPS, progress; evaluate / checkpoint when due."""
+        elapsed = time.perf_counter() - self._start - self._eval_seconds
+        sps = (step - self._start_step) / max(elapsed, 1e-9)
+        stats = {"time/sps": sps, "time/episodes": float(self.n_episodes)}
+        if self.recent_returns:
+            stats["rollout/ep_return_mean"] = float(np.mean(self.recent_returns))
+            stats["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
+        self.logger.log_metrics(stats, step)
+        if self._next_eval is not None and step >= self._next_eval:
+            self.evaluate(step, agent)
+            while self._next_eval <= step:
+                self._next_eval += self.eval_every
+        if self._next_ckpt is not None and step >= self._next_ckpt and self.checkpoint_dir is not None:
+            path = agent.save(self.checkpoint_dir / f"step_{step}")
+            self.logger.log_artifact(path, f"checkpoints/step_{step}")
+            while self._next_ckpt <= step:
+                self._next_ckpt += self.checkpoint_every
+        self._advance_bar(step, sps)
+
+    def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
+        """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean``."""
+        if self.evaluator is None:
+            return None
+        t0 = time.perf_counter()
+        result = self.evaluator(agent)
+        self._eval_seconds += time.perf_counter() - t0
+        self.last_eval, self._last_eval_step = result, step
+        self.logger.log_metrics(
+            {"eval/return_mean": result.mean, "eval/return_std": result.std,
+             "eval/ep_len_mean": float(result.lengths.mean())},
+            step,
+        )  # fmt: skip
+        return result
+
+    def finish(self, step: int, agent: Agent) -> EvalResult | None:
+        """Final evaluation (unless one just ran at this step) and close the progress bar."""
+        if self.evaluator is not None and self._last_eval_step != step:
+            self.evaluate(step, agent)
+        self._advance_bar(step, None)
+        self.close()
+        return self.last_eval
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+    # -- internals ---------------------------------------------------------------------------------------------------
+    def _advance_bar(self, step: int, sps: float | None) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(max(0, min(step, self.total_steps) - self._bar.n))
+        postfix = {}
+        if sps is not None:
+            postfix["sps"] = f"{sps:,.0f}"
+        if self.recent_returns:
+            postfix["return"] = f"{np.mean(self.recent_returns):.1f}"
+        if self.last_eval is not None:
+            postfix["eval"] = f"{self.last_eval.mean:.1f}"
+        self._bar.set_postfix(postfix, refresh=False)
+
+
+def _progress_bar(total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, mininterval=0.5, leave=True)

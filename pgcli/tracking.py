@@ -1,0 +1,255 @@
+"""Experiment tracking: one logger interface for every trainer, MLflow as a backend.
+
+Trainers only see :class:`MetricLogger` (``log_metrics(metrics, step)`` with ``step`` = environment steps). The
+:class:`RunLogger` keeps every value in memory (for the CSV and the learning-curve PNG written at the end) and
+forwards to an optional :class:`MLflowBackend`, which buffers metrics and writes them with ``log_batch``: per-value
+``log_metric`` on SQLite costs ~3.6 ms, a batched value ~0.1 ms (docs/benchmarks.md). This is the only module that
+imports ``mlflow``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pgcli.config import TrackingConfig
+
+RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
+MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
+PARAM_BATCH_LIMIT = 100
+
+
+class MetricLogger(Protocol):
+    """What trainers and the training monitor log through."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
+
+    def close(self, status: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class TrackingTarget:
+    """Where runs go: a tracking URI and, for the embedded store, the artifact root of new experiments."""
+
+    uri: str
+    artifact_root: str | None
+
+
+def resolve_tracking_target(cfg: TrackingConfig, cwd: Path | None = None) -> TrackingTarget:
+    """``tracking.uri`` if set, else ``$MLFLOW_TRACKING_URI``, else the embedded SQLite store under ``store_dir``.
+
+    Paths are made absolute against the directory pgcli started in, so Hydra's per-run directories never scatter
+    stores (hydra-ecosystem/hydra#830).
+    """
+    if cfg.uri:
+        return TrackingTarget(cfg.uri, None)
+    env_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if env_uri:
+        return TrackingTarget(env_uri, None)
+    store = (Path(cwd or os.getcwd()) / cfg.store_dir).resolve()
+    return TrackingTarget(f"sqlite:///{store / 'mlflow.db'}", (store / "mlartifacts").as_uri())
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"algo": {"clip_range": 0.2}}`` -> ``{"algo.clip_range": 0.2}``; lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+class MLflowBackend:
+    """One MLflow run, written through ``MlflowClient`` with batched metrics.
+
+    Using the client (not ``mlflow.start_run``) keeps no global active run, so runs in sweep workers can name their
+    parent explicitly and ``$MLFLOW_RUN_ID`` cannot hijack them (mlflow/mlflow#15713).
+    """
+
+    def __init__(
+        self,
+        target: TrackingTarget,
+        *,
+        experiment: str,
+        run_name: str,
+        tags: Mapping[str, str],
+        parent_run_id: str | None = None,
+        flush_every_s: float = 5.0,
+    ) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=target.uri)
+        self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
+        run_tags = dict(tags)
+        if parent_run_id:
+            run_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=run_tags)
+        self.run_id: str = run.info.run_id
+        self.artifact_uri: str = run.info.artifact_uri
+        self.flush_every_s = flush_every_s
+        self._buffer: list[Any] = []
+        self._last_flush = time.monotonic()
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, int(step)) for k, v in metrics.items())
+        if len(self._buffer) >= MLFLOW_BATCH_LIMIT or time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._buffer:
+            chunk, self._buffer = self._buffer[:MLFLOW_BATCH_LIMIT], self._buffer[MLFLOW_BATCH_LIMIT:]
+            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+        self._last_flush = time.monotonic()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)) for k, v in params.items()]
+        for i in range(0, len(items), PARAM_BATCH_LIMIT):
+            self.client.log_batch(self.run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        if path.is_dir():
+            self.client.log_artifacts(self.run_id, str(path), artifact_path)
+        else:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def end(self, status: str) -> None:
+        try:
+            self.flush()
+        finally:
+            self.client.set_terminated(self.run_id, status=status)
+
+
+def get_or_create_experiment(client: Any, name: str, artifact_root: str | None) -> str:
+    """The id of experiment ``name``, created (with its artifacts under ``artifact_root``) if needed."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return str(exp.experiment_id)
+    location = f"{artifact_root}/{name}" if artifact_root else None
+    try:
+        return str(client.create_experiment(name, artifact_location=location))
+    except Exception:  # a parallel sweep job created it first
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
+class RunLogger:
+    """The :class:`MetricLogger` of one training run: in-memory history plus an optional MLflow backend."""
+
+    def __init__(self, output_dir: Path, backend: MLflowBackend | None = None) -> None:
+        self.output_dir = output_dir
+        self.backend = backend
+        self.history: dict[str, list[tuple[int, float]]] = {}
+        self.closed = False
+
+    @property
+    def run_id(self) -> str | None:
+        return self.backend.run_id if self.backend else None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.history.setdefault(key, []).append((int(step), float(value)))
+        if self.backend:
+            self.backend.log_metrics(metrics, step)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        if self.backend:
+            self.backend.log_params(params)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        if self.backend:
+            self.backend.set_tags(tags)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        if self.backend:
+            self.backend.log_artifact(path, artifact_path)
+
+    def last(self, key: str) -> float | None:
+        """The most recent value of ``key`` (None if never logged)."""
+        points = self.history.get(key)
+        return points[-1][1] if points else None
+
+    def write_reports(self) -> list[Path]:
+        """Write ``metrics.csv`` and ``learning_curve.png`` into the run directory; returns their paths."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        csv_path = self.output_dir / "metrics.csv"
+        with csv_path.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["key", "step", "value"])
+            for key in sorted(self.history):
+                writer.writerows((key, step, value) for step, value in self.history[key])
+        paths = [csv_path]
+        png = plot_learning_curve(self.history, self.output_dir / "learning_curve.png")
+        if png:
+            paths.append(png)
+        return paths
+
+    def close(self, status: str) -> None:
+        """Flush, write the reports, log them, and end the MLflow run with ``status``. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+        try:
+            for path in self.write_reports():
+                self.log_artifact(path)
+        finally:
+            if self.backend:
+                self.backend.end(status)
+
+
+def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Path) -> Path | None:
+    """Training return (rolling mean) and evaluation return (mean +- std) against env steps."""
+    train, ev, ev_std = (history.get(k, []) for k in ("rollout/ep_return_mean", "eval/return_mean", "eval/return_std"))
+    if not train and not ev:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if train:
+        ax.plot(*zip(*train, strict=True), label="train (mean of last 100 episodes)", color="tab:blue", alpha=0.8)
+    if ev:
+        steps, means = zip(*ev, strict=True)
+        ax.plot(steps, means, "o-", label="eval (deterministic)", color="tab:orange")
+        if len(ev_std) == len(ev):
+            stds = [s for _, s in ev_std]
+            lo = [m - s for m, s in zip(means, stds, strict=True)]
+            hi = [m + s for m, s in zip(means, stds, strict=True)]
+            ax.fill_between(steps, lo, hi, color="tab:orange", alpha=0.2)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
