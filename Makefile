@@ -1,0 +1,48 @@
+# pgcli developer commands. `make train` and `make test` set everything up on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PGCLI := $(VENV)/bin/pgcli
+# The CPU wheel goes in first: with no torch present, a plain `torch` requirement resolves to the newest CUDA build
+# (several GB). Once this version is installed, the package's normal `torch>=2.1` range is already satisfied.
+TORCH_VERSION ?= 2.13.0
+EXTRAS ?= dev,sweep
+
+.PHONY: install train test test-fast lint format ui clean bench
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(VENV)/.installed  ## create .venv and install pgcli with its dev and sweep extras
+
+train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
+	$(PGCLI) train $(ARGS)
+
+test: install  ## the CI command: the whole default test suite
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install  ## unit and config tests only (seconds)
+	$(PY) -m pytest -q tests/unit tests/config
+
+lint: install  ## ruff format check, ruff lint, mypy
+	$(VENV)/bin/ruff format --check pgcli tests benchmarks
+	$(VENV)/bin/ruff check pgcli tests benchmarks
+	$(VENV)/bin/mypy pgcli
+
+format: install
+	$(VENV)/bin/ruff format pgcli tests benchmarks
+	$(VENV)/bin/ruff check --fix pgcli tests benchmarks
+
+ui: install  ## MLflow UI on the embedded store (http://127.0.0.1:5000)
+	$(PGCLI) ui
+
+clean:  ## remove run directories and caches (keeps outputs/mlflow.db: use `make clean-store` for that)
+	rm -rf outputs/runs outputs/sweeps multirun .pytest_cache .ruff_cache .mypy_cache MUJOCO_LOG.TXT
+	find . -name __pycache__ -type d -prune -not -path "./$(VENV)/*" -exec rm -rf {} +
+
+clean-store:
+	rm -rf outputs/mlflow.db outputs/mlartifacts

@@ -1,0 +1,63 @@
+"""Shared fixtures: a temporary MLflow store and a runner for real `pgcli` subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Store:
+    """A temporary embedded MLflow store (SQLite + artifact dir) and a client on it."""
+
+    root: Path
+
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+    def runs(self, experiment: str):
+        client = self.client()
+        exp = client.get_experiment_by_name(experiment)
+        assert exp is not None, f"experiment {experiment!r} not found in {self.uri}"
+        return client.search_runs([exp.experiment_id])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "store")
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update({"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}, **extra)
+    return env
+
+
+def run_pgcli(args: list[str], *, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `pgcli` console script (from this venv) in ``cwd``."""
+    exe = Path(sys.executable).parent / "pgcli"
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=cli_env(**env)
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """An empty directory to run pgcli in (its outputs/ land here)."""
+    d = tmp_path / "work"
+    d.mkdir()
+    yield d
