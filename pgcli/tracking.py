@@ -10,6 +10,7 @@ imports ``mlflow``.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -92,6 +93,7 @@ class MLflowBackend:
     ) -> None:
         from mlflow.tracking import MlflowClient
 
+        quiet_mlflow_logs()
         self.client = MlflowClient(tracking_uri=target.uri)
         self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
         run_tags = dict(tags)
@@ -141,6 +143,12 @@ class MLflowBackend:
             self.flush()
         finally:
             self.client.set_terminated(self.run_id, status=status)
+
+
+def quiet_mlflow_logs() -> None:
+    """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def get_or_create_experiment(client: Any, name: str, artifact_root: str | None) -> str:
