@@ -42,7 +42,7 @@ class Agent(Protocol):
 
 
 class Trainer(Agent, Protocol):
-    """A training algorithm. Built by ``pgcli.build`` as ``Trainer(algo_cfg, env=..., model=..., seed=..., device=...)``."""
+    """A training algorithm, built by ``pgcli.build`` as ``Trainer(algo_cfg, env=, model=, seed=, device=)``."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
         """Train until at least ``total_steps`` env steps; returns the env steps actually taken."""
@@ -116,6 +116,7 @@ class TrainingMonitor:
         checkpoint_every: int = 0,
         progress: bool = True,
         window: int = 100,
+        log_every_steps: int = 1000,
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
@@ -129,6 +130,8 @@ class TrainingMonitor:
         self._eval_seconds = 0.0
         self._start = time.perf_counter()
         self._start_step = 0
+        self.log_every_steps = log_every_steps
+        self._last_logged_step: int | None = None
         self._bar = _progress_bar(total_steps) if progress else None
 
     # -- called by trainers ------------------------------------------------------------------------------------------
@@ -150,14 +153,12 @@ class TrainingMonitor:
             self.logger.log_metrics({k: float(v) for k, v in metrics.items()}, step)
 
     def update(self, step: int, agent: Agent) -> None:
-        """After an update: rollout statistics, SPS, progress; evaluate / checkpoint when due."""
-        elapsed = time.perf_counter() - self._start - self._eval_seconds
-        sps = (step - self._start_step) / max(elapsed, 1e-9)
-        stats = {"time/sps": sps, "time/episodes": float(self.n_episodes)}
-        if self.recent_returns:
-            stats["rollout/ep_return_mean"] = float(np.mean(self.recent_returns))
-            stats["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
-        self.logger.log_metrics(stats, step)
+        """After an update: rollout statistics, SPS, progress; evaluate / checkpoint when due.
+
+        Rollout statistics are logged at most every ``log_every_steps`` env steps (A2C updates every 40 steps).
+        """
+        if self._last_logged_step is None or step - self._last_logged_step >= self.log_every_steps:
+            self._log_rollout_stats(step)
         if self._next_eval is not None and step >= self._next_eval:
             self.evaluate(step, agent)
             while self._next_eval <= step:
@@ -167,7 +168,6 @@ class TrainingMonitor:
             self.logger.log_artifact(path, f"checkpoints/step_{step}")
             while self._next_ckpt <= step:
                 self._next_ckpt += self.checkpoint_every
-        self._advance_bar(step, sps)
 
     def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
         """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean``."""
@@ -186,6 +186,8 @@ class TrainingMonitor:
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:
         """Final evaluation (unless one just ran at this step) and close the progress bar."""
+        if self._last_logged_step != step:
+            self._log_rollout_stats(step)
         if self.evaluator is not None and self._last_eval_step != step:
             self.evaluate(step, agent)
         self._advance_bar(step, None)
@@ -200,6 +202,17 @@ class TrainingMonitor:
             self.evaluator.close()
 
     # -- internals ---------------------------------------------------------------------------------------------------
+    def _log_rollout_stats(self, step: int) -> None:
+        self._last_logged_step = step
+        elapsed = time.perf_counter() - self._start - self._eval_seconds
+        sps = (step - self._start_step) / max(elapsed, 1e-9)
+        stats = {"time/sps": sps, "time/episodes": float(self.n_episodes)}
+        if self.recent_returns:
+            stats["rollout/ep_return_mean"] = float(np.mean(self.recent_returns))
+            stats["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
+        self.logger.log_metrics(stats, step)
+        self._advance_bar(step, sps)
+
     def _advance_bar(self, step: int, sps: float | None) -> None:
         if self._bar is None:
             return
