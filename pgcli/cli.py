@@ -204,7 +204,9 @@ def describe_config_error(exc: BaseException) -> str:
         valid = [f.name for f in dataclasses.fields(obj)] if obj and dataclasses.is_dataclass(obj) else []
         leaf = key.rpartition(".")[2]
         close = difflib.get_close_matches(leaf, valid, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else (f"; valid keys: {', '.join(valid)}" if valid else "")
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        if not close and valid:
+            hint = f"; valid keys: {', '.join(valid)}"
         owner = obj.__name__ if obj else "the config"
         return f"unknown key '{key}' ({owner} has no field '{leaf}'){hint}"
     if isinstance(cause, ValidationError):
