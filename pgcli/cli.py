@@ -144,7 +144,7 @@ def validate_overrides(overrides: list[str], *, multirun: bool = False) -> None:
         if simple:
             jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
         else:
-            jobs = [[o.input_line for o in parsed if not o.is_sweep_override()]]
+            jobs = [[o.input_line or "" for o in parsed if not o.is_sweep_override()]]
     for job in jobs:
         compose_train_config(job)
 

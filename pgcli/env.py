@@ -122,7 +122,7 @@ class VecNormalize(VectorWrapper):
         super().__init__(env)
         self.norm_obs, self.norm_reward = norm_obs, norm_reward
         self.clip_obs, self.clip_reward, self.gamma, self.epsilon = clip_obs, clip_reward, gamma, epsilon
-        self.obs_rms = RunningMeanStd(env.single_observation_space.shape)
+        self.obs_rms = RunningMeanStd(tuple(env.single_observation_space.shape or ()))
         self.ret_rms = RunningMeanStd(())
         self.returns = np.zeros(env.num_envs)
         self.training = True
@@ -133,7 +133,7 @@ class VecNormalize(VectorWrapper):
         out = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
         return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32)
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):  # type: ignore[override]
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
         obs, info = self.env.reset(seed=seed, options=options)
         self.returns[:] = 0.0
         if self.training and self.norm_obs:

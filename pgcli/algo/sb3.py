@@ -137,6 +137,7 @@ class SB3VecEnv(VecEnv):
 
     def __init__(self, venv: VectorEnv) -> None:
         self.venv = venv
+        self._base: Any = venv.unwrapped  # Sync/AsyncVectorEnv: get_attr/set_attr/call live there, not on wrappers
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
         self._actions: np.ndarray | None = None
         self.last_info: dict[str, Any] = {}
@@ -168,14 +169,14 @@ class SB3VecEnv(VecEnv):
         self.venv.close()
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        values = self.venv.get_attr(attr_name)
+        values = self._base.get_attr(attr_name)
         return [values[i] for i in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        self.venv.set_attr(attr_name, value)
+        self._base.set_attr(attr_name, value)
 
     def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
-        values = self.venv.call(method_name, *method_args, **method_kwargs)
+        values = self._base.call(method_name, *method_args, **method_kwargs)
         return [values[i] for i in self._get_indices(indices)]
 
     def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
