@@ -1,0 +1,352 @@
+"""Policy and value networks of pgcli's own trainers (TRPO, VPG, PPO-Penalty, GRPO).
+
+Two stochastic policies share one small interface (:class:`Policy`):
+
+- :class:`CategoricalPolicy` (``Discrete`` actions): pi(a|s) = softmax(f(s))_a, f an MLP giving logits.
+- :class:`DiagGaussianPolicy` (``Box`` actions): pi(a|s) = N(mu(s), diag(exp(2 * log_std))), with a
+  state-independent ``log_std`` parameter (Schulman et al., 2015, TRPO section 8; SB3's ``DiagGaussianDistribution``).
+
+Each exposes its distribution as a tuple of tensors (:data:`DistParams`: ``(logits,)`` or ``(mean, log_std)``) so
+that log-probabilities, entropies and the closed-form KL(old || new) are computed from one forward pass and stay
+twice differentiable (TRPO's Fisher-vector products differentiate the KL twice). ``distribution`` returns the
+equivalent ``torch.distributions`` object for callers that want it.
+
+Sampling avoids building ``torch.distributions`` objects: constructing a ``Categorical`` costs ~80 us per call, more
+than the 64x64 MLP itself (docs/benchmarks.md, perf anchors section 1). Categorical sampling uses the Gumbel-max
+trick, argmax(logits + G) with G = -log(E), E ~ Exp(1), which draws exactly from softmax(logits).
+
+Continuous actions: the env acts in [-1, 1] (``RescaleAction``). Actions are sampled unclipped (their log-probability
+is the Gaussian's) and clipped to the action bounds only on their way to the env (:meth:`Policy.to_env`).
+
+The value network :class:`ValueNetwork` is separate from the policy (no shared trunk), as in SB3's default
+``net_arch=dict(pi=[64, 64], vf=[64, 64])`` and the TRPO paper.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from pgcli.config import ModelConfig
+
+DistParams = tuple[Tensor, ...]
+"""A policy's distribution at a batch of states: ``(logits [B, n],)`` or ``(mean [B, A], log_std [A])``."""
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "leaky_relu": F.leaky_relu,
+}
+HIDDEN_GAIN = math.sqrt(2.0)
+"""Orthogonal-init gain of hidden layers (SB3, CleanRL; Engstrom et al., 2020)."""
+POLICY_HEAD_GAIN = 0.01
+"""Small policy head: the initial policy is near uniform / near zero-mean (Andrychowicz et al., 2021)."""
+VALUE_HEAD_GAIN = 1.0
+"""Value head gain (SB3)."""
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class MLP(nn.Module):
+    """Fully connected network: Linear -> activation for each hidden width, then a linear output layer.
+
+    The forward pass calls ``F.linear`` on each layer's parameters directly instead of chaining ``nn.Module`` calls:
+    on batches of 8 observations the per-module call overhead is a visible share of a rollout step.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_sizes: Sequence[int],
+        out_dim: int,
+        *,
+        activation: str,
+        ortho_init: bool,
+        out_gain: float,
+    ) -> None:
+        super().__init__()
+        sizes = [in_dim, *(int(h) for h in hidden_sizes), out_dim]
+        linears = [nn.Linear(a, b) for a, b in itertools.pairwise(sizes)]
+        self.layers = nn.ModuleList(linears)  # registers the parameters
+        # plain references for the forward pass (a tuple is not registered a second time in the state dict)
+        self._linears = tuple(linears)
+        self.activation = ACTIVATIONS[activation]
+        if ortho_init:
+            for layer in linears:
+                nn.init.orthogonal_(layer.weight, gain=out_gain if layer is linears[-1] else HIDDEN_GAIN)
+                nn.init.zeros_(layer.bias)
+
+    @property
+    def device(self) -> torch.device:
+        return self._linears[0].weight.device
+
+    def forward(self, x: Tensor) -> Tensor:
+        """[B, in_dim] -> [B, out_dim]."""
+        *hidden, out = self._linears
+        for layer in hidden:
+            x = self.activation(F.linear(x, layer.weight, layer.bias))
+        return F.linear(x, out.weight, out.bias)
+
+
+class Policy(Protocol):
+    """What a trainer needs from a stochastic policy. Shapes: B states, actions [B] (discrete) or [B, A]."""
+
+    def dist_params(self, obs: Tensor) -> DistParams:
+        """Differentiable distribution parameters at ``obs`` [B, D]."""
+        ...
+
+    def distribution(self, obs: Tensor) -> Distribution:
+        """The policy at ``obs`` [B, D] as a ``torch.distributions`` object (batch shape [B])."""
+        ...
+
+    def sample(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        """Actions at ``obs`` [B, D] (the mode when ``deterministic``), unclipped; the fastest path."""
+        ...
+
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        """(actions, log_prob [B]) at ``obs`` [B, D]."""
+        ...
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        """log pi(a|s) [B]."""
+        ...
+
+    def entropy(self, obs: Tensor) -> Tensor:
+        """H(pi(.|s)) [B]."""
+        ...
+
+    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
+        """KL(old || pi(.|s)) [B], closed form, differentiable w.r.t. the current parameters."""
+        ...
+
+    def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
+        """log-probability [B] of ``actions`` under ``params``."""
+        ...
+
+    def entropy_of(self, params: DistParams) -> Tensor:
+        """Entropy [B] of ``params``."""
+        ...
+
+    def kl_of(self, old: DistParams, new: DistParams) -> Tensor:
+        """KL(old || new) [B]."""
+        ...
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The parameters that define the policy (what TRPO's natural gradient moves)."""
+        ...
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        """Actions as the env takes them (continuous: clipped to the action bounds)."""
+        ...
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Env-ready actions for a numpy batch of observations, without gradients."""
+        ...
+
+    # the nn.Module methods trainers use (both policies are modules)
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any: ...
+
+    def to(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def detach_params(params: DistParams) -> DistParams:
+    """``params`` with every tensor detached (the 'old' policy of a KL or ratio)."""
+    return tuple(p.detach() for p in params)
+
+
+def obs_tensor(obs: np.ndarray, device: torch.device) -> Tensor:
+    """A numpy observation batch as a float32 tensor (no copy when it is already float32 on the CPU)."""
+    return torch.as_tensor(obs, dtype=torch.float32, device=device)
+
+
+class CategoricalPolicy(nn.Module):
+    """pi(a|s) = softmax(logits(s)) over ``n_actions`` discrete actions."""
+
+    def __init__(self, obs_dim: int, n_actions: int, model: ModelConfig) -> None:
+        super().__init__()
+        self.net = MLP(obs_dim, model.pi_hidden_sizes, n_actions, activation=model.activation,
+                       ortho_init=model.ortho_init, out_gain=POLICY_HEAD_GAIN)  # fmt: skip
+        self.n_actions = n_actions
+
+    def dist_params(self, obs: Tensor) -> DistParams:
+        return (self.net(obs),)
+
+    def distribution(self, obs: Tensor) -> Distribution:
+        return Categorical(logits=self.net(obs), validate_args=False)
+
+    def sample(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        logits = self.net(obs)  # [B, n]
+        if deterministic:
+            return logits.argmax(-1)
+        # Gumbel-max: argmax(logits - log E), E ~ Exp(1), is an exact sample of softmax(logits)
+        return (logits - torch.empty_like(logits).exponential_().log_()).argmax(-1)  # [B]
+
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        params = self.dist_params(obs)
+        logits = params[0]
+        if deterministic:
+            actions = logits.argmax(-1)
+        else:
+            actions = (logits - torch.empty_like(logits).exponential_().log_()).argmax(-1)
+        return actions, self.log_prob_of(params, actions)
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        return self.log_prob_of(self.dist_params(obs), actions)
+
+    def entropy(self, obs: Tensor) -> Tensor:
+        return self.entropy_of(self.dist_params(obs))
+
+    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
+        return self.kl_of(old, self.dist_params(obs))
+
+    def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
+        log_p = torch.log_softmax(params[0], dim=-1)  # [B, n]
+        return log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy_of(self, params: DistParams) -> Tensor:
+        log_p = torch.log_softmax(params[0], dim=-1)
+        return -(log_p.exp() * log_p).sum(-1)
+
+    def kl_of(self, old: DistParams, new: DistParams) -> Tensor:
+        # sum_a p_old(a) (log p_old(a) - log p_new(a))
+        log_p_old = torch.log_softmax(old[0], dim=-1)
+        log_p_new = torch.log_softmax(new[0], dim=-1)
+        return (log_p_old.exp() * (log_p_old - log_p_new)).sum(-1)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        return actions.detach().cpu().numpy()
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.to_env(self.sample(obs_tensor(obs, self.net.device), deterministic))
+
+
+class DiagGaussianPolicy(nn.Module):
+    """pi(a|s) = N(mean(s), diag(exp(log_std))^2), ``log_std`` a state-independent parameter."""
+
+    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, model: ModelConfig) -> None:
+        super().__init__()
+        action_dim = int(np.prod(action_space.shape))
+        self.net = MLP(obs_dim, model.pi_hidden_sizes, action_dim, activation=model.activation,
+                       ortho_init=model.ortho_init, out_gain=POLICY_HEAD_GAIN)  # fmt: skip
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(model.log_std_init)))
+        self.low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
+        self.high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
+
+    def dist_params(self, obs: Tensor) -> DistParams:
+        return self.net(obs), self.log_std
+
+    def distribution(self, obs: Tensor) -> Distribution:
+        mean = self.net(obs)
+        return Independent(Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1,
+                           validate_args=False)  # fmt: skip
+
+    def sample(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        mean = self.net(obs)  # [B, A]
+        if deterministic:
+            return mean
+        return torch.addcmul(mean, torch.randn_like(mean), self.log_std.exp())
+
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        mean = self.net(obs)
+        if deterministic:
+            return mean, self.log_prob_of((mean, self.log_std), mean)
+        noise = torch.randn_like(mean)  # [B, A]
+        actions = mean + noise * self.log_std.exp()
+        # (a - mean) / std is the noise itself: log N(a) = sum(-noise^2 / 2 - log_std - log(2 pi) / 2)
+        log_prob = (-0.5 * noise.square() - self.log_std - HALF_LOG_2PI).sum(-1)
+        return actions, log_prob
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        return self.log_prob_of(self.dist_params(obs), actions)
+
+    def entropy(self, obs: Tensor) -> Tensor:
+        return self.entropy_of(self.dist_params(obs))
+
+    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
+        return self.kl_of(old, self.dist_params(obs))
+
+    def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
+        mean, log_std = params
+        z = (actions - mean) * torch.exp(-log_std)
+        return (-0.5 * z.square() - log_std - HALF_LOG_2PI).sum(-1)
+
+    def entropy_of(self, params: DistParams) -> Tensor:
+        mean, log_std = params
+        return (log_std + 0.5 + HALF_LOG_2PI).sum(-1).expand(mean.shape[0])
+
+    def kl_of(self, old: DistParams, new: DistParams) -> Tensor:
+        # per dim: log(s_new / s_old) + (s_old^2 + (m_old - m_new)^2) / (2 s_new^2) - 1/2
+        (mean_old, log_std_old), (mean_new, log_std_new) = old, new
+        var_ratio = torch.exp(2.0 * (log_std_old - log_std_new))
+        mean_term = (mean_old - mean_new).square() * torch.exp(-2.0 * log_std_new)
+        return (log_std_new - log_std_old + 0.5 * (var_ratio + mean_term - 1.0)).sum(-1)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        return np.clip(actions.detach().cpu().numpy(), self.low, self.high)
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.to_env(self.sample(obs_tensor(obs, self.log_std.device), deterministic))
+
+
+class ValueNetwork(nn.Module):
+    """V(s): an MLP with a scalar head, separate from the policy."""
+
+    def __init__(self, obs_dim: int, model: ModelConfig) -> None:
+        super().__init__()
+        self.net = MLP(obs_dim, model.vf_hidden_sizes, 1, activation=model.activation,
+                       ortho_init=model.ortho_init, out_gain=VALUE_HEAD_GAIN)  # fmt: skip
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """[B, D] -> [B]."""
+        return self.net(obs).squeeze(-1)
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+
+def obs_dim(obs_space: gym.Space) -> int:
+    """Flat observation size; only 1-D ``Box`` observation spaces are supported."""
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(f"pgcli's own trainers need a 1-D Box observation space, got {obs_space}")
+    return int(obs_space.shape[0])
+
+
+def make_policy(obs_space: gym.Space, action_space: gym.Space, model: ModelConfig) -> Policy:
+    """The policy for these spaces: categorical for ``Discrete``, diagonal Gaussian for a 1-D ``Box``.
+
+    Raises:
+        ValueError: for other observation or action spaces.
+    """
+    dim = obs_dim(obs_space)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalPolicy(dim, int(action_space.n), model)
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return DiagGaussianPolicy(dim, action_space, model)
+    raise ValueError(f"pgcli's own trainers support Discrete and 1-D Box action spaces, got {action_space}")
+
+
+def make_value(obs_space: gym.Space, model: ModelConfig) -> ValueNetwork:
+    """The value network for this observation space."""
+    return ValueNetwork(obs_dim(obs_space), model)

@@ -1,0 +1,146 @@
+"""Policies and value network: log-probs, entropies and KLs against torch.distributions; samplers; init; factory."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical, Independent, Normal, kl_divergence
+
+from pgcli.algo.policies import (
+    MLP,
+    CategoricalPolicy,
+    DiagGaussianPolicy,
+    ValueNetwork,
+    detach_params,
+    make_policy,
+    make_value,
+)
+from pgcli.config import ModelConfig
+
+BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+ACT2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def gaussian(log_std_init: float = 0.0) -> DiagGaussianPolicy:
+    torch.manual_seed(0)
+    return DiagGaussianPolicy(4, ACT2, ModelConfig(log_std_init=log_std_init))
+
+
+def categorical(n: int = 3) -> CategoricalPolicy:
+    torch.manual_seed(0)
+    return CategoricalPolicy(4, n, ModelConfig())
+
+
+def test_factory_picks_policy_by_action_space_and_rejects_others():
+    assert isinstance(make_policy(BOX4, gym.spaces.Discrete(2), ModelConfig()), CategoricalPolicy)
+    assert isinstance(make_policy(BOX4, ACT2, ModelConfig()), DiagGaussianPolicy)
+    with pytest.raises(ValueError, match="action spaces"):
+        make_policy(BOX4, gym.spaces.MultiBinary(3), ModelConfig())
+    with pytest.raises(ValueError, match="observation space"):
+        make_policy(gym.spaces.Discrete(5), ACT2, ModelConfig())
+    assert make_value(BOX4, ModelConfig())(torch.zeros(7, 4)).shape == (7,)
+
+
+def test_orthogonal_init_gains_and_zero_biases():
+    torch.manual_seed(0)
+    net = MLP(4, [64, 64], 2, activation="tanh", ortho_init=True, out_gain=0.01)
+    hidden = net.layers[1].weight  # 64x64 orthogonal * sqrt(2): W W^T = 2 I
+    assert torch.allclose(hidden @ hidden.T, 2.0 * torch.eye(64), atol=1e-5)
+    head = net.layers[2].weight  # 2x64, rows orthonormal * 0.01
+    assert torch.allclose(head @ head.T, 1e-4 * torch.eye(2), atol=1e-8)
+    assert all(torch.count_nonzero(layer.bias) == 0 for layer in net.layers)
+    value_head = ValueNetwork(4, ModelConfig()).net.layers[2].weight
+    assert torch.allclose(value_head @ value_head.T, torch.ones(1, 1), atol=1e-6)
+
+
+def test_hidden_sizes_and_activation_come_from_the_model_config():
+    model = ModelConfig(pi_hidden_sizes=[8, 16, 4], vf_hidden_sizes=[5], activation="relu")
+    policy = CategoricalPolicy(4, 2, model)
+    assert [tuple(layer.weight.shape) for layer in policy.net.layers] == [(8, 4), (16, 8), (4, 16), (2, 4)]
+    assert [tuple(layer.weight.shape) for layer in ValueNetwork(4, model).net.layers] == [(5, 4), (1, 5)]
+    assert policy.net.activation is torch.relu
+
+
+def test_log_std_is_state_independent_parameter_initialised_from_config():
+    policy = gaussian(log_std_init=-0.5)
+    assert torch.equal(policy.log_std.detach(), torch.full((2,), -0.5))
+    assert any(p is policy.log_std for p in policy.actor_parameters())
+
+
+@pytest.mark.parametrize("make", [categorical, gaussian])
+def test_log_prob_entropy_kl_match_torch_distributions(make):
+    policy = make()
+    obs = torch.randn(16, 4)
+    old = detach_params(policy.dist_params(obs))
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    dist, actions = policy.distribution(obs), policy.sample(obs)
+    if isinstance(policy, CategoricalPolicy):
+        old_dist = Categorical(logits=old[0])
+    else:
+        old_dist = Independent(Normal(old[0], old[1].exp().expand_as(old[0])), 1)
+    assert torch.allclose(policy.log_prob(obs, actions), dist.log_prob(actions), atol=1e-5)
+    assert torch.allclose(policy.entropy(obs), dist.entropy(), atol=1e-5)
+    assert torch.allclose(policy.kl(obs, old), kl_divergence(old_dist, dist), atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [categorical, gaussian])
+def test_act_log_prob_equals_log_prob_of_its_actions(make):
+    policy = make()
+    obs = torch.randn(32, 4)
+    actions, log_prob = policy.act(obs)
+    assert torch.allclose(log_prob, policy.log_prob(obs, actions), atol=1e-5)
+    mode, _ = policy.act(obs, deterministic=True)
+    assert torch.equal(mode, policy.sample(obs, deterministic=True))
+
+
+@pytest.mark.parametrize("make", [categorical, gaussian])
+def test_kl_is_zero_with_zero_gradient_at_old_params(make):
+    policy = make()
+    obs = torch.randn(8, 4)
+    kl = policy.kl(obs, detach_params(policy.dist_params(obs))).mean()
+    grads = torch.autograd.grad(kl, policy.actor_parameters(), create_graph=True)
+    assert abs(kl.item()) < 1e-7
+    assert all(g.abs().max() < 1e-6 for g in grads)
+
+
+def test_gumbel_max_sampling_follows_softmax():
+    policy = categorical(3)
+    with torch.no_grad():
+        policy.net.layers[-1].bias.copy_(torch.tensor([0.0, 1.0, 2.0]))
+    obs = torch.zeros(1, 4).expand(60_000, 4)
+    torch.manual_seed(1)
+    counts = torch.bincount(policy.sample(obs), minlength=3).double() / 60_000
+    expected = torch.softmax(policy.dist_params(obs[:1])[0][0].double(), 0)
+    assert torch.allclose(counts, expected, atol=0.01)
+    assert torch.equal(policy.sample(obs[:5], deterministic=True), torch.full((5,), 2))
+
+
+def test_gaussian_samples_have_policy_mean_and_std():
+    policy = gaussian(log_std_init=math.log(0.5))
+    obs = torch.randn(1, 4).expand(50_000, 4)
+    samples = policy.sample(obs).detach()
+    mean = policy.sample(obs[:1], deterministic=True).detach()[0]
+    assert torch.allclose(samples.mean(0), mean, atol=0.01)
+    assert torch.allclose(samples.std(0), torch.full((2,), 0.5), atol=0.01)
+
+
+def test_continuous_actions_are_clipped_only_for_the_env():
+    policy = gaussian(log_std_init=math.log(5.0))  # wide: many samples fall outside [-1, 1]
+    obs = torch.randn(256, 4)
+    actions, _ = policy.act(obs)
+    assert actions.abs().max() > 1.0  # stored unclipped: the log-prob is the Gaussian's
+    env_actions = policy.to_env(actions)
+    assert env_actions.dtype == np.float32 and np.abs(env_actions).max() <= 1.0
+    np.testing.assert_array_equal(env_actions, np.clip(actions.detach().numpy(), -1.0, 1.0))
+
+
+def test_predict_takes_numpy_of_any_float_dtype():
+    policy = gaussian()
+    out = policy.predict(np.zeros((3, 4), dtype=np.float64))
+    assert out.shape == (3, 2)
+    discrete = categorical(2).predict(np.zeros((5, 4), dtype=np.float32))
+    assert discrete.shape == (5,) and discrete.dtype == np.int64
