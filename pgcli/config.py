@@ -352,32 +352,36 @@ class PPOKLConfig:
 
 @dataclass
 class GRPOConfig:
-    """Group Relative Policy Optimization (Shao et al., 2024, DeepSeekMath) for control tasks: no critic."""
+    """Group Relative Policy Optimization (Shao et al., 2024, DeepSeekMath) for control tasks: no critic.
+
+    A group is G episodes from one initial state (the same reset seed); one update uses M groups. See
+    docs/algorithms/grpo.md for the objective as implemented and how it differs from the LLM original.
+    """
 
     name: ClassVar[str] = "grpo"
 
     group_size: int = 8
-    """G: episodes per group; members of a group start from the same initial state."""
+    """G: episodes per group; the members of a group start from the same initial state (TRL num_generations)."""
     n_groups: int = 4
-    """M: groups per update."""
+    """M: groups (initial states) per update; a batch is M * G complete episodes."""
     advantage: str = "outcome"
     """'outcome' (episode return), 'process' (per-step rewards) or 'step_baseline' (return-to-go vs group mean)."""
     scale_rewards: str = "group"
-    """'group' (divide by group std), 'batch' (batch std) or 'none' (Dr. GRPO)."""
+    """'group' (divide by group std), 'batch' (batch std) or 'none' (Dr. GRPO: centre only)."""
     drop_degenerate_groups: bool = False
-    """Skip groups whose returns are all equal (DAPO dynamic sampling)."""
+    """Leave groups whose advantages are all zero out of the update (DAPO dynamic sampling, without resampling)."""
     gamma: float = 1.0
-    """Discount of the returns used for the advantages."""
+    """Discount of the returns behind the advantages (1.0: GRPO's undiscounted episode score)."""
     epsilon: float = 0.2
     """Lower clip: ratio >= 1 - epsilon."""
     epsilon_high: float | None = None
-    """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher; None: epsilon)."""
+    """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher, 0.28; None: epsilon)."""
     loss_agg: str = "token_mean"
-    """'seq_mean' (GRPO), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
+    """'seq_mean' (GRPO: per-episode mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
     n_iterations: int = 4
-    """mu: policy updates (epochs) per batch."""
+    """mu: epochs of policy updates over each batch (1 with one minibatch: plain on-policy gradient)."""
     batch_size: int = 8
-    """Episodes per minibatch."""
+    """Episodes per minibatch (<= group_size * n_groups)."""
     learning_rate: float = 3e-4
     """Adam step size."""
     max_grad_norm: float = 0.5
@@ -385,7 +389,7 @@ class GRPOConfig:
     beta: float = 0.0
     """k3 KL-penalty coefficient to the reference policy (0: disabled, no reference forward pass)."""
     ref_update_interval: int = 0
-    """Refresh the reference policy every n updates (0: keep the initial policy)."""
+    """Copy the current policy into the reference every n updates (0: keep the initial policy)."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
 
@@ -401,7 +405,9 @@ class GRPOConfig:
             _positive("algo.epsilon_high", self.epsilon_high, "DAPO recommends 0.28")
         _choice("algo.loss_agg", self.loss_agg, ("seq_mean", "token_mean", "constant"))
         _require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        n_episodes = self.group_size * self.n_groups
+        _require(1 <= self.batch_size <= n_episodes, "algo.batch_size", self.batch_size,
+                 f"in [1, group_size * n_groups = {n_episodes}]", "it counts episodes per minibatch")  # fmt: skip
         _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
