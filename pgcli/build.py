@@ -186,34 +186,42 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
     except BaseException:
         env.close()
         raise
-    logger = open_logger(cfg, ctx, run_tags(cfg, ctx, device))
-    monitor = TrainingMonitor(
-        logger,
-        total_steps=cfg.total_steps,
-        evaluator=Evaluator(cfg.env, cfg.eval, seed=cfg.seed, train_env=env),
-        eval_every=cfg.eval.every,
-        checkpoint_dir=ctx.output_dir / "checkpoints",
-        checkpoint_every=cfg.checkpoint_every,
-        progress=cfg.progress,
-    )
+    try:
+        logger = open_logger(cfg, ctx, run_tags(cfg, ctx, device))
+    except BaseException:
+        trainer.close()
+        raise
+    # The MLflow run exists from here on: everything, the monitor's set-up included, runs inside the try so that a
+    # Ctrl-C at any point still ends the run KILLED rather than leaving it RUNNING.
     status = "FAILED"
     start = time.perf_counter()
     try:
-        logger.log_params(config_params(cfg, ctx))
-        steps = trainer.learn(cfg.total_steps, monitor)
-        final = monitor.finish(steps, trainer)
-        model_dir = trainer.save(ctx.output_dir / "model")
-        if cfg.tracking.log_model:
-            logger.log_artifact(model_dir, "model")
-        hydra_dir = ctx.output_dir / ".hydra"
-        if hydra_dir.is_dir():
-            logger.log_artifact(hydra_dir, "hydra")
+        monitor = TrainingMonitor(
+            logger,
+            total_steps=cfg.total_steps,
+            evaluator=Evaluator(cfg.env, cfg.eval, seed=cfg.seed, train_env=env),
+            eval_every=cfg.eval.every,
+            checkpoint_dir=ctx.output_dir / "checkpoints",
+            checkpoint_every=cfg.checkpoint_every,
+            progress=cfg.progress,
+        )
+        try:
+            logger.log_params(config_params(cfg, ctx))
+            steps = trainer.learn(cfg.total_steps, monitor)
+            final = monitor.finish(steps, trainer)
+            model_dir = trainer.save(ctx.output_dir / "model")
+            if cfg.tracking.log_model:
+                logger.log_artifact(model_dir, "model")
+            hydra_dir = ctx.output_dir / ".hydra"
+            if hydra_dir.is_dir():
+                logger.log_artifact(hydra_dir, "hydra")
+        finally:
+            monitor.close()
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        monitor.close()
         logger.close(status)
         trainer.close()
     return TrainSummary(

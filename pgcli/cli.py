@@ -227,6 +227,8 @@ def describe_config_error(exc: BaseException) -> str:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         if not close and valid:
             hint = f"; valid keys: {', '.join(valid)}"
+        if obj is dict:  # an open mapping such as env.kwargs: new keys need Hydra's append syntax
+            return f"unknown key '{key}'; to add a new key use '+{key}=...'"
         owner = obj.__name__ if obj else "the config"
         return f"unknown key '{key}' ({owner} has no field '{leaf}'){hint}"
     if isinstance(cause, ValidationError):
