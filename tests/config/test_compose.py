@@ -1,0 +1,160 @@
+"""Compose every group option with Hydra's compose API; bad overrides give the documented one-line error.
+
+Options are listed from the ``conf/`` directories, so a new algo, env or preset is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgcli.cli import CONF_DIR, compose_train_config, main
+from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
+from pgcli.errors import ConfigError
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+ALGOS, ENVS, PRESETS = options("algo"), options("env"), options("preset")
+
+
+@functools.cache
+def composed(*overrides: str) -> Any:
+    """compose_train_config, memoised: a Hydra compose costs ~0.25 s and the pair matrix is reused for presets."""
+    return compose_train_config(list(overrides))
+
+
+def test_conf_lists_the_foundation_options():
+    # The listing itself must work, or the parametrisations below would silently test nothing.
+    assert {"ppo", "a2c"} <= set(ALGOS)
+    assert {"cartpole", "pendulum", "hopper", "halfcheetah", "walker2d"} <= set(ENVS)
+    zoo_pairs = {
+        f"{a}_{e}" for a in ("ppo", "a2c") for e in ("cartpole", "pendulum", "hopper", "halfcheetah", "walker2d")
+    }
+    assert zoo_pairs <= set(PRESETS)
+    assert set(options("model")) >= {"mlp", "mlp_large"}
+    assert set(options("hardware")) >= {"cpu", "cuda", "auto"}
+    assert set(options("tracking")) >= {"local", "server", "off"}
+
+
+@pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
+def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
+    cfg = composed(f"algo={algo}", f"env={env}")
+    assert isinstance(cfg, TrainConfig)
+    assert type(cfg.algo) is ALGO_CONFIGS[algo]
+    assert isinstance(cfg.env, EnvConfig)
+    assert cfg.total_steps >= 1 and cfg.env.n_envs >= 1
+
+
+@pytest.mark.parametrize("group", ["model", "hardware", "tracking"])
+def test_every_option_of_the_other_groups_composes(group: str):
+    for option in options(group):
+        if group == "hardware" and option == "cuda":
+            continue  # needs a GPU: see test_cuda_without_gpu_is_a_clear_error
+        cfg = compose_train_config([f"{group}={option}"])
+        assert isinstance(cfg, TrainConfig)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
+    # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each
+    algo, env = next(
+        (a, preset[len(a) + 1 :]) for a in ALGOS if preset.startswith(a + "_") and preset[len(a) + 1 :] in ENVS
+    )
+    with_preset = composed(f"algo={algo}", f"env={env}")
+    without = composed(f"algo={algo}", f"env={env}", "~preset")
+    assert with_preset != without, f"preset {preset} changes nothing"
+
+
+def test_ppo_cartpole_preset_applies_and_user_override_wins():
+    default = compose_train_config([])
+    assert type(default.algo).name == "ppo" and default.env.id == "CartPole-v1"
+    assert default.algo.n_steps == 32  # rl-baselines3-zoo's CartPole-v1 PPO (the schema default is 2048)
+    assert default.algo.lr_schedule == "linear"
+
+    overridden = compose_train_config(["algo.n_steps=64", "algo.gamma=0.95"])
+    assert overridden.algo.n_steps == 64 and overridden.algo.gamma == 0.95
+    assert overridden.algo.batch_size == default.algo.batch_size  # the rest of the preset still applies
+
+    plain = compose_train_config(["~preset"])
+    assert plain.algo.n_steps == 2048 and plain.algo.lr_schedule == "constant"
+
+
+def test_preset_follows_the_chosen_pair():
+    a2c_pendulum = compose_train_config(["algo=a2c", "env=pendulum"])
+    assert a2c_pendulum.algo.use_sde and a2c_pendulum.env.normalize_obs  # a2c_pendulum.yaml
+    no_preset_pair = compose_train_config(["algo=a2c", "env=acrobot"])  # no a2c_acrobot.yaml: optional, no error
+    assert no_preset_pair.algo.n_steps == 5
+
+
+def test_open_env_kwargs_take_new_keys_with_append():
+    cfg = compose_train_config(["env=pendulum", "+env.kwargs.g=9.81"])
+    assert cfg.env.kwargs == {"g": 9.81}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# bad overrides: one line naming the key, the value and the rule
+# --------------------------------------------------------------------------------------------------------------------
+
+BAD_OVERRIDES = [
+    # (overrides, fragments the one-line message must contain)
+    (["algo.clip_rnge=0.1"], ["algo.clip_rnge", "did you mean clip_range"]),
+    (["+algo.clip_rnge=0.1"], ["algo.clip_rnge", "did you mean clip_range"]),
+    (["totl_steps=10"], ["totl_steps", "did you mean total_steps"]),
+    (["env.kwargs.g=1"], ["env.kwargs.g", "+env.kwargs.g"]),
+    (["algo.learning_rate=fast"], ["algo.learning_rate", "fast", "Float"]),
+    (["algo.n_steps=1.5"], ["algo.n_steps", "1.5", "Integer"]),
+    (["algo.learning_rate=0"], ["algo.learning_rate", "> 0", "0.0"]),
+    (["algo.learning_rate=-1e-3"], ["algo.learning_rate", "> 0", "-0.001"]),
+    (["algo=a2c", "algo.learning_rate=0"], ["algo.learning_rate", "> 0"]),
+    (["algo.gamma=0"], ["algo.gamma", "(0, 1]", "0.0"]),
+    (["algo.gamma=1.01"], ["algo.gamma", "(0, 1]", "1.01"]),
+    (["algo.clip_range=0"], ["algo.clip_range", "(0, 1)", "0.0"]),
+    (["algo.clip_range=1"], ["algo.clip_range", "(0, 1)", "1.0"]),
+    (["env.n_envs=0"], ["env.n_envs", ">= 1", "0"]),
+    (["total_steps=0"], ["total_steps", ">= 1", "0"]),
+    (["env.id=CartPole-v9"], ["env.id", "CartPole-v9", "registered gymnasium", "CartPole-v1"]),
+    (["algo=nope"], ["algo", "nope", "available", "ppo", "a2c"]),
+    (["env=hoper"], ["env", "hoper", "available", "hopper"]),
+    (["model.activation=sigmoid"], ["model.activation", "sigmoid", "tanh"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), BAD_OVERRIDES, ids=lambda v: " ".join(v) if v else "")
+def test_bad_override_is_one_line_config_error(overrides: list[str], fragments: list[str]):
+    with pytest.raises(ConfigError) as info:
+        compose_train_config(overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from: {message}"
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), [BAD_OVERRIDES[0], BAD_OVERRIDES[6]], ids=str)
+def test_cli_prints_config_error_on_one_line_with_status_2(overrides, fragments, capsys):
+    status = main(["train", *overrides])  # validation stops before Hydra runs: nothing is trained or tracked
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("pgcli: error: ")
+    assert all(fragment in err for fragment in fragments)
+
+
+def test_sweep_is_validated_job_by_job_before_any_runs(capsys):
+    status = main(["train", "-m", "algo.gamma=0.9,0.99,1.5", "seed=0,1"])
+    assert status == 2
+    assert "algo.gamma must be in (0, 1] (got 1.5)" in capsys.readouterr().err
+
+
+def test_cuda_without_gpu_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: hardware=cuda is valid here")
+    with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
+        compose_train_config(["hardware=cuda"])
