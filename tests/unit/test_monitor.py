@@ -1,0 +1,229 @@
+"""pgcli.monitor: the Evaluator on real CartPole / Pendulum envs, and the TrainingMonitor's cadences and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pgcli import monitor as monitor_module
+from pgcli.config import EnvConfig, EvalConfig
+from pgcli.env import find_normalizer, make_vec_env
+from pgcli.monitor import EvalResult, Evaluator, TrainingMonitor
+
+
+class RowPolicy:
+    """CartPole: sub-env 0 always pushes left (episodes of ~10 steps), the others balance (they reach the limit)."""
+
+    def __init__(self) -> None:
+        self.seen: list[np.ndarray] = []
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        self.seen.append(obs.copy())
+        balance = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)
+        balance[0] = 0
+        return balance
+
+    def save(self, path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "model.zip").write_bytes(b"checkpoint")
+        return path
+
+
+class RecordingLogger:
+    """A MetricLogger that keeps everything in lists."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, dict[str, float]]] = []
+        self.artifacts: list[tuple[Path, str | None]] = []
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.metrics.append((step, dict(metrics)))
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.artifacts.append((path, artifact_path))
+
+    def close(self, status: str) -> None: ...
+
+    def steps_of(self, key: str) -> list[int]:
+        return [step for step, m in self.metrics if key in m]
+
+    def values_of(self, key: str) -> list[float]:
+        return [m[key] for _, m in self.metrics if key in m]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluator
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_evaluator_counts_episodes_per_sub_env():
+    # 7 episodes over 3 eval envs: 2 + 2 + 3 (SB3's evaluate_policy split). Sub-env 0 ends an episode every ~10 steps
+    # and would fill all 7 slots if episodes were taken first-come; the split must give it exactly 2.
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1, max_episode_steps=60)
+    train_env = make_vec_env(env_cfg, seed=0)
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=7, n_envs=3), seed=0, train_env=train_env)
+    result = evaluator(RowPolicy())
+    assert len(result.returns) == len(result.lengths) == 7
+    short = [length for length in result.lengths if length < 60]
+    assert len(short) == 2 and all(length < 20 for length in short)
+    assert sorted(result.lengths)[2:] == [60] * 5
+    np.testing.assert_array_equal(result.returns, result.lengths)  # CartPole: +1 per step
+    evaluator.close()
+
+
+def test_evaluation_is_repeatable():
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1, max_episode_steps=60)
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=4, n_envs=2), seed=0, train_env=make_vec_env(env_cfg, seed=0))
+    first, second = evaluator(RowPolicy()), evaluator(RowPolicy())
+    np.testing.assert_array_equal(first.returns, second.returns)  # same start states at every evaluation
+    assert first.mean == pytest.approx(float(np.mean(first.returns)))
+    assert first.std == pytest.approx(float(np.std(first.returns)))
+    evaluator.close()
+
+
+def test_evaluator_uses_frozen_copy_of_training_normalisation():
+    env_cfg = EnvConfig(id="Pendulum-v1", n_envs=1, normalize_obs=True, max_episode_steps=5)
+    train_env = make_vec_env(env_cfg, seed=0)
+    train_norm = find_normalizer(train_env)
+    train_norm.obs_rms.mean = np.array([100.0, 0.0, 0.0])  # far from any raw cos(theta) in [-1, 1]
+    train_norm.obs_rms.var = np.ones(3)
+
+    class Zero:
+        def __init__(self) -> None:
+            self.seen: list[np.ndarray] = []
+
+        def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+            self.seen.append(obs.copy())
+            return np.zeros((obs.shape[0], 1), dtype=np.float32)
+
+        def save(self, path: Path) -> Path:
+            return path
+
+    agent = Zero()
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=2, n_envs=1), seed=0, train_env=train_env)
+    evaluator(agent)
+    seen = np.concatenate(agent.seen)
+    np.testing.assert_allclose(seen[:, 0], -10.0)  # (cos - 100) / 1, clipped at -clip_obs: the training statistics
+    eval_norm = find_normalizer(evaluator._env)
+    assert eval_norm.training is False
+    np.testing.assert_array_equal(eval_norm.obs_rms.mean, [100.0, 0.0, 0.0])  # not updated by evaluation
+    np.testing.assert_array_equal(train_norm.obs_rms.mean, [100.0, 0.0, 0.0])
+    evaluator.close()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# TrainingMonitor
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class CountingEvaluator:
+    """Stands in for Evaluator: returns fixed episodes and counts calls; advances a fake clock if given one."""
+
+    def __init__(self, clock: list[float] | None = None, seconds: float = 0.0) -> None:
+        self.calls = 0
+        self.clock, self.seconds = clock, seconds
+
+    def __call__(self, agent: Any) -> EvalResult:
+        self.calls += 1
+        if self.clock is not None:
+            self.clock[0] += self.seconds
+        return EvalResult(np.array([10.0, 20.0]), np.array([10, 20]))
+
+    def close(self) -> None: ...
+
+
+def make_monitor(logger: RecordingLogger, tmp_path: Path, **kw: Any) -> TrainingMonitor:
+    args: dict[str, Any] = {
+        "total_steps": 1000,
+        "evaluator": CountingEvaluator(),
+        "eval_every": 100,
+        "checkpoint_dir": tmp_path / "checkpoints",
+        "progress": False,
+        "log_every_steps": 1,
+    }
+    args.update(kw)
+    return TrainingMonitor(logger, **args)  # type: ignore[arg-type]
+
+
+def test_eval_and_checkpoint_cadence_in_env_steps(tmp_path: Path):
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, checkpoint_every=150)
+    agent = RowPolicy()
+    for step in range(40, 401, 40):  # updates every 40 env steps: 40, 80, ..., 400
+        monitor.update(step, agent)
+    assert logger.steps_of("eval/return_mean") == [120, 200, 320, 400]  # first update at or past 100, 200, 300, 400
+    assert [a for _, a in logger.artifacts] == ["checkpoints/step_160", "checkpoints/step_320"]
+    assert (tmp_path / "checkpoints" / "step_160" / "model.zip").is_file()
+    assert logger.values_of("eval/return_mean")[0] == 15.0 and logger.values_of("eval/return_std")[0] == 5.0
+
+    final = monitor.finish(400, agent)  # an evaluation just ran at 400: not repeated
+    assert logger.steps_of("eval/return_mean") == [120, 200, 320, 400]
+    assert final is not None and final.mean == 15.0
+
+
+def test_eval_every_zero_evaluates_only_at_the_end(tmp_path: Path):
+    logger = RecordingLogger()
+    evaluator = CountingEvaluator()
+    monitor = make_monitor(logger, tmp_path, eval_every=0, evaluator=evaluator)
+    for step in (100, 200, 300):
+        monitor.update(step, RowPolicy())
+    assert evaluator.calls == 0
+    monitor.finish(300, RowPolicy())
+    assert evaluator.calls == 1 and logger.steps_of("eval/return_mean") == [300]
+
+
+def test_episodes_logged_one_by_one_and_rolling_means(tmp_path: Path):
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, window=3)
+    monitor.add_episodes(50, [1.0, 2.0], [10, 20])
+    monitor.add_episodes(90, [3.0, 4.0], [30, 40])
+    monitor.update(100, RowPolicy())
+    assert logger.values_of("rollout/ep_return") == [1.0, 2.0, 3.0, 4.0]
+    assert logger.steps_of("rollout/ep_return") == [50, 50, 90, 90]
+    assert logger.values_of("rollout/ep_len") == [10, 20, 30, 40]
+    assert logger.values_of("rollout/ep_return_mean") == [3.0]  # mean of the last 3 episodes (window)
+    assert logger.values_of("rollout/ep_len_mean") == [30.0]
+    assert logger.values_of("time/episodes") == [4.0]
+
+
+def test_episodes_from_a_vector_step_info(tmp_path: Path):
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path)
+    venv = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2, max_episode_steps=3), seed=0)
+    for step in range(1, 4):
+        *_, info = venv.step(np.zeros(2, dtype=np.int64))
+        monitor.episodes(step * 2, info)
+    assert logger.values_of("rollout/ep_return") == [3.0, 3.0] and logger.steps_of("rollout/ep_return") == [6, 6]
+    venv.close()
+
+
+def test_rollout_statistics_are_throttled_but_always_logged_at_the_end(tmp_path: Path):
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, log_every_steps=1000, eval_every=0, evaluator=None)
+    for step in range(40, 2401, 40):
+        monitor.update(step, RowPolicy())
+    assert logger.steps_of("time/sps") == [40, 1040, 2040]
+    monitor.finish(2440, RowPolicy())
+    assert logger.steps_of("time/sps")[-1] == 2440
+
+
+def test_sps_excludes_evaluation_time(tmp_path: Path, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(monitor_module.time, "perf_counter", lambda: clock[0])
+    logger = RecordingLogger()
+    evaluator = CountingEvaluator(clock, seconds=100.0)  # each evaluation "takes" 100 s
+    monitor = make_monitor(logger, tmp_path, eval_every=1000, evaluator=evaluator)
+    clock[0] = 1.0
+    monitor.update(1000, RowPolicy())  # 1000 steps in 1 s; then an evaluation of 100 s
+    clock[0] += 1.0
+    monitor.update(2000, RowPolicy())  # 1000 more steps in 1 s of training
+    assert evaluator.calls == 2
+    assert logger.values_of("time/sps") == pytest.approx([1000.0, 1000.0])

@@ -1,0 +1,174 @@
+"""pgcli.tracking: flatten, where runs go, RunLogger reports, and MLflowBackend batching against a real SQLite store."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from pgcli.config import TrackingConfig
+from pgcli.tracking import (
+    MLFLOW_BATCH_LIMIT,
+    MLflowBackend,
+    RunLogger,
+    TrackingTarget,
+    flatten,
+    resolve_tracking_target,
+)
+
+
+def test_flatten_nests_with_dots_and_keeps_lists():
+    tree = {"algo": {"clip_range": 0.2, "net": {"pi": [64, 64]}}, "seed": 3, "env": {"kwargs": {}}}
+    assert flatten(tree) == {"algo.clip_range": 0.2, "algo.net.pi": [64, 64], "seed": 3}
+    assert flatten({"a": 1}, "top.") == {"top.a": 1}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# resolve_tracking_target
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_explicit_uri_wins_over_environment(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere/env.db")
+    assert resolve_tracking_target(TrackingConfig(uri="http://host:5000")) == TrackingTarget("http://host:5000", None)
+
+
+def test_environment_wins_over_default_store(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere/env.db")
+    assert resolve_tracking_target(TrackingConfig(), cwd=tmp_path).uri == "sqlite:////elsewhere/env.db"
+
+
+def test_default_store_is_absolute_under_the_start_directory(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    target = resolve_tracking_target(TrackingConfig(store_dir="outputs"))
+    assert target.uri == f"sqlite:///{tmp_path.resolve()}/outputs/mlflow.db"
+    assert target.artifact_root == (tmp_path.resolve() / "outputs" / "mlartifacts").as_uri()
+    elsewhere = resolve_tracking_target(TrackingConfig(store_dir="../shared_store"), cwd=tmp_path / "sub")
+    assert elsewhere.uri == f"sqlite:///{tmp_path.resolve()}/shared_store/mlflow.db"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# RunLogger reports
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_run_logger_writes_csv_and_learning_curve(tmp_path: Path):
+    logger = RunLogger(tmp_path / "run")
+    for step in (100, 200, 300):
+        logger.log_metrics({"rollout/ep_return_mean": step / 10, "train/value_loss": 1.0 / step}, step)
+    logger.log_metrics({"eval/return_mean": 25.0, "eval/return_std": 2.0}, 300)
+    assert logger.last("rollout/ep_return_mean") == 30.0 and logger.last("missing") is None
+
+    paths = logger.write_reports()
+    assert [p.name for p in paths] == ["metrics.csv", "learning_curve.png"]
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["key", "step", "value"]
+    returns = [(int(s), float(v)) for k, s, v in rows[1:] if k == "rollout/ep_return_mean"]
+    assert returns == [(100, 10.0), (200, 20.0), (300, 30.0)]
+    assert len(rows) == 1 + 3 + 3 + 2
+    png = (tmp_path / "run" / "learning_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 1000
+
+
+def test_no_png_without_return_metrics(tmp_path: Path):
+    logger = RunLogger(tmp_path)
+    logger.log_metrics({"train/value_loss": 1.0}, 10)
+    assert [p.name for p in logger.write_reports()] == ["metrics.csv"]
+
+
+def test_run_logger_close_rejects_unknown_status_and_is_idempotent(tmp_path: Path):
+    with pytest.raises(ValueError, match="status must be one of"):
+        RunLogger(tmp_path).close("RUNNING")
+    logger = RunLogger(tmp_path)
+    logger.close("FINISHED")
+    logger.close("FAILED")  # second call: no-op
+    assert logger.closed
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# MLflowBackend on a real SQLite store (one store for the module: creating one runs the schema migrations, ~2 s)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> TrackingTarget:
+    root = tmp_path_factory.mktemp("store")
+    return TrackingTarget(f"sqlite:///{root / 'mlflow.db'}", (root / "mlartifacts").as_uri())
+
+
+def history(backend: MLflowBackend, key: str) -> list[tuple[int, float]]:
+    points = backend.client.get_metric_history(backend.run_id, key)
+    return sorted((m.step, m.value) for m in points)
+
+
+def test_metrics_are_buffered_then_written_in_batches_with_their_steps(target: TrackingTarget):
+    backend = MLflowBackend(target, experiment="batching", run_name="r", tags={"algo": "ppo"}, flush_every_s=3600)
+    n = MLFLOW_BATCH_LIMIT // 2 - 1  # two metrics per call: just under one batch
+    for i in range(n):
+        backend.log_metrics({"a": float(i), "b": -float(i)}, step=10 * i)
+    assert history(backend, "a") == []  # nothing written yet: buffered
+    backend.log_metrics({"a": float(n), "b": -float(n)}, step=10 * n)  # the buffer reaches the batch limit: flushed
+    assert len(history(backend, "a")) == n + 1
+    backend.log_metrics({"a": 1e6}, step=123_456)
+    backend.end("FINISHED")
+    a = history(backend, "a")
+    assert a[:3] == [(0, 0.0), (10, 1.0), (20, 2.0)] and a[-1] == (123_456, 1e6)
+    assert history(backend, "b")[-1] == (10 * n, -float(n))
+    run = backend.client.get_run(backend.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["algo"] == "ppo" and run.info.run_name == "r"
+
+
+def test_flush_on_time(target: TrackingTarget):
+    backend = MLflowBackend(target, experiment="batching", run_name="timed", tags={}, flush_every_s=1e-9)
+    backend.log_metrics({"x": 1.0}, step=1)
+    assert history(backend, "x") == [(1, 1.0)]
+    backend.end("KILLED")
+    assert backend.client.get_run(backend.run_id).info.status == "KILLED"
+
+
+def test_params_tags_artifacts_and_parent(target: TrackingTarget, tmp_path: Path):
+    parent = MLflowBackend(target, experiment="params", run_name="parent", tags={})
+    backend = MLflowBackend(target, experiment="params", run_name="child", tags={}, parent_run_id=parent.run_id)
+    params = {f"group.key_{i}": i for i in range(250)}  # more than one params batch (100)
+    backend.log_params(params)
+    backend.set_tags({"git_commit": "abc", "seed": "3"})
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.zip").write_bytes(b"zip")
+    (tmp_path / "metrics.csv").write_text("key,step,value\n")
+    backend.log_artifact(tmp_path / "model", "model")
+    backend.log_artifact(tmp_path / "metrics.csv")
+    backend.end("FAILED")
+    parent.end("FINISHED")
+
+    run = backend.client.get_run(backend.run_id)
+    assert run.data.params == {k: str(v) for k, v in params.items()}
+    assert run.data.tags["git_commit"] == "abc" and run.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert run.info.status == "FAILED"
+    names = {a.path for a in backend.client.list_artifacts(backend.run_id)}
+    assert names == {"model", "metrics.csv"}
+    assert [a.path for a in backend.client.list_artifacts(backend.run_id, "model")] == ["model/model.zip"]
+    exp = backend.client.get_experiment(backend.experiment_id)
+    assert exp.artifact_location == f"{target.artifact_root}/params"  # new experiments store under the root
+
+
+def test_same_experiment_is_reused(target: TrackingTarget):
+    a = MLflowBackend(target, experiment="reuse", run_name="a", tags={})
+    b = MLflowBackend(target, experiment="reuse", run_name="b", tags={})
+    assert a.experiment_id == b.experiment_id and a.run_id != b.run_id
+    a.end("FINISHED")
+    b.end("FINISHED")
+
+
+def test_run_logger_close_logs_reports_and_ends_the_run(target: TrackingTarget, tmp_path: Path):
+    backend = MLflowBackend(target, experiment="logger", run_name="r", tags={}, flush_every_s=3600)
+    logger = RunLogger(tmp_path, backend)
+    for step in range(1, 6):
+        logger.log_metrics({"rollout/ep_return_mean": float(step)}, step * 100)
+    logger.close("FINISHED")
+    run = backend.client.get_run(backend.run_id)
+    assert run.info.status == "FINISHED"
+    assert history(backend, "rollout/ep_return_mean") == [(s * 100, float(s)) for s in range(1, 6)]
+    assert {a.path for a in backend.client.list_artifacts(backend.run_id)} == {"metrics.csv", "learning_curve.png"}
