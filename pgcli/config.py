@@ -274,9 +274,7 @@ class VPGConfig:
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.97
-    """GAE lambda of the advantages (1.0: reward-to-go minus baseline)."""
-    advantage: str = "gae"
-    """'gae' or 'reward_to_go' (R_t - V(s_t))."""
+    """GAE lambda of the advantages; 1.0 is the reward-to-go minus the baseline, G_t - V(s_t) (plain REINFORCE)."""
     normalize_advantage: bool = True
     """Standardise advantages over the batch."""
     learning_rate: float = 3e-4
@@ -296,7 +294,6 @@ class VPGConfig:
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _choice("algo.advantage", self.advantage, ("gae", "reward_to_go"))
         _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
         _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")

@@ -1,0 +1,181 @@
+"""The shared on-policy core: rollout collection on a vector env into preallocated [T, N] tensors, and minibatches.
+
+:class:`RolloutCollector` steps a pgcli vector env (same-step autoreset, see ``pgcli.env``) for ``n_steps`` steps
+with the current policy and returns a :class:`Rollout` of [T, N] tensors (T = n_steps, N = n_envs):
+
+- ``obs`` [T, N, D], ``actions`` [T, N] (discrete) or [T, N, A] (continuous, unclipped);
+- ``rewards``, ``terminated`` and ``dones`` (terminated or truncated) as float [T, N];
+- ``log_probs`` = log pi_old(a_t | s_t), ``values`` = V(s_t) and ``next_values`` = V(s_{t+1}), where s_{t+1} is the
+  TRUE final observation when the episode ended at t (``info["final_obs"]``), not the auto-reset one, so a truncated
+  episode bootstraps from where it actually stopped (Pardo et al., 2018; SB3 does the same).
+
+Speed (docs/benchmarks.md, "TRPO"): the step loop only samples actions and copies numpy arrays into buffers that
+live for the whole run. The policy and value network do not change during a rollout, so ``log_probs``, ``values``
+and ``next_values`` are computed afterwards in one batched forward pass each instead of T small ones; the result is
+the same as evaluating them step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+from torch import Tensor
+
+from pgcli.algo.policies import Policy, obs_dim
+from pgcli.monitor import TrainingMonitor
+
+
+@dataclass
+class Rollout:
+    """One batch of on-policy experience; every field is [T, N] unless noted. Views of the collector's buffers:
+    valid until its next ``collect``."""
+
+    obs: Tensor
+    """[T, N, D] observations s_t (normalised when the env normalises)."""
+    actions: Tensor
+    """[T, N] (discrete, int64) or [T, N, A] (continuous, unclipped) actions a_t."""
+    log_probs: Tensor
+    """log pi_old(a_t | s_t)."""
+    rewards: Tensor
+    """r_t (normalised when the env normalises rewards)."""
+    values: Tensor
+    """V(s_t)."""
+    next_values: Tensor
+    """V(s_{t+1}), with s_{t+1} the true final observation where the episode ended at t."""
+    terminated: Tensor
+    """1.0 where the episode terminated at t (no bootstrap)."""
+    dones: Tensor
+    """1.0 where the episode ended at t, terminated or truncated (the GAE recursion stops)."""
+
+    @property
+    def n_samples(self) -> int:
+        """T * N."""
+        return self.rewards.numel()
+
+
+class RolloutCollector:
+    """Collects :class:`Rollout` s of ``n_steps`` steps per env from ``env``, reusing its buffers.
+
+    Args:
+        env: a pgcli vector env (``pgcli.env.make_vec_env``); it is reset here with ``seed``.
+        n_steps: T, steps per env per rollout.
+        seed: reset seed (the same one ``make_vec_env`` used, so the first episodes are the seeded ones).
+        device: where the returned tensors live (the buffers stay on the CPU, where the env is).
+    """
+
+    def __init__(self, env: VectorEnv, *, n_steps: int, seed: int, device: torch.device) -> None:
+        self.env, self.n_steps, self.device = env, n_steps, device
+        n_envs, dim = env.num_envs, obs_dim(env.single_observation_space)
+        action_shape = tuple(env.single_action_space.shape or ())
+        action_dtype = torch.int64 if not action_shape else torch.float32
+        # [T + 1]: the row after the last step holds the bootstrap observation
+        self.obs = torch.zeros(n_steps + 1, n_envs, dim)
+        self.final_obs = torch.zeros(n_steps, n_envs, dim)  # filled only where an episode ended
+        self.actions = torch.zeros(n_steps, n_envs, *action_shape, dtype=action_dtype)
+        self.rewards = torch.zeros(n_steps, n_envs)
+        self.terminated = torch.zeros(n_steps, n_envs)
+        self.dones = torch.zeros(n_steps, n_envs)
+        # numpy views of the same memory: the step loop writes through these
+        self._obs_np, self._final_obs_np = self.obs.numpy(), self.final_obs.numpy()
+        self._rewards_np, self._terminated_np, self._dones_np = (
+            self.rewards.numpy(), self.terminated.numpy(), self.dones.numpy()
+        )  # fmt: skip
+        self._last_obs, _ = env.reset(seed=seed)
+
+    @torch.no_grad()
+    def collect(
+        self,
+        policy: Policy,
+        value_fn: Callable[[Tensor], Tensor],
+        monitor: TrainingMonitor,
+        step: int,
+    ) -> Rollout:
+        """Step every env ``n_steps`` times with ``policy``; report ended episodes to ``monitor``.
+
+        Args:
+            policy: samples the actions.
+            value_fn: V, mapping [B, D] observations to [B] values.
+            monitor: receives ``episodes(step, info)`` whenever an episode ends.
+            step: env steps taken before this rollout (``step`` of the episode records).
+
+        Returns:
+            The :class:`Rollout` (views of this collector's buffers).
+        """
+        device = self.device
+        obs_np, final_obs_np = self._obs_np, self._final_obs_np
+        obs_np[0] = self._last_obs
+        n_envs = self.env.num_envs
+        for t in range(self.n_steps):
+            actions = policy.sample(self.obs[t].to(device))  # [N] or [N, A]
+            self.actions[t] = actions
+            next_obs, rewards, terminated, truncated, info = self.env.step(policy.to_env(actions))
+            step += n_envs
+            obs_np[t + 1] = next_obs
+            self._rewards_np[t] = rewards
+            self._terminated_np[t] = terminated
+            np.logical_or(terminated, truncated, out=self._dones_np[t], casting="unsafe")
+            if "final_obs" in info:
+                for i in np.flatnonzero(info["_final_obs"]):
+                    final_obs_np[t, i] = info["final_obs"][i]
+                monitor.episodes(step, info)
+        self._last_obs = obs_np[self.n_steps].copy()
+        return self._finish(policy, value_fn)
+
+    def _finish(self, policy: Policy, value_fn: Callable[[Tensor], Tensor]) -> Rollout:
+        """Batched log pi_old(a|s), V(s_t) and V(s_{t+1}) (the true final observation where an episode ended)."""
+        n_steps, device = self.n_steps, self.device
+        obs = self.obs.to(device)
+        flat_obs = obs.flatten(0, 1)  # [(T + 1) N, D]
+        actions, dones = self.actions.to(device), self.dones.to(device)
+        all_values = value_fn(flat_obs).view(n_steps + 1, -1)  # [T + 1, N]
+        next_values = all_values[1:].clone()
+        ended = dones.bool()
+        if ended.any():
+            next_values[ended] = value_fn(self.final_obs.to(device)[ended])
+        n_samples = actions.shape[0] * actions.shape[1]
+        params = policy.dist_params(flat_obs[:n_samples])
+        log_probs = policy.log_prob_of(params, actions.flatten(0, 1)).view(n_steps, -1)
+        return Rollout(
+            obs=obs[:n_steps],
+            actions=actions,
+            log_probs=log_probs,
+            rewards=self.rewards.to(device),
+            values=all_values[:n_steps],
+            next_values=next_values,
+            terminated=self.terminated.to(device),
+            dones=dones,
+        )
+
+
+def minibatches(
+    *tensors: Tensor, batch_size: int, generator: torch.Generator | None = None
+) -> Iterator[tuple[Tensor, ...]]:
+    """One epoch of shuffled minibatches over the first dimension of ``tensors`` (all [B, ...] with the same B).
+
+    The tensors are permuted once (one gather each) and then sliced, so each minibatch is a view; the last one holds
+    the remainder when ``batch_size`` does not divide B (as SB3's ``RolloutBuffer.get``).
+
+    Args:
+        tensors: [B, ...] tensors sharing the first dimension.
+        batch_size: samples per minibatch.
+        generator: random source of the permutation (default: torch's global one).
+
+    Yields:
+        Tuples of [b, ...] tensors, b <= batch_size, covering every sample exactly once.
+
+    Raises:
+        ValueError: on mismatched first dimensions or batch_size < 1.
+    """
+    n = tensors[0].shape[0]
+    if any(t.shape[0] != n for t in tensors):
+        raise ValueError(f"tensors must share their first dimension, got {[tuple(t.shape) for t in tensors]}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    perm = torch.randperm(n, generator=generator, device=tensors[0].device)
+    shuffled = [t[perm] for t in tensors]
+    for start in range(0, n, batch_size):
+        yield tuple(t[start : start + batch_size] for t in shuffled)

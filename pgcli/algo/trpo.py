@@ -1,0 +1,213 @@
+"""Trust Region Policy Optimization (Schulman et al., 2015, "Trust Region Policy Optimization", ICML).
+
+Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollout``):
+
+1. Advantages by GAE(gamma, lambda) (Schulman et al., 2016), termination and truncation kept apart; standardised
+   over the batch when ``normalize_advantage``. Value targets R_t = A_t + V(s_t).
+2. Surrogate objective and its gradient (TRPO eq. 14, with the advantage in place of Q):
+       L(theta) = mean_t[ pi_theta(a_t|s_t) / pi_old(a_t|s_t) * A_t ],   g = grad L at theta_old.
+3. Natural-gradient direction s ~= F^-1 g by ``cg_iters`` steps of conjugate gradient, where F v is the
+   Hessian-vector product of the mean KL(pi_old || pi_theta) by double backprop (TRPO appendix C), plus
+   ``cg_damping`` * v, optionally on every ``fvp_sub_sampling``-th sample.
+4. Step to the trust-region boundary: theta_new = theta_old + beta s with beta = sqrt(2 delta / (s^T F s)),
+   delta = ``target_kl`` (the largest step whose quadratic KL model equals delta).
+5. Backtracking line search on beta * coeff^j, j = 0 .. ``backtrack_iters`` - 1: accept the first step with
+   mean KL(pi_old || pi_new) <= delta and L(theta_new) > L(theta_old); if none passes, keep theta_old. With
+   ``npg`` the full step is taken without the search (natural policy gradient; Kakade, 2002).
+6. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2. Only the value
+   network's parameters are in its optimizer, so the critic never moves the policy outside the trust region.
+
+Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). Step 3 computes the gradient of the
+KL once (with its graph) and reuses it in every CG iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium.vector import VectorEnv
+from torch import Tensor
+
+from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
+from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
+from pgcli.config import ModelConfig, TRPOConfig
+from pgcli.env import load_saved_normalizer, save_normalizer
+from pgcli.monitor import TrainingMonitor
+from pgcli.ops.advantages import gae, normalize
+from pgcli.ops.autodiff import flat_grad
+from pgcli.ops.cg import conjugate_gradient
+from pgcli.ops.linesearch import backtracking_line_search
+from pgcli.ops.losses import approx_kl, explained_variance
+
+
+class SurrogateTerms(NamedTuple):
+    """The TRPO surrogate at the current parameters and its diagnostics (0-dim tensors)."""
+
+    loss_policy: Tensor
+    """-L(theta) = -mean(ratio * A)."""
+    kl: Tensor
+    """mean KL(pi_old || pi_theta), closed form."""
+    entropy: Tensor
+    """mean entropy of pi_theta."""
+    approx_kl: Tensor
+    """k3 sample estimate of KL(pi_old || pi_theta)."""
+
+
+def surrogate_terms(
+    policy: Policy, new: DistParams, old: DistParams, actions: Tensor, old_log_probs: Tensor, advantages: Tensor
+) -> SurrogateTerms:
+    """Surrogate loss and KL of the distribution ``new`` (computed by ``policy`` on the batch) against ``old``.
+
+    Args:
+        policy: the policy whose distribution family ``new`` and ``old`` belong to.
+        new: distribution parameters at the batch states under the current parameters (differentiable).
+        old: the same under pi_old (detached).
+        actions: [B] or [B, A] actions taken.
+        old_log_probs: [B] log pi_old(a|s).
+        advantages: [B] advantages.
+    """
+    log_ratio = policy.log_prob_of(new, actions) - old_log_probs  # [B]
+    return SurrogateTerms(
+        loss_policy=-(log_ratio.exp() * advantages).mean(),
+        kl=policy.kl_of(old, new).mean(),
+        entropy=policy.entropy_of(new).mean(),
+        approx_kl=approx_kl(log_ratio),
+    )
+
+
+class ValueLoss(NamedTuple):
+    """Critic regression loss."""
+
+    loss_value: Tensor
+    """mean (V(s) - R)^2."""
+
+
+def value_loss(value: ValueNetwork, obs: Tensor, returns: Tensor) -> ValueLoss:
+    """Mean squared error of V on [B, D] observations against [B] return targets."""
+    return ValueLoss(loss_value=F.mse_loss(value(obs), returns))
+
+
+class TRPO:
+    """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
+
+    def __init__(self, cfg: TRPOConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> None:
+        self.cfg, self.env, self.device = cfg, env, device
+        self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
+        self.value = make_value(env.single_observation_space, model).to(device)
+        # fused Adam: one kernel per step instead of a Python loop over parameters (the critic takes
+        # n_critic_updates * T * N / batch_size small steps per update; docs/benchmarks.md)
+        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate, fused=True)
+        self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        cfg, step = self.cfg, 0
+        while step < total_steps:
+            batch = self.collector.collect(self.policy, self.value, monitor, step)
+            step += batch.n_samples
+            advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
+                                      gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
+            monitor.log(step, stats)
+            monitor.update(step, self)
+        return step
+
+    def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
+        """Steps 2-5: surrogate gradient, CG on Fisher-vector products, trust-region step, line search."""
+        cfg, policy = self.cfg, self.policy
+        obs, actions, old_log_probs = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1), batch.log_probs.flatten()
+        if cfg.normalize_advantage:
+            advantages = normalize(advantages)
+        params = policy.actor_parameters()
+
+        new = policy.dist_params(obs)
+        old = detach_params(new)
+        before = surrogate_terms(policy, new, old, actions, old_log_probs, advantages)
+        grad = flat_grad(-before.loss_policy, params, retain_graph=True)  # g = grad L  [P]
+
+        # F v = grad((grad KL) . v): grad KL (with its graph) once, one backward per CG iteration
+        if cfg.fvp_sub_sampling == 1:
+            kl = before.kl
+        else:  # every k-th state (openai/baselines trpo_mpi: k = 5)
+            sub_new = policy.dist_params(obs[:: cfg.fvp_sub_sampling])
+            kl = policy.kl_of(detach_params(sub_new), sub_new).mean()
+        grad_kl = flat_grad(kl, params, create_graph=True)  # [P]
+
+        def fvp(v: Tensor) -> Tensor:
+            return flat_grad(grad_kl @ v, params, retain_graph=True) + cfg.cg_damping * v
+
+        direction, cg_residual = conjugate_gradient(fvp, grad, n_iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
+        s_f_s = float(direction @ fvp(direction))
+        full_step = math.sqrt(2.0 * cfg.target_kl / max(s_f_s, 1e-12)) * direction  # [P]
+        old_objective = -before.loss_policy.item()
+
+        @torch.no_grad()
+        def evaluate() -> tuple[float, float]:
+            after = surrogate_terms(policy, policy.dist_params(obs), old, actions, old_log_probs, advantages)
+            return -float(after.loss_policy), float(after.kl)
+
+        if cfg.npg:
+            with torch.no_grad():
+                for p, delta in zip(params, torch.split(full_step, [p.numel() for p in params]), strict=True):
+                    p.add_(delta.view_as(p))
+            success, n_backtracks = True, 0
+        else:
+            search = backtracking_line_search(params, full_step, evaluate, backtrack_coeff=cfg.backtrack_coeff,
+                                              max_backtracks=cfg.backtrack_iters, max_kl=cfg.target_kl,
+                                              old_objective=old_objective)  # fmt: skip
+            success, n_backtracks = search.success, search.n_backtracks
+        with torch.no_grad():
+            after = surrogate_terms(policy, policy.dist_params(obs), old, actions, old_log_probs, advantages)
+        return {
+            "train/kl": float(after.kl),
+            "train/approx_kl": float(after.approx_kl),
+            "train/surrogate_improvement": -float(after.loss_policy) - old_objective,
+            "train/policy_loss": float(after.loss_policy),
+            "train/line_search_success": float(success),
+            "train/line_search_steps": float(n_backtracks),
+            "train/cg_residual": cg_residual,
+            "train/step_size": float(full_step.norm()),
+            "train/entropy": before.entropy.item(),
+        }
+
+    def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
+        """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
+        obs, values = batch.obs.flatten(0, 1), batch.values.flatten()
+        losses = []
+        for _ in range(self.cfg.n_critic_updates):
+            for mb_obs, mb_returns in minibatches(obs, returns, batch_size=self.cfg.batch_size):
+                loss = value_loss(self.value, mb_obs, mb_returns).loss_value
+                self.vf_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.vf_optimizer.step()
+                losses.append(loss.detach())
+        return {
+            "train/value_loss": float(torch.stack(losses).mean()),
+            "train/explained_variance": explained_variance(values, returns),
+        }
+
+    # -- Trainer interface -------------------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.policy.predict(obs, deterministic)
+
+    def save(self, path: Path) -> Path:
+        """``path/model.pt`` (policy, value network, critic optimizer) and ``path/normalizer.npz`` when normalising."""
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"policy": self.policy.state_dict(), "value": self.value.state_dict(),
+                    "vf_optimizer": self.vf_optimizer.state_dict()}, path / "model.pt")  # fmt: skip
+        save_normalizer(self.env, path)
+        return path
+
+    def load(self, path: Path) -> None:
+        state = torch.load(path / "model.pt", map_location=self.device, weights_only=True)
+        self.policy.load_state_dict(state["policy"])
+        self.value.load_state_dict(state["value"])
+        self.vf_optimizer.load_state_dict(state["vf_optimizer"])
+        load_saved_normalizer(self.env, path)
+
+    def close(self) -> None:
+        self.env.close()

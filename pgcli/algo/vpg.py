@@ -1,0 +1,162 @@
+"""Vanilla policy gradient: REINFORCE with a learned baseline (Williams, 1992; Sutton et al., 2000).
+
+Each update, on a batch of T x N steps collected with pi_theta (``pgcli.algo.rollout``):
+
+1. Advantages by GAE(gamma, lambda) (Schulman et al., 2016), termination and truncation kept apart. With
+   ``gae_lambda = 1`` this is exactly the discounted reward-to-go minus the baseline, A_t = G_t - V(s_t), with G_t
+   bootstrapped from V only where an episode was cut off (truncation or the end of the rollout): REINFORCE with a
+   baseline. Standardised over the batch when ``normalize_advantage``. Value targets R_t = A_t + V(s_t).
+2. One gradient step of Adam on the policy (policy-gradient theorem; Spinning Up's VPG):
+       loss = -mean_t[ log pi_theta(a_t|s_t) * A_t ] - ent_coef * mean_t[ H(pi_theta(.|s_t)) ],
+   with the global gradient norm clipped to ``max_grad_norm``.
+3. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium.vector import VectorEnv
+from torch import Tensor
+
+from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
+from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
+from pgcli.config import ModelConfig, VPGConfig
+from pgcli.env import load_saved_normalizer, save_normalizer
+from pgcli.monitor import TrainingMonitor
+from pgcli.ops.advantages import gae, normalize
+from pgcli.ops.losses import approx_kl, explained_variance
+
+
+class VPGLoss(NamedTuple):
+    """Policy-gradient loss terms (0-dim tensors); the update minimises their sum."""
+
+    loss_policy: Tensor
+    """-mean(log pi(a|s) * A)."""
+    loss_entropy: Tensor
+    """-ent_coef * mean entropy."""
+    entropy: Tensor
+    """mean entropy of pi_theta (diagnostic)."""
+
+
+def vpg_loss(policy: Policy, new: DistParams, actions: Tensor, advantages: Tensor, *, ent_coef: float) -> VPGLoss:
+    """REINFORCE loss of the distribution ``new`` (computed by ``policy`` on the batch states).
+
+    Args:
+        policy: the policy whose distribution family ``new`` belongs to.
+        new: distribution parameters at the batch states (differentiable).
+        actions: [B] or [B, A] actions taken.
+        advantages: [B] advantages (constants).
+        ent_coef: entropy bonus coefficient.
+    """
+    entropy = policy.entropy_of(new).mean()
+    return VPGLoss(
+        loss_policy=-(policy.log_prob_of(new, actions) * advantages).mean(),
+        loss_entropy=-ent_coef * entropy,
+        entropy=entropy,
+    )
+
+
+class ValueLoss(NamedTuple):
+    """Critic regression loss."""
+
+    loss_value: Tensor
+    """mean (V(s) - R)^2."""
+
+
+def value_loss(value: ValueNetwork, obs: Tensor, returns: Tensor) -> ValueLoss:
+    """Mean squared error of V on [B, D] observations against [B] return targets."""
+    return ValueLoss(loss_value=F.mse_loss(value(obs), returns))
+
+
+class VPG:
+    """REINFORCE with a learned baseline: one policy-gradient step per batch, then value regression."""
+
+    def __init__(self, cfg: VPGConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> None:
+        self.cfg, self.env, self.device = cfg, env, device
+        self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
+        self.value = make_value(env.single_observation_space, model).to(device)
+        self.pi_optimizer = torch.optim.Adam(self.policy.actor_parameters(), lr=cfg.learning_rate)
+        # fused Adam: one kernel per step instead of a Python loop over parameters (many small critic steps)
+        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate, fused=True)
+        self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        cfg, step = self.cfg, 0
+        while step < total_steps:
+            batch = self.collector.collect(self.policy, self.value, monitor, step)
+            step += batch.n_samples
+            advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
+                                      gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
+            monitor.log(step, stats)
+            monitor.update(step, self)
+        return step
+
+    def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
+        """Step 2: one clipped Adam step on the REINFORCE loss over the whole batch."""
+        cfg, policy = self.cfg, self.policy
+        obs, actions, old_log_probs = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1), batch.log_probs.flatten()
+        if cfg.normalize_advantage:
+            advantages = normalize(advantages)
+        new = policy.dist_params(obs)
+        old = detach_params(new)
+        terms = vpg_loss(policy, new, actions, advantages, ent_coef=cfg.ent_coef)
+        self.pi_optimizer.zero_grad(set_to_none=True)
+        (terms.loss_policy + terms.loss_entropy).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm)
+        self.pi_optimizer.step()
+        with torch.no_grad():
+            after = policy.dist_params(obs)
+            log_ratio = policy.log_prob_of(after, actions) - old_log_probs
+        return {
+            "train/policy_loss": terms.loss_policy.item(),
+            "train/entropy": terms.entropy.item(),
+            "train/kl": float(policy.kl_of(old, after).mean()),
+            "train/approx_kl": float(approx_kl(log_ratio)),
+            "train/grad_norm": float(grad_norm),
+        }
+
+    def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
+        """Step 3: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
+        obs, values = batch.obs.flatten(0, 1), batch.values.flatten()
+        losses = []
+        for _ in range(self.cfg.n_critic_updates):
+            for mb_obs, mb_returns in minibatches(obs, returns, batch_size=self.cfg.batch_size):
+                loss = value_loss(self.value, mb_obs, mb_returns).loss_value
+                self.vf_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.vf_optimizer.step()
+                losses.append(loss.detach())
+        return {
+            "train/value_loss": float(torch.stack(losses).mean()),
+            "train/explained_variance": explained_variance(values, returns),
+        }
+
+    # -- Trainer interface -------------------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.policy.predict(obs, deterministic)
+
+    def save(self, path: Path) -> Path:
+        """``path/model.pt`` (networks and optimizers) and ``path/normalizer.npz`` when the env normalises."""
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"policy": self.policy.state_dict(), "value": self.value.state_dict(),
+                    "pi_optimizer": self.pi_optimizer.state_dict(),
+                    "vf_optimizer": self.vf_optimizer.state_dict()}, path / "model.pt")  # fmt: skip
+        save_normalizer(self.env, path)
+        return path
+
+    def load(self, path: Path) -> None:
+        state = torch.load(path / "model.pt", map_location=self.device, weights_only=True)
+        self.policy.load_state_dict(state["policy"])
+        self.value.load_state_dict(state["value"])
+        self.pi_optimizer.load_state_dict(state["pi_optimizer"])
+        self.vf_optimizer.load_state_dict(state["vf_optimizer"])
+        load_saved_normalizer(self.env, path)
+
+    def close(self) -> None:
+        self.env.close()
