@@ -1,0 +1,105 @@
+"""The real `pgcli` console script in a subprocess: help, version, config printing, and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pgcli import __version__
+from pgcli.cli import CONF_DIR
+from tests.conftest import Store, cli_env, run_pgcli
+
+HEAVY = ("torch", "mlflow", "stable_baselines3", "sb3_contrib")
+
+
+def heavy_modules_imported(argv: list[str], cwd: Path) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+    """Run ``pgcli <argv>`` in a fresh interpreter and report which heavy packages it imported (even on sys.exit)."""
+    probe = (
+        "import atexit, sys\n"
+        f"heavy = {HEAVY!r}\n"
+        "atexit.register(lambda: sys.stderr.write('HEAVY=' + ','.join(sorted({m.split('.')[0] for m in sys.modules"
+        " if m.split('.')[0] in heavy})) + '\\n'))\n"
+        "from pgcli.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120, env=cli_env()
+    )
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("HEAVY="))
+    return [m for m in line.removeprefix("HEAVY=").split(",") if m], proc
+
+
+def test_top_level_help_lists_commands(workdir: Path):
+    proc = run_pgcli(["--help"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("train", "ui", "compare"):
+        assert f"\n  {command} " in proc.stdout
+    assert "usage: pgcli <command>" in proc.stdout
+    assert run_pgcli([], cwd=workdir).stdout == proc.stdout  # bare `pgcli` shows the same
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]], ids=" ".join)
+def test_cheap_commands_do_not_import_torch_mlflow_or_sb3(argv: list[str], workdir: Path):
+    heavy, proc = heavy_modules_imported(argv, workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert heavy == [], f"`pgcli {' '.join(argv)}` imported {heavy}"
+
+
+def test_version(workdir: Path):
+    proc = run_pgcli(["--version"], cwd=workdir)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"pgcli {__version__}"
+
+
+def test_train_help_lists_every_group_option_and_examples(workdir: Path):
+    heavy, proc = heavy_modules_imported(["train", "--help"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert heavy == []
+    out = proc.stdout
+    assert out.startswith("pgcli train")
+    for group in ("algo", "env", "model", "hardware", "tracking", "preset"):
+        options = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+        assert f"\n{group}: {', '.join(options)}\n" in out, f"group {group} not listed with {options}"
+    assert "Examples:" in out and "pgcli train algo=a2c env=pendulum" in out
+    assert "total_steps: 100000" in out  # the composed config follows
+    assert not (workdir / "outputs").exists()
+
+
+def test_train_cfg_job_prints_composed_config_and_runs_nothing(workdir: Path):
+    heavy, proc = heavy_modules_imported(["train", "--cfg", "job", "algo=a2c", "env=pendulum", "seed=7"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert heavy == []
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["seed"] == 7 and cfg["env"]["id"] == "Pendulum-v1"
+    assert cfg["algo"]["n_steps"] == 8 and cfg["algo"]["use_sde"] is True  # the a2c_pendulum preset
+    assert "hydra" not in cfg
+    assert not (workdir / "outputs").exists()
+
+
+BAD_INPUT = [
+    (["train", "algo.clip_rnge=0.1"], "algo.clip_rnge"),
+    (["train", "algo.learning_rate=0"], "algo.learning_rate must be > 0"),
+    (["train", "algo.gamma=abc"], "algo.gamma"),
+    (["train", "env.id=NoSuchEnv-v0"], "not a registered gymnasium environment"),
+    (["train", "algo=nope"], "unknown algo option 'nope' (available: "),
+    (["train", "-m", "seed=0,1", "env.n_envs=0,1"], "env.n_envs must be >= 1"),
+    (["trian"], "did you mean 'train'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), BAD_INPUT, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_bad_input_one_line_status_2_and_no_run(argv: list[str], fragment: str, workdir: Path, store: Store):
+    args = [*argv, f"tracking.uri={store.uri}"] if argv[0] == "train" else argv
+    proc = run_pgcli(args, cwd=workdir)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("pgcli: error: "), proc.stderr
+    assert fragment in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stdout == ""
+    # nothing was created: neither the given store nor the default one, nor a run directory
+    assert not store.root.exists()
+    assert not (workdir / "outputs").exists()
