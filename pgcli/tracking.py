@@ -105,12 +105,21 @@ class MLflowBackend:
         self.flush_every_s = flush_every_s
         self._buffer: list[Any] = []
         self._last_flush = time.monotonic()
+        self._last_point: dict[str, tuple[int, int]] = {}  # key -> (step, timestamp) of its latest value
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        self._buffer.extend(Metric(k, float(v), now, int(step)) for k, v in metrics.items())
+        now, step = int(time.time() * 1000), int(step)
+        for key, value in metrics.items():
+            timestamp = now
+            last = self._last_point.get(key)
+            if last is not None and last[0] == step and last[1] >= timestamp:
+                # MLflow keeps one copy of identical (key, step, timestamp, value) points, so two episodes that end in
+                # the same vector step with the same return would count as one: a later millisecond keeps both.
+                timestamp = last[1] + 1
+            self._last_point[key] = (step, timestamp)
+            self._buffer.append(Metric(key, float(value), timestamp, step))
         if len(self._buffer) >= MLFLOW_BATCH_LIMIT or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 

@@ -172,3 +172,14 @@ def test_run_logger_close_logs_reports_and_ends_the_run(target: TrackingTarget, 
     assert run.info.status == "FINISHED"
     assert history(backend, "rollout/ep_return_mean") == [(s * 100, float(s)) for s in range(1, 6)]
     assert {a.path for a in backend.client.list_artifacts(backend.run_id)} == {"metrics.csv", "learning_curve.png"}
+
+
+def test_identical_points_at_one_step_are_all_kept(target: TrackingTarget):
+    # Two CartPole episodes that end in the same vector step with the same length: MLflow drops exact duplicate
+    # (key, step, timestamp, value) points, so both must still be stored (one metric point per episode).
+    backend = MLflowBackend(target, experiment="duplicates", run_name="r", tags={}, flush_every_s=3600)
+    for _ in range(3):
+        backend.log_metrics({"rollout/ep_len": 200.0}, step=1600)
+    backend.log_metrics({"rollout/ep_len": 200.0}, step=1608)
+    backend.end("FINISHED")
+    assert history(backend, "rollout/ep_len") == [(1600, 200.0)] * 3 + [(1608, 200.0)]
