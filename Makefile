@@ -6,9 +6,9 @@ PGCLI := $(VENV)/bin/pgcli
 # The CPU wheel goes in first: with no torch present, a plain `torch` requirement resolves to the newest CUDA build
 # (several GB). Once this version is installed, the package's normal `torch>=2.1` range is already satisfied.
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= dev,sweep
+EXTRAS ?= dev,sweep,ray
 
-.PHONY: install train test test-fast lint format ui clean bench
+.PHONY: install train test test-fast lint format ui clean bench ray-up ray-down
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install pgcli with its dev and sweep extras
+install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep and ray extras
 
 train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
 	$(PGCLI) train $(ARGS)
@@ -29,13 +29,13 @@ test-fast: install  ## unit and config tests only (seconds)
 	$(PY) -m pytest -q tests/unit tests/config
 
 lint: install  ## ruff format check, ruff lint, mypy
-	$(VENV)/bin/ruff format --check pgcli tests benchmarks
-	$(VENV)/bin/ruff check pgcli tests benchmarks
+	$(VENV)/bin/ruff format --check pgcli hydra_plugins tests benchmarks
+	$(VENV)/bin/ruff check pgcli hydra_plugins tests benchmarks
 	$(VENV)/bin/mypy pgcli
 
 format: install
-	$(VENV)/bin/ruff format pgcli tests benchmarks
-	$(VENV)/bin/ruff check --fix pgcli tests benchmarks
+	$(VENV)/bin/ruff format pgcli hydra_plugins tests benchmarks
+	$(VENV)/bin/ruff check --fix pgcli hydra_plugins tests benchmarks
 
 ui: install  ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 	$(PGCLI) ui
@@ -46,3 +46,10 @@ clean:  ## remove run directories and caches (keeps outputs/mlflow.db: use `make
 
 clean-store:
 	rm -rf outputs/mlflow.db outputs/mlartifacts
+
+RAY_PORT ?= 6379
+ray-up: install  ## start a local Ray head on 127.0.0.1:$(RAY_PORT) for hydra/launcher=ray (pid/log in outputs/ray/)
+	$(PY) -m hydra_plugins.pgcli_ray_launcher.head up --port $(RAY_PORT)
+
+ray-down:  ## stop the head that `make ray-up` started (only that one; `ray stop` would end every Ray on the machine)
+	$(PY) -m hydra_plugins.pgcli_ray_launcher.head down

@@ -166,6 +166,23 @@ def open_logger(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str]) -> Any:
     return RunLogger(ctx.output_dir, backend)
 
 
+def error_tags(exc: BaseException) -> dict[str, str]:
+    """The ``error`` tag of a FAILED run: exception type and first line, as the sweep summary reports it."""
+    lines = str(exc).strip().splitlines()
+    return {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]}
+
+
+def end_failed(logger: Any, exc: BaseException) -> None:
+    """End the run of a job that failed before training started: KILLED on Ctrl-C, else FAILED with the error."""
+    if isinstance(exc, KeyboardInterrupt):
+        logger.close("KILLED")
+        return
+    try:
+        logger.set_tags(error_tags(exc))
+    finally:
+        logger.close("FAILED")
+
+
 def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
     """Build everything for ``cfg`` and train. The MLflow run ends FINISHED, FAILED (exception) or KILLED (Ctrl-C)."""
     import torch
@@ -180,16 +197,18 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
     seed_everything(cfg.seed)
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
 
-    env = make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
+    # The MLflow run opens before the env and trainer are built, so a job whose env fails at make time (a bad env
+    # kwarg in one job of a sweep) still leaves a FAILED run that says why (issue 5: failure isolation).
+    logger = open_logger(cfg, ctx, run_tags(cfg, ctx, device))
     try:
-        trainer = trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device)
-    except BaseException:
-        env.close()
-        raise
-    try:
-        logger = open_logger(cfg, ctx, run_tags(cfg, ctx, device))
-    except BaseException:
-        trainer.close()
+        env = make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
+        try:
+            trainer = trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device)
+        except BaseException:
+            env.close()
+            raise
+    except BaseException as exc:
+        end_failed(logger, exc)
         raise
     # The MLflow run exists from here on: everything, the monitor's set-up included, runs inside the try so that a
     # Ctrl-C at any point still ends the run KILLED rather than leaving it RUNNING.
@@ -220,6 +239,9 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
+        raise
+    except Exception as exc:
+        logger.set_tags(error_tags(exc))
         raise
     finally:
         logger.close(status)

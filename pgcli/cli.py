@@ -98,8 +98,20 @@ def _train_command(args: list[str]) -> int:
         validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
     sys.argv = ["pgcli train", *args]
-    _train_app()
-    return 0
+    from pgcli.sweep import close_sweep
+
+    # A multirun's parent MLflow run is ended by the sweep callback at multirun end; Hydra skips that hook when the
+    # sweeper raises (it re-raises a failed job) or on Ctrl-C, so those paths end it here. Never left RUNNING.
+    try:
+        _train_app()
+    except KeyboardInterrupt:
+        close_sweep("KILLED")
+        raise
+    except SystemExit:
+        close_sweep("FAILED")
+        raise
+    outcome = close_sweep("FINISHED")
+    return 1 if outcome is not None and not outcome.ok else 0
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
@@ -262,25 +274,35 @@ def run_train(cfg: Any) -> float:
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    # Jobs of a sweep say which job they are, so the parent's summary can name a failed one.
+    sweep_tags = {"sweep_job": str(hc.job.num), "sweep_dir": str(Path(hc.sweep.dir).resolve())} if multirun else {}
+    returns = []
     try:
         run_cfg = to_train_config(cfg)
-        ctx = RunContext(
-            algo_name=hc.runtime.choices["algo"],
-            env_name=hc.runtime.choices["env"],
-            output_dir=Path(hc.runtime.output_dir),
-            overrides=list(hc.overrides.task),
-            parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
-        )
-        summary = train(run_cfg, ctx)
+        # n_seeds > 1 (hyperparameter search): seeds seed..seed+n-1 one after another, each its own run under
+        # <output_dir>/seed<k>; the job returns their mean, so the sweeper never optimises the seed.
+        for seed in range(run_cfg.seed, run_cfg.seed + run_cfg.n_seeds):
+            seed_cfg = dataclasses.replace(run_cfg, seed=seed)
+            output_dir = Path(hc.runtime.output_dir)
+            ctx = RunContext(
+                algo_name=hc.runtime.choices["algo"],
+                env_name=hc.runtime.choices["env"],
+                output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
+                overrides=list(hc.overrides.task),
+                parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
+                extra_tags=sweep_tags,
+            )
+            summary = train(seed_cfg, ctx)
+            from pgcli.console import print_summary
+
+            print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)
+            returns.append(summary.final_return)
     except PgcliError as exc:
         if multirun:
             raise  # the launcher records the failed job; the sweep goes on
         print(f"pgcli: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    from pgcli.console import print_summary
-
-    print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=run_cfg.seed)
-    return summary.final_return
+    return sum(returns) / len(returns)
 
 
 # --------------------------------------------------------------------------------------------------------------------

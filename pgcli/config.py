@@ -564,11 +564,15 @@ class TrainConfig:
     """Save a checkpoint every this many env steps (0: only the final model)."""
     progress: bool = True
     """Show a progress bar."""
+    n_seeds: int = 1
+    """Train seeds seed, seed+1, ... (this many, one after another) and return their mean final eval return: the
+    objective of a hyperparameter-search trial, so the search averages over seeds instead of optimising one."""
 
     def __post_init__(self) -> None:
         _require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
         _require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
         _require(self.seed >= 0, "seed", self.seed, ">= 0")
+        _require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
 

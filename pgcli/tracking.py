@@ -13,16 +13,17 @@ import csv
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
 PARAM_BATCH_LIMIT = 100
+T = TypeVar("T")
 
 
 class MetricLogger(Protocol):
@@ -95,11 +96,15 @@ class MLflowBackend:
 
         quiet_mlflow_logs()
         self.client = MlflowClient(tracking_uri=target.uri)
-        self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
         run_tags = dict(tags)
         if parent_run_id:
+            # A child lives in its parent's experiment (MLflow nests runs only within one experiment), so a sweep over
+            # env=a,b still shows as one tree.
+            self.experiment_id = with_retry(self.client.get_run, parent_run_id).info.experiment_id
             run_tags["mlflow.parentRunId"] = parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=run_tags)
+        else:
+            self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
+        run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=run_tags)
         self.run_id: str = run.info.run_id
         self.artifact_uri: str = run.info.artifact_uri
         self.flush_every_s = flush_every_s
@@ -126,7 +131,7 @@ class MLflowBackend:
     def flush(self) -> None:
         while self._buffer:
             chunk, self._buffer = self._buffer[:MLFLOW_BATCH_LIMIT], self._buffer[MLFLOW_BATCH_LIMIT:]
-            self.client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+            with_retry(self.client.log_batch, self.run_id, metrics=chunk, synchronous=True)
         self._last_flush = time.monotonic()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -134,12 +139,13 @@ class MLflowBackend:
 
         items = [Param(k, str(v)) for k, v in params.items()]
         for i in range(0, len(items), PARAM_BATCH_LIMIT):
-            self.client.log_batch(self.run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+            with_retry(self.client.log_batch, self.run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+        tag_list = [RunTag(k, str(v)) for k, v in tags.items()]
+        with_retry(self.client.log_batch, self.run_id, tags=tag_list, synchronous=True)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():
@@ -151,7 +157,7 @@ class MLflowBackend:
         try:
             self.flush()
         finally:
-            self.client.set_terminated(self.run_id, status=status)
+            with_retry(self.client.set_terminated, self.run_id, status=status)
 
 
 def quiet_mlflow_logs() -> None:
@@ -160,14 +166,32 @@ def quiet_mlflow_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def with_retry(fn: Callable[..., T], *args: Any, timeout_s: float = 60.0, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, retried with backoff while SQLite reports "database is locked".
+
+    Parallel sweep jobs share one SQLite file; SQLite serialises writers and a writer that waits past the driver's
+    busy timeout gets this error. It is transient, so the call is repeated (for up to ``timeout_s``) instead of
+    failing the job.
+    """
+    delay, deadline = 0.05, time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if "database is locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
 def get_or_create_experiment(client: Any, name: str, artifact_root: str | None) -> str:
     """The id of experiment ``name``, created (with its artifacts under ``artifact_root``) if needed."""
-    exp = client.get_experiment_by_name(name)
+    exp = with_retry(client.get_experiment_by_name, name)
     if exp is not None:
         return str(exp.experiment_id)
     location = f"{artifact_root}/{name}" if artifact_root else None
     try:
-        return str(client.create_experiment(name, artifact_location=location))
+        return str(with_retry(client.create_experiment, name, artifact_location=location))
     except Exception:  # a parallel sweep job created it first
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -270,3 +294,121 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Pa
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reading and annotating stored runs: sweep parents (pgcli.sweep) and `pgcli compare` (pgcli.compare)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One stored run, as plain values (no MLflow types leave this module)."""
+
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    start_time: int
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+    """Latest value of each metric."""
+
+
+class RunStore:
+    """The runs of one tracking store, through ``MlflowClient`` (every call retried while SQLite is locked)."""
+
+    def __init__(self, uri: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        quiet_mlflow_logs()
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+
+    def create_run(
+        self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None
+    ) -> RunRecord:
+        """Start a run (RUNNING) in ``experiment``, creating the experiment if needed."""
+        experiment_id = get_or_create_experiment(self.client, experiment, artifact_root)
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        return self.get(run.info.run_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        return _record(with_retry(self.client.get_run, run_id))
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)) for k, v in params.items()]
+        for i in range(0, len(items), PARAM_BATCH_LIMIT):
+            with_retry(self.client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        with_retry(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        with_retry(self.client.log_batch, run_id, metrics=items, synchronous=True)
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def end(self, run_id: str, status: str) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+        with_retry(self.client.set_terminated, run_id, status=status)
+
+    def experiment_ids(self, names: list[str] | None = None) -> list[str]:
+        """Ids of the named experiments (all experiments when ``names`` is None); unknown names are skipped."""
+        if names is None:
+            return [e.experiment_id for e in with_retry(self.client.search_experiments)]
+        found = [with_retry(self.client.get_experiment_by_name, n) for n in names]
+        return [e.experiment_id for e in found if e is not None]
+
+    def search(
+        self, experiment_ids: list[str], filter_string: str = "", *, order_by: list[str] | None = None
+    ) -> list[RunRecord]:
+        """Every run matching ``filter_string`` (MLflow search syntax) in the given experiments, all pages."""
+        out: list[RunRecord] = []
+        token = None
+        while True:
+            page = with_retry(
+                self.client.search_runs,
+                experiment_ids,
+                filter_string=filter_string,
+                order_by=order_by,
+                max_results=1000,
+                page_token=token,
+            )
+            out.extend(_record(r) for r in page)
+            token = page.token
+            if not token:
+                return out
+
+    def children(self, parent: RunRecord) -> list[RunRecord]:
+        """The runs whose ``mlflow.parentRunId`` is ``parent``."""
+        return self.search([parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` points of one metric, in step order."""
+        points = with_retry(self.client.get_metric_history, run_id, key)
+        return sorted((int(m.step), float(m.value)) for m in points)
+
+
+def _record(run: Any) -> RunRecord:
+    return RunRecord(
+        run_id=run.info.run_id,
+        experiment_id=str(run.info.experiment_id),
+        name=run.info.run_name or "",
+        status=run.info.status,
+        start_time=int(run.info.start_time or 0),
+        params=dict(run.data.params),
+        tags=dict(run.data.tags),
+        metrics=dict(run.data.metrics),
+    )
