@@ -29,12 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
-from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
+from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
+from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
 from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
@@ -80,18 +79,6 @@ def surrogate_terms(
     )
 
 
-class ValueLoss(NamedTuple):
-    """Critic regression loss."""
-
-    loss_value: Tensor
-    """mean (V(s) - R)^2."""
-
-
-def value_loss(value: ValueNetwork, obs: Tensor, returns: Tensor) -> ValueLoss:
-    """Mean squared error of V on [B, D] observations against [B] return targets."""
-    return ValueLoss(loss_value=F.mse_loss(value(obs), returns))
-
-
 class TRPO:
     """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
 
@@ -99,9 +86,7 @@ class TRPO:
         self.cfg, self.env, self.device = cfg, env, device
         self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
         self.value = make_value(env.single_observation_space, model).to(device)
-        # fused Adam: one kernel per step instead of a Python loop over parameters (the critic takes
-        # n_critic_updates * T * N / batch_size small steps per update; docs/benchmarks.md)
-        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate, fused=True)
+        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
@@ -176,18 +161,11 @@ class TRPO:
 
     def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
         """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
-        obs, values = batch.obs.flatten(0, 1), batch.values.flatten()
-        losses = []
-        for _ in range(self.cfg.n_critic_updates):
-            for mb_obs, mb_returns in minibatches(obs, returns, batch_size=self.cfg.batch_size):
-                loss = value_loss(self.value, mb_obs, mb_returns).loss_value
-                self.vf_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.vf_optimizer.step()
-                losses.append(loss.detach())
+        loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
+                         n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
         return {
-            "train/value_loss": float(torch.stack(losses).mean()),
-            "train/explained_variance": explained_variance(values, returns),
+            "train/value_loss": loss,
+            "train/explained_variance": explained_variance(batch.values.flatten(), returns),
         }
 
     # -- Trainer interface -------------------------------------------------------------------------------------------

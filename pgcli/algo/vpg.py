@@ -19,12 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
-from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
+from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
+from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
 from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
@@ -61,18 +60,6 @@ def vpg_loss(policy: Policy, new: DistParams, actions: Tensor, advantages: Tenso
     )
 
 
-class ValueLoss(NamedTuple):
-    """Critic regression loss."""
-
-    loss_value: Tensor
-    """mean (V(s) - R)^2."""
-
-
-def value_loss(value: ValueNetwork, obs: Tensor, returns: Tensor) -> ValueLoss:
-    """Mean squared error of V on [B, D] observations against [B] return targets."""
-    return ValueLoss(loss_value=F.mse_loss(value(obs), returns))
-
-
 class VPG:
     """REINFORCE with a learned baseline: one policy-gradient step per batch, then value regression."""
 
@@ -81,8 +68,7 @@ class VPG:
         self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
         self.value = make_value(env.single_observation_space, model).to(device)
         self.pi_optimizer = torch.optim.Adam(self.policy.actor_parameters(), lr=cfg.learning_rate)
-        # fused Adam: one kernel per step instead of a Python loop over parameters (many small critic steps)
-        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate, fused=True)
+        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
@@ -123,18 +109,11 @@ class VPG:
 
     def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
         """Step 3: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
-        obs, values = batch.obs.flatten(0, 1), batch.values.flatten()
-        losses = []
-        for _ in range(self.cfg.n_critic_updates):
-            for mb_obs, mb_returns in minibatches(obs, returns, batch_size=self.cfg.batch_size):
-                loss = value_loss(self.value, mb_obs, mb_returns).loss_value
-                self.vf_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.vf_optimizer.step()
-                losses.append(loss.detach())
+        loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
+                         n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
         return {
-            "train/value_loss": float(torch.stack(losses).mean()),
-            "train/explained_variance": explained_variance(values, returns),
+            "train/value_loss": loss,
+            "train/explained_variance": explained_variance(batch.values.flatten(), returns),
         }
 
     # -- Trainer interface -------------------------------------------------------------------------------------------
