@@ -87,6 +87,7 @@ class SweepCallback(Callback):
 
         self.torch_threads = int(OmegaConf.select(config, "hardware.torch_threads", default=0) or 0)
         limit_threads(self.torch_threads)
+        prepare_optuna_storage(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
         tracking = OmegaConf.to_object(config.tracking)
         if not isinstance(tracking, TrackingConfig) or tracking.backend != "mlflow":
             return
@@ -150,7 +151,7 @@ class SweepCallback(Callback):
                     if child.status == "RUNNING":
                         store.end(child.run_id, "KILLED")
                 children = sorted(store.children(parent), key=_job_order)
-            rows = [child_row(c, self.final_metric) for c in children]
+            rows = drop_common_overrides([child_row(c, self.final_metric) for c in children])
             failed = [_describe_failure(r) for r in rows if r["status"] != "FINISHED"]
             job_nums = {r["job"] for r in rows}
             missing = [n for n in sweep_job_numbers(self.sweep_dir) if str(n) not in job_nums]
@@ -213,6 +214,37 @@ def limit_threads(n: int) -> None:
     if n > 0:
         for var in THREAD_ENV_VARS:
             os.environ.setdefault(var, str(n))
+
+
+def prepare_optuna_storage(storage: str | None) -> None:
+    """Make an Optuna RDB storage usable before the sweeper opens it.
+
+    - SQLite creates the database file but not its directory (``sqlite:///outputs/optuna.db`` before any job ran).
+    - Optuna 2.10 (the newest hydra-optuna-sweeper allows) stamps its alembic schema version on a connection it
+      never commits; under SQLAlchemy 2 (which MLflow requires) the stamp is rolled back and every later open fails
+      with a bare AssertionError. Creating the tables and stamping the version in a committed transaction first
+      leaves Optuna nothing to do there; everything after it commits its own sessions.
+    """
+    if not storage:
+        return
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    import alembic.migration
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _VersionManager
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    engine = sqlalchemy.create_engine(storage)
+    try:
+        models.BaseModel.metadata.create_all(engine)
+        versions = _VersionManager(storage, engine, scoped_session(sessionmaker(bind=engine)))
+        with engine.begin() as conn:
+            context = alembic.migration.MigrationContext.configure(conn)
+            if context.get_current_revision() is None:
+                context.stamp(versions._create_alembic_script(), versions.get_head_version())
+    finally:
+        engine.dispose()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -289,6 +321,14 @@ def child_row(child: Any, final_metric: str = FINAL_METRIC) -> dict[str, str]:
         "final_return": "" if value is None or math.isnan(value) else f"{value:.2f}",
         "error": child.tags.get("error", ""),
     }
+
+
+def drop_common_overrides(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Keep in each row's ``overrides`` only what differs between jobs (``seed=1``, not the whole command line)."""
+    if len(rows) < 2:
+        return rows
+    common = set.intersection(*(set(r["overrides"].split()) for r in rows))
+    return [{**r, "overrides": " ".join(o for o in r["overrides"].split() if o not in common)} for r in rows]
 
 
 def format_table(rows: list[dict[str, str]]) -> str:
