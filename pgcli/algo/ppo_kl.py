@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.policies import DistParams, Policy, ValueNetwork, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
 from pgcli.env import load_saved_normalizer, save_normalizer
@@ -134,7 +134,9 @@ class PPOKL:
             advantages = normalize(advantages)
         with torch.no_grad():
             # state-independent parameters (the Gaussian's log_std [A]) broadcast to [B, A] so minibatches slice them
-            old = tuple(p.expand(obs.shape[0], -1) if p.dim() == 1 else p for p in policy.dist_params(obs))
+            old = tuple(
+                p.expand(obs.shape[0], -1) if p.dim() == 1 else p for p in detach_params(policy.dist_params(obs))
+            )
         history: dict[str, list[Tensor]] = {}
         for _ in range(cfg.n_epochs):
             for mb in minibatches(obs, actions, old_log_probs, advantages, returns, *old, batch_size=cfg.batch_size):

@@ -24,6 +24,7 @@ KL once (with its graph) and reuses it in every CG iteration.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,7 +39,7 @@ from pgcli.config import ModelConfig, TRPOConfig
 from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
-from pgcli.ops.autodiff import flat_grad
+from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
 from pgcli.ops.cg import conjugate_gradient
 from pgcli.ops.linesearch import backtracking_line_search
 from pgcli.ops.losses import approx_kl, explained_variance
@@ -79,6 +80,28 @@ def surrogate_terms(
     )
 
 
+def fisher_vector_product_fn(kl: Tensor, params: Sequence[Tensor], *, damping: float) -> Callable[[Tensor], Tensor]:
+    """v -> (F + damping * I) v, F the Hessian of the mean KL(old || new) ``kl`` at new = old (TRPO appendix C).
+
+    The same products as ``pgcli.ops.autodiff.fisher_vector_product``, but grad KL (with its graph) is built once
+    here, so each call is a single backward pass through it instead of two; CG calls it up to cg_iters + 1 times.
+
+    Args:
+        kl: scalar mean KL with the old distribution detached, twice differentiable w.r.t. ``params``.
+        params: the actor's parameters (P elements).
+        damping: added as damping * v.
+
+    Returns:
+        A function from a [P] vector to the [P] damped Fisher-vector product.
+    """
+    grad_kl = flat_grad(kl, params, create_graph=True)  # [P], differentiable
+
+    def fvp(vector: Tensor) -> Tensor:
+        return flat_grad(grad_kl @ vector, params, retain_graph=True) + damping * vector
+
+    return fvp
+
+
 class TRPO:
     """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
 
@@ -114,17 +137,12 @@ class TRPO:
         before = surrogate_terms(policy, new, old, actions, old_log_probs, advantages)
         grad = flat_grad(-before.loss_policy, params, retain_graph=True)  # g = grad L  [P]
 
-        # F v = grad((grad KL) . v): grad KL (with its graph) once, one backward per CG iteration
         if cfg.fvp_sub_sampling == 1:
             kl = before.kl
         else:  # every k-th state (openai/baselines trpo_mpi: k = 5)
             sub_new = policy.dist_params(obs[:: cfg.fvp_sub_sampling])
             kl = policy.kl_of(detach_params(sub_new), sub_new).mean()
-        grad_kl = flat_grad(kl, params, create_graph=True)  # [P]
-
-        def fvp(v: Tensor) -> Tensor:
-            return flat_grad(grad_kl @ v, params, retain_graph=True) + cfg.cg_damping * v
-
+        fvp = fisher_vector_product_fn(kl, params, damping=cfg.cg_damping)
         direction, cg_residual = conjugate_gradient(fvp, grad, n_iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         s_f_s = float(direction @ fvp(direction))
         full_step = math.sqrt(2.0 * cfg.target_kl / max(s_f_s, 1e-12)) * direction  # [P]
@@ -136,9 +154,7 @@ class TRPO:
             return -float(after.loss_policy), float(after.kl)
 
         if cfg.npg:
-            with torch.no_grad():
-                for p, delta in zip(params, torch.split(full_step, [p.numel() for p in params]), strict=True):
-                    p.add_(delta.view_as(p))
+            set_flat_params(params, flat_params(params) + full_step)
             success, n_backtracks = True, 0
         else:
             search = backtracking_line_search(params, full_step, evaluate, backtrack_coeff=cfg.backtrack_coeff,

@@ -99,10 +99,11 @@ class VPG:
         with torch.no_grad():
             after = policy.dist_params(obs)
             log_ratio = policy.log_prob_of(after, actions) - old_log_probs
+            kl = policy.kl_of(old, after).mean()
         return {
             "train/policy_loss": terms.loss_policy.item(),
             "train/entropy": terms.entropy.item(),
-            "train/kl": float(policy.kl_of(old, after).mean()),
+            "train/kl": kl.item(),
             "train/approx_kl": float(approx_kl(log_ratio)),
             "train/grad_norm": float(grad_norm),
         }
