@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,27 @@ class Store:
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def mlflow_schema_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store with its schema in place, made once per session.
+
+    A brand-new store runs MLflow's ~60 alembic migrations on first use (2-5 s on a busy 2-core machine); tests that
+    only need *a* store copy this file instead of paying that in every subprocess.
+    """
+    root = tmp_path_factory.mktemp("mlflow_schema")
+    Store(root).client().search_experiments()  # creates and migrates root/mlflow.db
+    return root / "mlflow.db"
+
+
+@pytest.fixture
+def migrated_store(tmp_path: Path, mlflow_schema_db: Path) -> Store:
+    """Like ``store``, but the SQLite file already exists with MLflow's schema (and no runs)."""
+    new = Store(tmp_path / "store")
+    new.root.mkdir()
+    shutil.copyfile(mlflow_schema_db, new.root / "mlflow.db")
+    return new
 
 
 def cli_env(**extra: str) -> dict[str, str]:

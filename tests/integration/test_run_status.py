@@ -1,0 +1,158 @@
+"""Every MLflow run ends FINISHED, FAILED or KILLED, never RUNNING: Ctrl-C, `kill` and crashes mid-training.
+
+The signal tests start a real `pgcli train` subprocess, poll (with a timeout) until it is training, signal it, and read
+the run back. The crash tests make training raise after the run exists: a real env that accepts a bad keyword at
+`gymnasium.make` but fails at its first step (subprocess), and a trainer hook raising mid-training (in process).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Store, cli_env, run_pgcli
+
+
+@pytest.fixture
+def store(migrated_store: Store) -> Store:
+    """A temporary store whose schema already exists, so the test process can read it while pgcli writes."""
+    return migrated_store
+
+
+def assert_never_running(store: Store) -> None:
+    client = store.client()
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs, "no run was created"
+    assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs), [r.info.status for r in runs]
+
+
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, stderr: Path, what: str, timeout: float) -> None:
+    """Poll ``condition`` until true; fail if pgcli exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"pgcli exited ({proc.returncode}) before {what}:\n{stderr.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n{stderr.read_text()[-3000:]}")
+        time.sleep(0.1)  # polling interval, not a synchronisation delay
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_training_ends_the_run_killed(signum: int, store: Store, workdir: Path):
+    stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+    args = [str(Path(sys.executable).parent / "pgcli"), "train", f"tracking.uri={store.uri}", "total_steps=10000000",
+            "eval.every=0", "eval.episodes=1", "progress=true"]  # fmt: skip
+    with stdout.open("w") as out, stderr.open("w") as err:
+        proc = subprocess.Popen(
+            args,
+            cwd=workdir,
+            stdout=out,
+            stderr=err,
+            env=cli_env(),
+            # a runner that ignores SIGINT (a background job of a non-interactive shell) must not leak that into pgcli
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            # The progress bar shows a speed once the first update is done: the run exists and is training.
+            wait_for(lambda: "sps=" in stderr.read_text(), proc, stderr, "the first training update", timeout=180)
+            (running,) = store.runs("cartpole")
+            assert running.info.status == "RUNNING"
+            proc.send_signal(signum)
+            returncode = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err_text = stderr.read_text()
+    assert returncode == 130, err_text[-3000:]
+    assert "pgcli: interrupted" in err_text and "Traceback" not in err_text
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "KILLED" and run.info.end_time is not None
+    client = store.client()
+    sps = client.get_metric_history(run.info.run_id, "time/sps")
+    assert sps and max(m.step for m in sps) < 10_000_000  # buffered metrics were flushed; training stopped early
+    assert "metrics.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert_never_running(store)
+
+
+def test_env_failing_mid_training_ends_the_run_failed(store: Store, workdir: Path):
+    # Pendulum accepts any `g` at make and reset, but its first step computes 3 * g / (2 * l): a str g raises there,
+    # after the MLflow run has been created and its params logged.
+    proc = run_pgcli(["train", "algo=a2c", "env=pendulum", "+env.kwargs.g=abc", f"tracking.uri={store.uri}",
+                      "total_steps=2000", "progress=false"], cwd=workdir)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "TypeError" in proc.stderr
+    (run,) = store.runs("pendulum")
+    assert run.info.status == "FAILED" and run.info.end_time is not None
+    assert run.data.params["env.kwargs.g"] == "abc"
+    assert_never_running(store)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# in process: pgcli.build.train with a training hook that raises after a few updates
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_path: Path, monkeypatch) -> Any:
+    """Run pgcli.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
+    from pgcli.algo import sb3
+    from pgcli.build import RunContext, train
+    from pgcli.cli import compose_train_config
+
+    original = sb3._MonitorCallback._on_rollout_end
+    calls = {"n": 0}
+
+    def on_rollout_end(self: Any) -> None:
+        original(self)
+        calls["n"] += 1
+        if calls["n"] == n_updates:
+            raise exc
+
+    monkeypatch.setattr(sb3._MonitorCallback, "_on_rollout_end", on_rollout_end)
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=100000", "eval.every=0", "progress=false"])
+    ctx = RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run", overrides=["test"])
+    with pytest.raises(type(exc)):
+        train(cfg, ctx)
+    (run,) = store.runs("cartpole")
+    return run
+
+
+def test_exception_mid_training_ends_failed_with_metrics_flushed(store: Store, tmp_path: Path, monkeypatch):
+    run = train_raising_after(5, RuntimeError("disk on fire"), store, tmp_path, monkeypatch)
+    assert run.info.status == "FAILED"
+    client = store.client()
+    episodes = client.get_metric_history(run.info.run_id, "rollout/ep_return")
+    assert episodes and max(m.step for m in episodes) <= 5 * 256  # logged before the crash, flushed by close
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "metrics.csv" in artifacts and "model" not in artifacts  # reports yes, a final model no
+    assert_never_running(store)
+
+
+def test_keyboard_interrupt_mid_training_ends_killed(store: Store, tmp_path: Path, monkeypatch):
+    run = train_raising_after(3, KeyboardInterrupt(), store, tmp_path, monkeypatch)
+    assert run.info.status == "KILLED"
+    assert_never_running(store)
+
+
+def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_path: Path, monkeypatch):
+    # Ctrl-C while the progress bar is being set up, between MLflow's create_run and the first update.
+    from pgcli import monitor
+    from pgcli.build import RunContext, train
+    from pgcli.cli import compose_train_config
+
+    def interrupted_bar(total: int) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(monitor, "_progress_bar", interrupted_bar)
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=1000", "progress=true"])
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "KILLED"
