@@ -125,23 +125,24 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (one process each)")
     parser.add_argument("--out", type=Path, default=RESULTS / "grpo_learning.json")
     args = parser.parse_args()
+    from pgcli.build import git_state
 
     jobs = [(a, e, s, args.steps or STEPS.get(e, 200_000), args.set, args.eval_every, args.eval_episodes)
             for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
-    runs = []
+    meta = {"command": "benchmarks/grpo_learning.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
+            "processor": platform.processor(), "python": platform.python_version(), "jobs": args.jobs,
+            "eval": {"every": args.eval_every, "episodes": args.eval_episodes, "deterministic": True},
+            **git_state()}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[dict] = []
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-        for result in pool.imap(_star_run, jobs):
-            runs.append(result)
-            r = result
+        for r in pool.imap(_star_run, jobs):
+            runs.append(r)
             print(f"{r['algo']:>5} {r['env']:<9} seed {r['seed']}: final {r['final_eval_return']:8.1f}  best "
                   f"{r['best_eval_return']:8.1f}  to-threshold {r['steps_to_threshold']}  {r['wall_time_s']:.0f} s",
                   flush=True)  # fmt: skip
-    rows = summarise(runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"command": "benchmarks/grpo_learning.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "processor": platform.processor(), "python": platform.python_version(), "jobs": args.jobs,
-            "eval": {"every": args.eval_every, "episodes": args.eval_episodes, "deterministic": True}}  # fmt: skip
-    args.out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
+            rows = summarise(runs)  # rewritten after every run: an interrupted benchmark keeps what it measured
+            args.out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     print(markdown(rows))
     print(f"wrote {args.out}")
 

@@ -133,7 +133,7 @@ class VecNormalize(VectorWrapper):
         out = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
         return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32)
 
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict | None = None):  # type: ignore[override]
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
         # options={"reset_mask": m} resets only the sub-envs in m (gymnasium pops the key, so read it first)
         rows = slice(None) if options is None or "reset_mask" not in options else options["reset_mask"].copy()
         obs, info = self.env.reset(seed=seed, options=options)

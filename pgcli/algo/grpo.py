@@ -100,7 +100,8 @@ def collect_groups(
     returns = np.zeros(n_members)
     n_started = min(n_envs, n_members)
     playing[:n_started] = env_index[:n_started] = np.arange(n_started)
-    obs, _ = env.reset(seed=[member_seeds[m] if m >= 0 else None for m in playing])
+    # Sync/AsyncVectorEnv take one seed per sub-env (VectorEnv's annotation says int)
+    obs, _ = env.reset(seed=[member_seeds[m] if m >= 0 else None for m in playing])  # type: ignore[arg-type]
 
     obs_steps, action_steps, reward_steps = [], [], []  # one [N, ...] entry per vector step
     n_done = t = 0
@@ -126,7 +127,7 @@ def collect_groups(
                 playing[i] = -1
         if restart.any():  # overrides the same-step autoreset of these sub-envs
             seeds = [member_seeds[playing[i]] if restart[i] else None for i in range(n_envs)]
-            obs, _ = env.reset(seed=seeds, options={"reset_mask": restart})
+            obs, _ = env.reset(seed=seeds, options={"reset_mask": restart})  # type: ignore[arg-type]
 
     # Gather each member's steps from its sub-env's column: [T, N, ...] -> [E, L, ...]
     lengths_t = torch.as_tensor(lengths, device=device)
@@ -221,7 +222,7 @@ class GRPO:
         # pi_ref = the initial policy (DeepSeekMath: the SFT model); none at all when beta = 0 (TRL does the same)
         self.ref_policy: Policy | None = copy.deepcopy(self.policy) if cfg.beta > 0 else None
         self.seed_rng = np.random.default_rng(seed)  # initial-state seeds of the groups
-        spec = env.unwrapped.get_attr("spec")[0]
+        spec = env.unwrapped.get_attr("spec")[0]  # type: ignore[attr-defined]  # Sync/AsyncVectorEnv
         self.time_limit: int | None = spec.max_episode_steps if spec is not None else None
         self.steps = 0
         self.n_updates = 0
