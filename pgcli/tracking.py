@@ -371,6 +371,9 @@ class RunStore:
         found = [with_retry(self.client.get_experiment_by_name, n) for n in names]
         return [e.experiment_id for e in found if e is not None]
 
+    def experiment_names(self) -> list[str]:
+        return [e.name for e in with_retry(self.client.search_experiments)]
+
     def search(
         self, experiment_ids: list[str], filter_string: str = "", *, order_by: list[str] | None = None
     ) -> list[RunRecord]:

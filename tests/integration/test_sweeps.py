@@ -1,0 +1,128 @@
+"""Real `pgcli train -m` sweeps (joblib, Optuna, Ray) read back from a temporary MLflow store.
+
+Each sweep trains tiny jobs (one PPO/A2C update on CartPole or Pendulum) and checks the MLflow tree a user relies on:
+one parent run per sweep, every job a child carrying `mlflow.parentRunId`, the parent's summary, failed jobs FAILED
+with the sweep exiting non-zero. Learning quality is not asserted (benchmarks/ measures it).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Store, run_pgcli
+
+TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
+        "tracking.log_model=false"]  # fmt: skip
+
+
+@pytest.fixture
+def store(migrated_store: Store) -> Store:
+    return migrated_store
+
+
+def sweep(store: Store, workdir: Path, *overrides: str, timeout: float = 400) -> Any:
+    return run_pgcli(["train", "-m", f"tracking.uri={store.uri}", *TINY, *overrides], cwd=workdir, timeout=timeout)
+
+
+def tree(store: Store) -> tuple[Any, list[Any]]:
+    """The single sweep parent in the store and its children."""
+    client = store.client()
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = [r for r in runs if r.data.tags.get("pgcli_role") == "sweep"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == len(runs) - 1, "every run of the sweep is a child of its parent"
+    return parent, children
+
+
+def artifacts(store: Store, run: Any) -> set[str]:
+    return {a.path for a in store.client().list_artifacts(run.info.run_id)}
+
+
+def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store, workdir: Path) -> None:
+    proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "env=cartpole",
+                 "algo=ppo,a2c", "seed=0,1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent, children = tree(store)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["launcher"] == "JoblibLauncher" and parent.data.tags["env"] == "cartpole"
+    assert "algo=ppo,a2c" in parent.data.params["sweep.overrides"]
+    assert parent.data.params["launcher.n_jobs"] == "2"
+    assert Path(parent.data.params["sweep.dir"]).is_dir()
+    assert {"children.md", "children.csv", "multirun.yaml"} <= artifacts(store, parent)
+    assert parent.data.metrics["sweep/n_jobs"] == 4 and parent.data.metrics["sweep/n_failed"] == 0
+
+    assert len(children) == 4
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert all(c.info.experiment_id == parent.info.experiment_id for c in children)
+    got = {(c.data.tags["algo"], c.data.tags["env"], c.data.tags["seed"]) for c in children}
+    assert got == {(a, "cartpole", s) for a in ("ppo", "a2c") for s in ("0", "1")}
+    assert {c.data.tags["sweep_job"] for c in children} == {"0", "1", "2", "3"}
+    assert all("eval/return_mean" in c.data.metrics for c in children)
+    assert "all finished" in proc.stderr and f"pgcli compare --parent {parent.info.run_id}" in proc.stderr
+
+
+def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, workdir: Path) -> None:
+    # env.kwargs go to gymnasium.make: the last job's kwarg passes validation but CartPole rejects it at make time.
+    kwargs = "++env.kwargs={},{sutton_barto_reward:true},{sutton_barto_reward:false},{no_such_kwarg:1}"
+    proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algo=ppo", kwargs)
+    assert proc.returncode != 0
+    parent, children = tree(store)
+    statuses = sorted(c.info.status for c in children)
+    assert statuses == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+    failed = next(c for c in children if c.info.status == "FAILED")
+    assert failed.data.tags["sweep_job"] == "3" and "no_such_kwarg" in failed.data.tags["error"]
+    assert parent.info.status == "FAILED" and parent.data.metrics["sweep/n_failed"] == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("pgcli: sweep failed: 4 jobs, 1 failed: #3 ") and "no_such_kwarg" in last
+
+
+def test_optuna_sweep_records_best_params_on_the_parent(store: Store, workdir: Path) -> None:
+    proc = sweep(store, workdir, "hparams_search=ppo_pendulum", "n_seeds=1", "hydra.sweeper.n_trials=3",
+                 "hydra.sweeper.n_jobs=1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (workdir / "outputs" / "optuna.db").is_file()  # the resumable study
+    parent, children = tree(store)
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweeper"] == "OptunaSweeper"
+    assert "sweeper.params.algo.learning_rate" in parent.data.params  # the search space
+    best = {k: v for k, v in parent.data.params.items() if k.startswith("best.")}
+    assert {"best.algo.learning_rate", "best.algo.gamma", "best.algo.clip_range"} <= set(best)
+    returns = [c.data.metrics["eval/return_mean"] for c in children]
+    assert len(children) == 3 and parent.data.metrics["best_value"] == pytest.approx(max(returns))
+    best_child = max(children, key=lambda c: c.data.metrics["eval/return_mean"])
+    assert float(best["best.algo.learning_rate"]) == pytest.approx(float(best_child.data.params["algo.learning_rate"]))
+    assert "optimization_results.yaml" in artifacts(store, parent)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.ray
+def test_ray_sweep_on_a_local_head(store: Store, workdir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (make install installs the ray extra)")
+    from hydra_plugins.pgcli_ray_launcher.head import start_head, stop_head
+
+    try:
+        head = start_head(port=_free_port(), num_cpus=2, state_dir=tmp_path / "ray")
+    except RuntimeError as exc:
+        pytest.skip(f"Ray head could not start on 127.0.0.1 here: {exc}")
+    try:
+        proc = sweep(store, workdir, "hydra/launcher=ray", f"hydra.launcher.address={head.address}", "algo=ppo",
+                     "env=cartpole", "seed=0,1")  # fmt: skip
+    finally:
+        stop_head(head.pid)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent, children = tree(store)
+    assert parent.info.status == "FINISHED" and parent.data.tags["launcher"] == "RayLauncher"
+    assert sorted(c.data.tags["seed"] for c in children) == ["0", "1"]
+    assert all(c.info.status == "FINISHED" for c in children)
+    # the jobs ran in Ray workers, not in the driver, and still found their parent
+    assert "_run_job_in_worker pid=" in proc.stdout + proc.stderr
