@@ -1,0 +1,70 @@
+"""pgcli.sweep and the Ray launcher: the pure helpers behind a sweep's summary, exit line and worker environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from hydra_plugins.pgcli_ray_launcher.ray_launcher import is_loopback, loopback_only, worker_env
+from pgcli.sweep import SweepOutcome, drop_common_overrides, format_table, summary_line
+
+
+def row(job: str, overrides: str, status: str = "FINISHED", error: str = "") -> dict[str, str]:
+    return {"job": job, "run_name": f"ppo-s{job}", "status": status, "seed": job, "overrides": overrides,
+            "final_return": "1.00" if status == "FINISHED" else "", "error": error}  # fmt: skip
+
+
+def test_summary_keeps_only_the_overrides_that_vary() -> None:
+    rows = drop_common_overrides([row("0", "algo=ppo total_steps=9 seed=0"), row("1", "algo=ppo total_steps=9 seed=1")])
+    assert [r["overrides"] for r in rows] == ["seed=0", "seed=1"]
+    assert drop_common_overrides([row("0", "a=1")])[0]["overrides"] == "a=1"  # one job: nothing to compare
+
+
+def test_table_shows_errors_only_when_a_job_failed() -> None:
+    ok = format_table([row("0", "seed=0")])
+    assert ok.splitlines()[0] == "| job | run | status | seed | overrides | final return |"
+    failed = format_table([row("0", "seed=0"), row("1", "seed=1", "FAILED", "TypeError: bad | kwarg")])
+    assert failed.splitlines()[0].endswith("| error |") and "TypeError: bad \\| kwarg" in failed
+
+
+def test_summary_line_names_the_failed_jobs() -> None:
+    ok = SweepOutcome("p1", "FINISHED", 4)
+    assert (
+        ok.ok
+        and summary_line(ok) == "pgcli: sweep finished: 4 jobs, all finished; compare them: pgcli compare --parent p1"
+    )
+    bad = SweepOutcome("p1", "FAILED", 4, ["#3 seed=3: FAILED (ValueError: nan)"])
+    assert not bad.ok
+    assert summary_line(bad) == "pgcli: sweep failed: 4 jobs, 1 failed: #3 seed=3: FAILED (ValueError: nan)"
+    assert "ended KILLED" in summary_line(SweepOutcome("p1", "KILLED", 2))
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:6379", True),
+        ("localhost:6379", True),
+        ("ray://127.0.0.1:10001", True),
+        ("10.0.0.5:6379", False),
+        (None, False),
+    ],
+)
+def test_is_loopback(address: str | None, expected: bool) -> None:
+    assert is_loopback(address) is expected
+
+
+def test_loopback_mode_follows_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert loopback_only(None) and loopback_only("local") and loopback_only("127.0.0.1:6379")
+    assert not loopback_only("head.cluster:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "head.cluster:6379")
+    assert not loopback_only(None)
+
+
+def test_worker_env_forwards_pgcli_mlflow_and_thread_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGCLI_PARENT_RUN_ID", "abc")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("UNRELATED_SECRET", "no")
+    env = worker_env({"EXTRA": "1"})
+    assert env["PGCLI_PARENT_RUN_ID"] == "abc" and env["MLFLOW_TRACKING_URI"] == "sqlite:///x.db"
+    assert env["OMP_NUM_THREADS"] == "1" and env["EXTRA"] == "1" and "UNRELATED_SECRET" not in env
