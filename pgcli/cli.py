@@ -318,6 +318,16 @@ def _ui_command(args: list[str]) -> int:
         description="Open the MLflow UI on pgcli's run store (the one `pgcli train` logs to with the same "
         "tracking overrides). Runs of a sweep are nested under their parent run; select runs and use the "
         "Chart view to compare learning curves.",
+        epilog="comparing a sweep's runs (pgcli train -m ...):\n"
+        "  1. open the experiment (the env name, or `sweeps` for a sweep over several envs, or experiment=...)\n"
+        "  2. the sweep is one row, `sweep-<date>-<time>`: expand it (+) to see its jobs as child runs;\n"
+        "     its Artifacts tab has children.md (each job's status and final return), Optuna's\n"
+        "     optimization_results.yaml, and compare/ once `pgcli compare` has run\n"
+        "  3. tick the child runs (select all, then untick the parent) and open Chart view: each metric\n"
+        "     (eval/return_mean, rollout/ep_return_mean, ...) is one chart against env steps, one line per run\n"
+        "  4. to average over seeds with a confidence band, run `pgcli compare --parent <parent run id>`\n"
+        "  filter runs in the search box: tags.mlflow.parentRunId = '<id>', params.algo = 'ppo'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")

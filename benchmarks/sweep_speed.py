@@ -1,0 +1,94 @@
+"""Sweep wall time: the same 4-job `pgcli train -m` sweep run sequentially and through the joblib launcher (2 workers).
+
+Both variants are real `pgcli train -m` processes (validation, parent run, MLflow logging, summary included), run
+side by side in this one script and alternated (sequential first, then parallel first, ...) so machine-load drift
+hits both. Each variant gets a fresh working directory and store. Target (issue 5): parallel <= 0.6 x sequential
+on 2 cores.
+
+    .venv/bin/python benchmarks/sweep_speed.py                       # 4 x PPO CartPole 20k steps, 2 repeats
+    .venv/bin/python benchmarks/sweep_speed.py --total-steps 5000 --repeats 1
+
+Writes benchmarks/results/sweep_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PGCLI = str(Path(sys.executable).with_name("pgcli"))
+VARIANTS = {
+    "sequential": ["hydra/launcher=basic"],
+    "joblib_2_workers": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+}
+
+
+def sweep_args(total_steps: int) -> list[str]:
+    """4 jobs: PPO on CartPole, seeds 0-3, one torch thread each (hardware=cpu's default)."""
+    return ["train", "-m", "algo=ppo", "env=cartpole", "seed=0,1,2,3", f"total_steps={total_steps}",
+            "eval.every=0", "eval.episodes=5", "progress=false", "tracking.log_model=false"]  # fmt: skip
+
+
+def run_variant(name: str, total_steps: int) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    with tempfile.TemporaryDirectory(prefix=f"pgcli-sweep-{name}-") as work:
+        cmd = [PGCLI, *sweep_args(total_steps), *VARIANTS[name]]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        if "all finished" not in proc.stderr:
+            raise SystemExit(f"{name}: sweep summary missing:\n{proc.stderr[-2000:]}")
+    return wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--total-steps", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sweep_speed.json")
+    ns = parser.parse_args()
+
+    pairs = []
+    for rep in range(ns.repeats):
+        order = list(VARIANTS) if rep % 2 == 0 else list(reversed(VARIANTS))
+        times = {}
+        for name in order:
+            load = os.getloadavg()[0]
+            times[name] = run_variant(name, ns.total_steps)
+            print(f"repeat {rep}: {name:<17} {times[name]:6.1f} s  (load avg before: {load:.2f})", flush=True)
+        pairs.append({**times, "ratio": times["joblib_2_workers"] / times["sequential"], "order": order})
+        print(f"repeat {rep}: joblib / sequential = {pairs[-1]['ratio']:.2f}", flush=True)
+
+    ratio = statistics.median(p["ratio"] for p in pairs)
+    result = {
+        "benchmark": "sweep_speed",
+        "command": " ".join(["pgcli", *sweep_args(ns.total_steps)]),
+        "variants": VARIANTS,
+        "total_steps_per_job": ns.total_steps,
+        "n_jobs": 4,
+        "pairs": pairs,
+        "median_ratio": ratio,
+        "target_ratio": 0.6,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    ns.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"median joblib/sequential wall-time ratio: {ratio:.2f} (target <= 0.6); wrote {ns.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
