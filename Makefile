@@ -12,9 +12,10 @@ EXTRAS ?= dev,sweep,ray
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q --upgrade pip uv
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
-	$(PIP) install -q -e ".[$(EXTRAS)]"
+	# uv resolves and installs the rest ~5x faster than pip; the installed torch already satisfies torch>=2.1.
+	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[$(EXTRAS)]"
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep and ray extras
