@@ -8,6 +8,10 @@ processes hits all three alike; the table reports medians over rounds:
 - ``collect``: ``collect_groups``, GRPO's group collection alone (partial resets, bookkeeping, [E, L] padding);
 - ``train``: ``GRPO.learn`` (collection + advantages + mu epochs of minibatch updates), no evaluation or logging.
 
+It also reports the share of env steps that land in a member's episode over the training batches
+(``train/collect_efficiency``, refilling sub-envs as members end) against the share had each group held G sub-envs
+until its longest member ended (computed from the same episodes' lengths).
+
     .venv/bin/python benchmarks/grpo_speed.py                      # cartpole, pendulum, hopper; 5 rounds
     .venv/bin/python benchmarks/grpo_speed.py --envs cartpole --rounds 3 --steps 20000
 
@@ -33,14 +37,18 @@ from pgcli.env import make_vec_env
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class NullMonitor:
-    """Takes what a trainer reports and does nothing with it (no logging cost in the measurement)."""
+class LengthMonitor:
+    """Keeps only what the efficiency comparison needs (episode lengths, in member order, and collect_efficiency)."""
+
+    def __init__(self) -> None:
+        self.lengths: list[list[int]] = []
+        self.efficiency: list[float] = []
 
     def add_episodes(self, step, returns, lengths):
-        pass
+        self.lengths.append(list(lengths))
 
     def log(self, step, metrics):
-        pass
+        self.efficiency.append(metrics["train/collect_efficiency"])
 
     def update(self, step, agent):
         pass
@@ -70,11 +78,17 @@ def collect_sps(trainer: GRPO, steps: int) -> float:
     return taken / (time.perf_counter() - start)
 
 
-def train_sps(trainer: GRPO, steps: int) -> float:
+def train_sps(trainer: GRPO, steps: int, monitor: LengthMonitor | None = None) -> float:
     """GRPO.learn for `steps` more env steps."""
     before, start = trainer.steps, time.perf_counter()
-    trainer.learn(trainer.steps + steps, NullMonitor())  # type: ignore[arg-type]
+    trainer.learn(trainer.steps + steps, monitor or LengthMonitor())  # type: ignore[arg-type]
     return (trainer.steps - before) / (time.perf_counter() - start)
+
+
+def wait_for_group_efficiency(lengths: list[int], group_size: int) -> float:
+    """Share of useful env steps had each group held G sub-envs until its longest member ended (n_envs = G)."""
+    groups = np.asarray(lengths).reshape(-1, group_size)
+    return float(groups.sum() / (group_size * groups.max(1)).sum())
 
 
 def measure(env_name: str, steps: int, rounds: int) -> dict:
@@ -87,10 +101,13 @@ def measure(env_name: str, steps: int, rounds: int) -> dict:
     for fn in loops.values():  # warm-up: imports, allocator, first resets
         fn(trainer, min(steps, 2000))
     samples: dict[str, list[float]] = {name: [] for name in loops}
+    monitor = LengthMonitor()
     for _ in range(rounds):
         for name, fn in loops.items():
-            samples[name].append(fn(trainer, steps))
+            samples[name].append(train_sps(trainer, steps, monitor) if name == "train" else fn(trainer, steps))
     trainer.close()
+    # the training batches' real collection efficiency vs waiting for each group's longest member
+    waiting = [wait_for_group_efficiency(lengths, cfg.algo.group_size) for lengths in monitor.lengths]
     median = {name: float(np.median(v)) for name, v in samples.items()}
     return {
         "env": env_name,
@@ -105,6 +122,9 @@ def measure(env_name: str, steps: int, rounds: int) -> dict:
         "sps_median": median,
         "collect_fraction": median["collect"] / median["env+policy"],
         "train_fraction": median["train"] / median["env+policy"],
+        "collect_efficiency_mean": float(np.mean(monitor.efficiency)),
+        "wait_for_group_efficiency_mean": float(np.mean(waiting)),
+        "n_train_batches": len(monitor.efficiency),
     }
 
 
@@ -121,8 +141,9 @@ def main() -> None:
         rows.append(row)
         m = row["sps_median"]
         print(f"{env_name:<10} env+policy {m['env+policy']:9,.0f}  collect {m['collect']:9,.0f} "
-              f"({row['collect_fraction']:.0%})  train {m['train']:9,.0f} ({row['train_fraction']:.0%})",
-              flush=True)  # fmt: skip
+              f"({row['collect_fraction']:.0%})  train {m['train']:9,.0f} ({row['train_fraction']:.0%})  "
+              f"useful steps: refill {row['collect_efficiency_mean']:.0%}, "
+              f"wait-for-group {row['wait_for_group_efficiency_mean']:.0%}", flush=True)  # fmt: skip
     meta = {"command": "benchmarks/grpo_speed.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
