@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,18 +39,21 @@ def sweep_args(total_steps: int) -> list[str]:
             "eval.every=0", "eval.episodes=5", "progress=false", "tracking.log_model=false"]  # fmt: skip
 
 
-def run_variant(name: str, total_steps: int) -> float:
+def run_variant(name: str, total_steps: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the sweep's processes) for one variant."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     with tempfile.TemporaryDirectory(prefix=f"pgcli-sweep-{name}-") as work:
         cmd = [PGCLI, *sweep_args(total_steps), *VARIANTS[name]]
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - start
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
             raise SystemExit(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         if "all finished" not in proc.stderr:
             raise SystemExit(f"{name}: sweep summary missing:\n{proc.stderr[-2000:]}")
-    return wall
+    return wall, (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
 
 
 def main() -> int:
@@ -62,12 +66,16 @@ def main() -> int:
     pairs = []
     for rep in range(ns.repeats):
         order = list(VARIANTS) if rep % 2 == 0 else list(reversed(VARIANTS))
-        times = {}
+        times: dict[str, float] = {}
+        detail: dict[str, dict[str, float]] = {}
         for name in order:
-            load = os.getloadavg()[0]
-            times[name] = run_variant(name, ns.total_steps)
-            print(f"repeat {rep}: {name:<17} {times[name]:6.1f} s  (load avg before: {load:.2f})", flush=True)
-        pairs.append({**times, "ratio": times["joblib_2_workers"] / times["sequential"], "order": order})
+            load = os.getloadavg()[0]  # other processes on the machine compete for the same 2 cores
+            times[name], cpu = run_variant(name, ns.total_steps)
+            detail[name] = {"wall_s": times[name], "cpu_s": cpu, "load_avg_before": load}
+            print(f"repeat {rep}: {name:<17} {times[name]:6.1f} s wall, {cpu:6.1f} s CPU (load avg before: {load:.2f})",
+                  flush=True)  # fmt: skip
+        pairs.append({**times, "ratio": times["joblib_2_workers"] / times["sequential"], "order": order,
+                      "detail": detail})  # fmt: skip
         print(f"repeat {rep}: joblib / sequential = {pairs[-1]['ratio']:.2f}", flush=True)
 
     ratio = statistics.median(p["ratio"] for p in pairs)

@@ -191,8 +191,12 @@ def plot_curves(stats: Sequence[GroupStats], group_by: Sequence[str], metric: st
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for s in stats:
         label = " ".join(f"{k}={v}" for k, v in zip(group_by, s.key, strict=True)) + f" (n={s.n_runs})"
-        (line,) = ax.plot(s.steps, s.curve_mean, label=label)
-        ax.fill_between(s.steps, s.curve_lo, s.curve_hi, color=line.get_color(), alpha=0.2)
+        (line,) = ax.plot(s.steps, s.curve_mean, marker="o" if s.steps.size <= 30 else None, label=label)
+        if s.steps.size > 1:
+            ax.fill_between(s.steps, s.curve_lo, s.curve_hi, color=line.get_color(), alpha=0.2)
+        else:  # evaluated once (eval.every=0): the band is an error bar
+            err = [s.curve_mean - s.curve_lo, s.curve_hi - s.curve_mean]
+            ax.errorbar(s.steps, s.curve_mean, yerr=err, color=line.get_color(), capsize=6)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(metric)
     ax.set_title("mean over runs, 95% bootstrap CI band")

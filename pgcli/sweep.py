@@ -303,7 +303,7 @@ def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> 
     for node in ("sweeper", "launcher"):
         settings = OmegaConf.to_container(config.hydra[node], resolve=True) or {}
         assert isinstance(settings, dict)
-        for key, value in flatten(settings).items():
+        for key, value in flatten({str(k): v for k, v in settings.items()}).items():
             if value not in (None, "", {}, []):
                 params[f"{node}.{key}"] = str(value)
     return params
@@ -344,7 +344,7 @@ def format_table(rows: list[dict[str, str]]) -> str:
 
 def summary_line(outcome: SweepOutcome) -> str:
     """The line ``pgcli train -m`` ends with."""
-    head = f"pgcli: sweep {outcome.status.lower()}: {outcome.n_jobs} jobs"
+    head = f"pgcli: sweep {outcome.status.lower()}: {outcome.n_jobs} job{'' if outcome.n_jobs == 1 else 's'}"
     if outcome.failed:
         return f"{head}, {len(outcome.failed)} failed: " + "; ".join(outcome.failed)
     if outcome.status != "FINISHED":

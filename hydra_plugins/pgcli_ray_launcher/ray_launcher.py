@@ -173,7 +173,7 @@ class RayLauncher(Launcher):
         if not ray.is_initialized():
             init = OmegaConf.to_container(OmegaConf.create(self.init)) if self.init else {}
             assert isinstance(init, dict)
-            ray.init(address=self.address, logging_level=logging.WARNING, **init)
+            ray.init(address=self.address, logging_level=logging.WARNING, **{str(k): v for k, v in init.items()})
         return ray
 
     @staticmethod

@@ -7,13 +7,17 @@ with the sweep exiting non-zero. Learning quality is not asserted (benchmarks/ m
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Store, run_pgcli
+from tests.conftest import Store, cli_env, run_pgcli
 
 TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
         "tracking.log_model=false"]  # fmt: skip
@@ -126,3 +130,31 @@ def test_ray_sweep_on_a_local_head(store: Store, workdir: Path, tmp_path: Path) 
     assert all(c.info.status == "FINISHED" for c in children)
     # the jobs ran in Ray workers, not in the driver, and still found their parent
     assert "_run_job_in_worker pid=" in proc.stdout + proc.stderr
+
+
+def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdir: Path) -> None:
+    # A sweep long enough to be interrupted while its first job trains (basic launcher: the job runs in-process).
+    args = ["train", "-m", f"tracking.uri={store.uri}", "progress=false", "tracking.log_model=false", "algo=ppo",
+            "env=cartpole", "total_steps=1000000", "seed=0,1"]  # fmt: skip
+    exe = Path(sys.executable).parent / "pgcli"
+    proc = subprocess.Popen([str(exe), *args], cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        running = []
+        while not running and time.monotonic() < deadline and proc.poll() is None:
+            client = store.client()
+            exps = [e.experiment_id for e in client.search_experiments()]
+            running = client.search_runs(exps, "tags.sweep_job = '0' and attributes.status = 'RUNNING'") if exps else []
+            time.sleep(1)
+        assert running, "the first job never started"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    parent, children = tree(store)
+    assert parent.info.status == "KILLED"
+    assert [c.info.status for c in children] == ["KILLED"]  # the second job never started
+    assert "pgcli: sweep killed" in stderr
