@@ -88,7 +88,8 @@ def limit_loop(env: Any, policy: Any, steps: int, *, dist: bool) -> int:
 
 
 def run_one(contender: str, env_name: str, n_steps: int, steps: int, seed: int) -> tuple[float, float]:
-    cfg = compose_train_config([f"env={env_name}", "env.n_envs=8"])
+    # no preset: the default 64x64 tanh model (conf/model/mlp.yaml) and the env's own config, for every contender
+    cfg = compose_train_config(["algo=trpo", f"env={env_name}", "env.n_envs=8", "~preset"])
     torch.manual_seed(seed)
     env = make_vec_env(cfg.env, seed=seed, gamma=0.99)
     device = torch.device("cpu")
