@@ -1,0 +1,64 @@
+"""algo=trpo / vpg / ppo_kl / sb3_trpo: YAML defaults equal the schemas, zoo presets apply, bad values are one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pgcli.cli import CONF_DIR, compose_train_config
+from pgcli.config import PPOKLConfig, SB3TRPOConfig, TRPOConfig, VPGConfig
+from pgcli.errors import ConfigError
+
+SCHEMAS = {"trpo": TRPOConfig, "vpg": VPGConfig, "ppo_kl": PPOKLConfig, "sb3_trpo": SB3TRPOConfig}
+ZOO_ENVS = ("cartpole", "pendulum", "hopper", "halfcheetah", "walker2d")
+
+
+@pytest.mark.parametrize("algo", SCHEMAS)
+def test_the_yaml_documents_every_default_of_the_schema(algo: str):
+    assert compose_train_config([f"algo={algo}", "~preset"]).algo == SCHEMAS[algo]()
+    yaml = (Path(CONF_DIR) / "algo" / f"{algo}.yaml").read_text()
+    assert all(f"\n{f.name}:" in yaml for f in dataclasses.fields(SCHEMAS[algo]))
+
+
+@pytest.mark.parametrize("env", ZOO_ENVS)
+def test_ours_and_sb3_contrib_get_the_same_zoo_values(env: str):
+    ours = compose_train_config(["algo=trpo", f"env={env}"])
+    ref = compose_train_config(["algo=sb3_trpo", f"env={env}"])
+    pairs = [("n_steps", "n_steps"), ("gamma", "gamma"), ("gae_lambda", "gae_lambda"), ("target_kl", "target_kl"),
+             ("cg_damping", "cg_damping"), ("cg_iters", "cg_max_steps"), ("n_critic_updates", "n_critic_updates"),
+             ("batch_size", "batch_size"), ("vf_learning_rate", "learning_rate"),
+             ("fvp_sub_sampling", "sub_sampling_factor")]  # fmt: skip
+    for ours_key, ref_key in pairs:
+        assert getattr(ours.algo, ours_key) == getattr(ref.algo, ref_key), (ours_key, ref_key)
+    assert ours.env == ref.env and ours.total_steps == ref.total_steps and ours.model == ref.model
+
+
+def test_zoo_values_land_where_the_zoo_puts_them():
+    cartpole = compose_train_config(["algo=trpo", "env=cartpole"])
+    assert (cartpole.algo.n_steps, cartpole.algo.batch_size, cartpole.algo.cg_damping) == (512, 512, 1e-3)
+    assert (cartpole.env.n_envs, cartpole.total_steps) == (2, 100_000)
+    hopper = compose_train_config(["algo=trpo", "env=hopper"])
+    assert (hopper.algo.cg_iters, hopper.algo.n_critic_updates, hopper.algo.n_steps) == (25, 20, 1024)
+    assert hopper.env.normalize_obs and hopper.env.normalize_reward and hopper.total_steps == 1_000_000
+    assert compose_train_config(["algo=trpo", "env=halfcheetah"]).algo.target_kl == 0.04
+    pendulum_ref = compose_train_config(["algo=sb3_trpo", "env=pendulum"]).algo
+    assert pendulum_ref.use_sde and pendulum_ref.sde_sample_freq == 4  # ours has no gSDE; sb3-contrib keeps it
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo=trpo", "algo.target_kl=0"], "algo.target_kl must be > 0 (got 0.0)"),
+        (["algo=trpo", "algo.backtrack_coeff=1.0"], "algo.backtrack_coeff must be in (0, 1) (got 1.0)"),
+        (["algo=trpo", "algo.cg_iters=0"], "algo.cg_iters must be >= 1 (got 0)"),
+        (["algo=trpo", "algo.fvp_sub_sampling=0"], "algo.fvp_sub_sampling must be >= 1 (got 0)"),
+        (["algo=vpg", "algo.gae_lambda=1.5"], "algo.gae_lambda must be in [0, 1] (got 1.5)"),
+        (["algo=ppo_kl", "algo.kl_target=-1"], "algo.kl_target must be > 0 (got -1.0)"),
+    ],
+)
+def test_bad_values_are_one_line_errors(overrides: list[str], message: str):
+    with pytest.raises(ConfigError) as info:
+        compose_train_config(overrides)
+    assert message in str(info.value) and "\n" not in str(info.value)
