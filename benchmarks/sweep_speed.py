@@ -5,8 +5,9 @@ side by side in this one script and alternated (sequential first, then parallel 
 hits both. Each variant gets a fresh working directory and store. Target (issue 5): parallel <= 0.6 x sequential
 on 2 cores.
 
-    .venv/bin/python benchmarks/sweep_speed.py                       # 4 x PPO CartPole 20k steps, 2 repeats
+    .venv/bin/python benchmarks/sweep_speed.py                       # 4 x PPO CartPole 50k steps, 2 repeats
     .venv/bin/python benchmarks/sweep_speed.py --total-steps 5000 --repeats 1
+    .venv/bin/python benchmarks/sweep_speed.py --total-steps 50000 --nice -10   # on a machine others share
 
 Writes benchmarks/results/sweep_speed.json.
 """
@@ -14,6 +15,7 @@ Writes benchmarks/results/sweep_speed.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -58,10 +60,22 @@ def run_variant(name: str, total_steps: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--total-steps", type=int, default=20_000)
+    parser.add_argument("--total-steps", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sweep_speed.json")
+    parser.add_argument("--nice", type=int, default=0, help="scheduling priority change for both variants (root: <0)")
     ns = parser.parse_args()
+    if ns.nice:
+        # On a machine shared with other CPU-bound work, Linux's scheduler autogroups split CPU time per session, not
+        # per process: a sweep gets its session's share however many workers it runs, so parallel cannot beat
+        # sequential while the neighbours are busy. A session of its own with a raised autogroup priority gives both
+        # variants the same head start, so the comparison is about the sweep, not the neighbours' load.
+        with contextlib.suppress(PermissionError):
+            os.setsid()
+        autogroup = Path("/proc/self/autogroup")
+        if autogroup.exists():
+            autogroup.write_text(str(ns.nice))
+        os.nice(ns.nice)
 
     pairs = []
     for rep in range(ns.repeats):
@@ -88,6 +102,7 @@ def main() -> int:
         "pairs": pairs,
         "median_ratio": ratio,
         "target_ratio": 0.6,
+        "nice": ns.nice,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
