@@ -68,3 +68,28 @@ def test_worker_env_forwards_pgcli_mlflow_and_thread_settings(monkeypatch: pytes
     env = worker_env({"EXTRA": "1"})
     assert env["PGCLI_PARENT_RUN_ID"] == "abc" and env["MLFLOW_TRACKING_URI"] == "sqlite:///x.db"
     assert env["OMP_NUM_THREADS"] == "1" and env["EXTRA"] == "1" and "UNRELATED_SECRET" not in env
+
+
+def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
+    from pgcli.tracking import with_retry
+
+    calls = []
+
+    def flaky(x: int) -> int:
+        calls.append(x)
+        if len(calls) < 3:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return x * 2
+
+    assert with_retry(flaky, 21) == 42 and len(calls) == 3
+
+    def broken() -> None:
+        calls.append(0)
+        raise ValueError("no such table")
+
+    calls.clear()
+    with pytest.raises(ValueError, match="no such table"):
+        with_retry(broken)
+    assert calls == [0]  # not retried
+    with pytest.raises(RuntimeError, match="locked"):
+        with_retry(lambda: (_ for _ in ()).throw(RuntimeError("database is locked")), timeout_s=0.2)
