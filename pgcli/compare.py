@@ -216,7 +216,7 @@ def plot_curves(stats: Sequence[GroupStats], group_by: Sequence[str], metric: st
 def parse_args(args: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="pgcli compare",
-        description="Aggregate runs across seeds: learning curves (mean, 95%% bootstrap band), final return "
+        description="Aggregate runs across seeds: learning curves (mean, 95% bootstrap band), final return "
         "mean ± std, IQM. With no selection, compares the children of the most recent sweep.",
         epilog="examples:\n"
         "  pgcli compare                                   # the last sweep (pgcli train -m ...)\n"
