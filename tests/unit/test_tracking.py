@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import pytest
@@ -89,13 +90,14 @@ def test_run_logger_close_rejects_unknown_status_and_is_idempotent(tmp_path: Pat
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# MLflowBackend on a real SQLite store (one store for the module: creating one runs the schema migrations, ~2 s)
+# MLflowBackend on a real SQLite store (one for the module, copied from the session's migrated schema)
 # --------------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory) -> TrackingTarget:
+def target(tmp_path_factory, mlflow_schema_db: Path) -> TrackingTarget:
     root = tmp_path_factory.mktemp("store")
+    shutil.copyfile(mlflow_schema_db, root / "mlflow.db")  # schema already migrated (conftest)
     return TrackingTarget(f"sqlite:///{root / 'mlflow.db'}", (root / "mlartifacts").as_uri())
 
 
