@@ -137,8 +137,10 @@ def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdi
     args = ["train", "-m", f"tracking.uri={store.uri}", "progress=false", "tracking.log_model=false", "algo=ppo",
             "env=cartpole", "total_steps=1000000", "seed=0,1"]  # fmt: skip
     exe = Path(sys.executable).parent / "pgcli"
+    # preexec_fn: a runner that ignores SIGINT (a background job of a non-interactive shell) must not pass that on
     proc = subprocess.Popen([str(exe), *args], cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         running = []
