@@ -185,3 +185,32 @@ def test_identical_points_at_one_step_are_all_kept(target: TrackingTarget):
     backend.log_metrics({"rollout/ep_len": 200.0}, step=1608)
     backend.end("FINISHED")
     assert history(backend, "rollout/ep_len") == [(1600, 200.0)] * 3 + [(1608, 200.0)]
+
+
+def interrupt_once(backend: MLflowBackend, *, after_write: bool) -> None:
+    """Make the next log_batch raise KeyboardInterrupt (Ctrl-C), before or after it writes."""
+    real = backend.client.log_batch
+    calls = {"n": 0}
+
+    def log_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            if after_write:
+                real(*args, **kwargs)
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    backend.client.log_batch = log_batch
+
+
+@pytest.mark.parametrize("after_write", [False, True], ids=["before-write", "after-write"])
+def test_ctrl_c_during_a_flush_loses_no_metrics(target: TrackingTarget, after_write: bool):
+    backend = MLflowBackend(target, experiment="interrupted", run_name="r", tags={}, flush_every_s=3600)
+    for step in range(10):
+        backend.log_metrics({"time/sps": 100.0 + step}, step=step)
+    interrupt_once(backend, after_write=after_write)
+    with pytest.raises(KeyboardInterrupt):
+        backend.flush()
+    backend.end("KILLED")  # flushes what is left
+    assert history(backend, "time/sps") == [(s, 100.0 + s) for s in range(10)]  # every point, once
+    assert backend.client.get_run(backend.run_id).info.status == "KILLED"
