@@ -54,13 +54,20 @@ def resolve_tracking_target(cfg: TrackingConfig, cwd: Path | None = None) -> Tra
     Paths are made absolute against the directory pgcli started in, so Hydra's per-run directories never scatter
     stores (hydra-ecosystem/hydra#830).
     """
-    if cfg.uri:
-        return TrackingTarget(cfg.uri, None)
-    env_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if env_uri:
-        return TrackingTarget(env_uri, None)
+    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return TrackingTarget(uri, _artifacts_beside(uri))
     store = (Path(cwd or os.getcwd()) / cfg.store_dir).resolve()
     return TrackingTarget(f"sqlite:///{store / 'mlflow.db'}", (store / "mlartifacts").as_uri())
+
+
+def _artifacts_beside(uri: str) -> str | None:
+    """For a SQLite file store, ``mlartifacts/`` next to the database (MLflow's own default is ``./mlruns`` in
+    whatever directory the first run happens to start in). Servers and other databases manage their own artifacts."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or uri.endswith(":memory:"):
+        return None
+    return (Path(uri[len(prefix) :]).resolve().parent / "mlartifacts").as_uri()
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

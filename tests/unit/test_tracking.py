@@ -40,6 +40,16 @@ def test_environment_wins_over_default_store(monkeypatch, tmp_path: Path):
     assert resolve_tracking_target(TrackingConfig(), cwd=tmp_path).uri == "sqlite:////elsewhere/env.db"
 
 
+def test_explicit_sqlite_store_keeps_artifacts_beside_the_database(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    target = resolve_tracking_target(TrackingConfig(uri=f"sqlite:///{tmp_path}/team/runs.db"))
+    assert target.artifact_root == (tmp_path.resolve() / "team" / "mlartifacts").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env/mlflow.db")
+    assert (
+        resolve_tracking_target(TrackingConfig()).artifact_root == (tmp_path.resolve() / "env" / "mlartifacts").as_uri()
+    )
+
+
 def test_default_store_is_absolute_under_the_start_directory(monkeypatch, tmp_path: Path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
