@@ -82,6 +82,16 @@ def read_curve(csv_path: Path) -> tuple[list[tuple[int, float]], float]:
     return sorted(curve), sps
 
 
+CHECKPOINTS = (50_000, 100_000)
+"""Budgets at which the report also gives the mean evaluation return (the last evaluation at or before it)."""
+
+
+def eval_at(curve: list[tuple[int, float]], budget: int) -> float:
+    """The last evaluation return at or before ``budget`` env steps (nan if none)."""
+    before = [value for step, value in curve if step <= budget]
+    return before[-1] if before else float("nan")
+
+
 def summarise(runs: list[dict]) -> list[dict[str, Any]]:
     """Mean, std, min over seeds per (env, algo)."""
     rows = []
@@ -93,6 +103,8 @@ def summarise(runs: list[dict]) -> list[dict[str, Any]]:
             "env": env, "algo": algo, "n_seeds": len(group), "steps": int(np.mean([r["steps"] for r in group])),
             "final_mean": float(final.mean()), "final_std": float(final.std()), "final_min": float(final.min()),
             "best_mean": float(np.mean([r["best_eval_return"] for r in group])),
+            **{f"eval_at_{b // 1000}k_mean": float(np.mean([eval_at(r["eval_curve"], b) for r in group]))
+               for b in CHECKPOINTS},
             "seeds_solved": sum(s is not None for s in to_threshold),
             "median_steps_to_threshold": (float(np.median([s for s in to_threshold if s is not None]))
                                           if any(s is not None for s in to_threshold) else None),
@@ -103,11 +115,16 @@ def summarise(runs: list[dict]) -> list[dict[str, Any]]:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| env | algo | seeds | steps | final eval (mean ± std, min) | seeds >= threshold | median steps to it | "
-             "train SPS |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    at = " | ".join(f"eval at {b // 1000}k" for b in CHECKPOINTS)
+    header = (
+        f"| env | algo | seeds | steps | {at} | final eval (mean ± std, min) | seeds >= threshold | "
+        "median steps to it | train SPS |"
+    )
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for r in rows:
         steps_to = "-" if r["median_steps_to_threshold"] is None else f"{r['median_steps_to_threshold']:,.0f}"
-        lines.append(f"| {r['env']} | {r['algo']} | {r['n_seeds']} | {r['steps']:,} | "
+        at_values = " | ".join(f"{r[f'eval_at_{b // 1000}k_mean']:.1f}" for b in CHECKPOINTS)
+        lines.append(f"| {r['env']} | {r['algo']} | {r['n_seeds']} | {r['steps']:,} | {at_values} | "
                      f"{r['final_mean']:.1f} ± {r['final_std']:.1f} ({r['final_min']:.1f}) | "
                      f"{r['seeds_solved']}/{r['n_seeds']} | {steps_to} | {r['train_sps_mean']:,.0f} |")  # fmt: skip
     return "\n".join(lines)
@@ -124,7 +141,11 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES)
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (one process each)")
     parser.add_argument("--out", type=Path, default=RESULTS / "grpo_learning.json")
+    parser.add_argument("--report", type=Path, help="print the tables of an existing results JSON and exit")
     args = parser.parse_args()
+    if args.report:
+        print(markdown(summarise(json.loads(args.report.read_text())["runs"])))
+        return
     from pgcli.build import git_state
 
     jobs = [(a, e, s, args.steps or STEPS.get(e, 200_000), args.set, args.eval_every, args.eval_episodes)

@@ -169,9 +169,23 @@ class GRPOLoss(NamedTuple):
     """Share of real steps clipped at 1 + eps_high (A > 0)."""
 
 
-def _flat(x: Tensor) -> Tensor:
-    """[E, L, ...] -> [E * L, ...]."""
-    return x.reshape(-1, *x.shape[2:])
+def evaluate_steps(policy: Policy, obs: Tensor, actions: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """log pi(a|s) and the entropy of pi(.|s) on the real steps of padded episodes: two [B, L], 0.0 on padding.
+
+    Only the real steps go through the network: early in training padding is over half of a CartPole batch.
+
+    Args:
+        policy: the policy to evaluate.
+        obs: [B, L, D] observations.
+        actions: [B, L] or [B, L, A] actions.
+        mask: [B, L] 1.0 on real steps.
+    """
+    real = mask.bool()
+    params = policy.dist_params(obs[real])  # [n_real, D] in
+    logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
+    logp[real] = policy.log_prob_of(params, actions[real])
+    entropy[real] = policy.entropy_of(params)
+    return logp, entropy
 
 
 def grpo_loss(
@@ -187,10 +201,8 @@ def grpo_loss(
     max_len: int,
 ) -> GRPOLoss:
     """The GRPO loss on a minibatch of B episodes: obs [B, L, D], actions [B, L(, A)], the rest [B, L]."""
-    params = policy.dist_params(_flat(obs))
-    logp = policy.log_prob_of(params, _flat(actions)).view_as(mask)  # [B, L]
-    entropy = policy.entropy_of(params).view_as(mask)  # [B, L]
-    ratio = torch.exp(logp - old_logp)
+    logp, entropy = evaluate_steps(policy, obs, actions, mask)  # [B, L] each
+    ratio = torch.exp(logp - old_logp)  # 1.0 on padding: both log-probabilities are 0 there
     low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     objective = grpo_clipped_objective(ratio, advantages, low, high)  # [B, L]
@@ -262,10 +274,10 @@ class GRPO:
         # Dr. GRPO's constant divides by the longest possible episode (the time limit), else the longest seen
         max_len = max(self.time_limit or 0, mask.shape[1])
         with torch.no_grad():  # one batched pass each: the policy did not change during collection
-            old_logp = self.policy.log_prob(_flat(obs), _flat(actions)).view_as(mask)  # [E', L]
+            old_logp = evaluate_steps(self.policy, obs, actions, mask)[0]  # [E', L]
             ref_logp = None
             if self.ref_policy is not None:
-                ref_logp = self.ref_policy.log_prob(_flat(obs), _flat(actions)).view_as(mask)
+                ref_logp = evaluate_steps(self.ref_policy, obs, actions, mask)[0]
 
         totals: dict[str, float] = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "low", "high"), 0.0)
         n_minibatches = 0
@@ -291,7 +303,7 @@ class GRPO:
             self.ref_policy.load_state_dict(self.policy.state_dict())
 
         with torch.no_grad():  # KL(old || new) over the whole update: k3 on the sampled actions
-            new_logp = self.policy.log_prob(_flat(obs), _flat(actions)).view_as(mask)
+            new_logp = evaluate_steps(self.policy, obs, actions, mask)[0]
             approx_kl = float((k3_kl(old_logp, new_logp) * mask).sum() / mask.sum())
         mean = {key: value / n_minibatches for key, value in totals.items()}
         stats |= {
