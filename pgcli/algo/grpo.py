@@ -57,7 +57,7 @@ class EpisodeBatch(NamedTuple):
     """The E = M * G episodes of one update, padded to the longest (L steps); member e belongs to group e // G."""
 
     obs: Tensor
-    """[E, L, D] observations (padding repeats the episode's last observation, so the policy sees finite inputs)."""
+    """[E, L, D] observations (padding repeats the episode's last observation: finite, never evaluated)."""
     actions: Tensor
     """[E, L] (discrete) or [E, L, A] sampled, unclipped actions."""
     rewards: Tensor
@@ -132,7 +132,7 @@ def collect_groups(
     # Gather each member's steps from its sub-env's column: [T, N, ...] -> [E, L, ...]
     lengths_t = torch.as_tensor(lengths, device=device)
     offsets = torch.arange(int(lengths.max()), device=device)  # [L]
-    # padding repeats the last real step (finite inputs for the policy; masked out of every sum)
+    # padding repeats the last real step (finite values; `evaluate_steps` skips it, every sum masks it)
     last = torch.minimum(offsets[None, :], lengths_t[:, None] - 1)  # [E, L]
     step_idx = torch.as_tensor(first_step, device=device)[:, None] + last  # [E, L]
     env_idx = torch.as_tensor(env_index, device=device)[:, None].expand_as(step_idx)  # [E, L]
