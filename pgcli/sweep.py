@@ -221,28 +221,41 @@ def prepare_optuna_storage(storage: str | None) -> None:
 
     - SQLite creates the database file but not its directory (``sqlite:///outputs/optuna.db`` before any job ran).
     - Optuna 2.10 (the newest hydra-optuna-sweeper allows) stamps its alembic schema version on a connection it
-      never commits; under SQLAlchemy 2 (which MLflow requires) the stamp is rolled back and every later open fails
-      with a bare AssertionError. Creating the tables and stamping the version in a committed transaction first
-      leaves Optuna nothing to do there; everything after it commits its own sessions.
+      never closes or commits. Under SQLAlchemy 2 (which MLflow requires) that connection keeps SQLite's write lock
+      until the garbage collector happens to free it: the stamp is lost, and the next open fails with "database is
+      locked" or a bare AssertionError, depending on timing. So the tables, the version row and the alembic stamp
+      are written here on connections that commit and close, and Optuna finds nothing left to initialise. Optuna's
+      own ``_VersionManager`` is never built here: its constructor runs the faulty stamp.
     """
     if not storage:
         return
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    import alembic.config
     import alembic.migration
+    import alembic.script
+    import optuna.storages._rdb as rdb
     import sqlalchemy
+    from optuna import version
     from optuna.storages._rdb import models
-    from optuna.storages._rdb.storage import _VersionManager
-    from sqlalchemy.orm import scoped_session, sessionmaker
+    from sqlalchemy.orm import Session
 
     engine = sqlalchemy.create_engine(storage)
     try:
         models.BaseModel.metadata.create_all(engine)
-        versions = _VersionManager(storage, engine, scoped_session(sessionmaker(bind=engine)))
+        with Session(engine) as session, session.begin():
+            if models.VersionInfoModel.find(session) is None:
+                session.add(
+                    models.VersionInfoModel(schema_version=models.SCHEMA_VERSION, library_version=version.__version__)
+                )
         with engine.begin() as conn:
             context = alembic.migration.MigrationContext.configure(conn)
             if context.get_current_revision() is None:
-                context.stamp(versions._create_alembic_script(), versions.get_head_version())
+                here = Path(rdb.__file__).parent
+                config = alembic.config.Config(str(here / "alembic.ini"))
+                config.set_main_option("script_location", str(here / "alembic"))
+                script = alembic.script.ScriptDirectory.from_config(config)
+                context.stamp(script, script.get_current_head())
     finally:
         engine.dispose()
 
