@@ -255,7 +255,7 @@ def prepare_optuna_storage(storage: str | None) -> None:
                 config = alembic.config.Config(str(here / "alembic.ini"))
                 config.set_main_option("script_location", str(here / "alembic"))
                 script = alembic.script.ScriptDirectory.from_config(config)
-                context.stamp(script, script.get_current_head())
+                context.stamp(script, "head")
     finally:
         engine.dispose()
 

@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.policies import Policy, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
-from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.grpo import (
     LOSS_AGGREGATIONS,
@@ -323,23 +323,15 @@ class GRPO:
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
 
+    def _stateful(self) -> dict[str, Any]:
+        return {"policy": self.policy, "optimizer": self.optimizer, "ref_policy": self.ref_policy}
+
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (policy, reference, optimizer) and ``path/normalizer.npz`` when the env normalises."""
-        path.mkdir(parents=True, exist_ok=True)
-        state = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "steps": self.steps,
-                 "ref_policy": None if self.ref_policy is None else self.ref_policy.state_dict()}  # fmt: skip
-        torch.save(state, path / "model.pt")
-        save_normalizer(self.env, path)
-        return path
+        return save_checkpoint(path, self.env, {**self._stateful(), "steps": self.steps})
 
     def load(self, path: Path) -> None:
-        state = torch.load(path / "model.pt", map_location=self.device)
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.ref_policy is not None and state["ref_policy"] is not None:
-            self.ref_policy.load_state_dict(state["ref_policy"])
-        self.steps = int(state["steps"])
-        load_saved_normalizer(self.env, path)
+        self.steps = int(load_checkpoint(path, self.env, self.device, self._stateful())["steps"])
 
     def close(self) -> None:
         self.env.close()

@@ -17,7 +17,7 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
-from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
@@ -172,21 +172,15 @@ class PPOKL:
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
 
+    def _stateful(self) -> dict[str, Any]:
+        return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
+
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (networks, optimizer, beta) and ``path/normalizer.npz`` when the env normalises."""
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save({"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                    "optimizer": self.optimizer.state_dict(), "beta": self.beta}, path / "model.pt")  # fmt: skip
-        save_normalizer(self.env, path)
-        return path
+        return save_checkpoint(path, self.env, {**self._stateful(), "beta": self.beta})
 
     def load(self, path: Path) -> None:
-        state = torch.load(path / "model.pt", map_location=self.device, weights_only=True)
-        self.policy.load_state_dict(state["policy"])
-        self.value.load_state_dict(state["value"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.beta = float(state["beta"])
-        load_saved_normalizer(self.env, path)
+        self.beta = float(load_checkpoint(path, self.env, self.device, self._stateful())["beta"])
 
     def close(self) -> None:
         self.env.close()

@@ -26,17 +26,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
-from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
@@ -188,20 +188,15 @@ class TRPO:
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
 
+    def _stateful(self) -> dict[str, Any]:
+        return {"policy": self.policy, "value": self.value, "vf_optimizer": self.vf_optimizer}
+
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (policy, value network, critic optimizer) and ``path/normalizer.npz`` when normalising."""
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save({"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                    "vf_optimizer": self.vf_optimizer.state_dict()}, path / "model.pt")  # fmt: skip
-        save_normalizer(self.env, path)
-        return path
+        return save_checkpoint(path, self.env, self._stateful())
 
     def load(self, path: Path) -> None:
-        state = torch.load(path / "model.pt", map_location=self.device, weights_only=True)
-        self.policy.load_state_dict(state["policy"])
-        self.value.load_state_dict(state["value"])
-        self.vf_optimizer.load_state_dict(state["vf_optimizer"])
-        load_saved_normalizer(self.env, path)
+        load_checkpoint(path, self.env, self.device, self._stateful())
 
     def close(self) -> None:
         self.env.close()

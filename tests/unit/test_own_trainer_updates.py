@@ -127,5 +127,10 @@ def test_save_load_round_trip_keeps_networks_and_observation_statistics(trainer_
     for name in ("policy", "value"):
         a, b = getattr(trainer, name).state_dict(), getattr(fresh, name).state_dict()
         assert all(torch.equal(a[k], b[k]) for k in a)
+    for name, optimizer in trainer._stateful().items():
+        if isinstance(optimizer, torch.optim.Optimizer):  # Adam's moments come back too: training resumes exactly
+            a, b = optimizer.state_dict()["state"], getattr(fresh, name).state_dict()["state"]
+            assert a.keys() == b.keys() and all(torch.equal(a[i]["exp_avg"], b[i]["exp_avg"]) for i in a)
+    assert getattr(fresh, "beta", None) == getattr(trainer, "beta", None)  # PPO-Penalty's adaptive beta
     obs = fresh.env.reset(seed=1)[0]
     assert (fresh.act(obs) == trainer.act(obs)).all()  # the same deterministic actions
