@@ -1,0 +1,203 @@
+"""What the learning benchmarks share: one run through pgcli's build path, its evaluation curve, the loop over runs.
+
+``benchmarks/trpo_learning.py`` and ``benchmarks/grpo_learning.py`` differ only in their algorithms, envs, budgets
+and thresholds. Every run is ``pgcli.build.train`` on a config composed exactly as
+``pgcli train algo=<a> env=<e> seed=<s>`` composes it (each algorithm gets its preset, the same env builder, wrappers
+and seeds), with one evaluation protocol: every ``eval_every`` env steps, ``eval_episodes`` deterministic episodes on
+the separate evaluation env (frozen normalisation statistics). Runs go to throw-away directories with
+``tracking=off`` and run one per process (spawned, 1 torch thread), ``jobs`` at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LAST_EVALS = 5
+"""The summary's "last evals" column: the mean of each run's last LAST_EVALS evaluations, a steadier figure than
+the single final one where returns swing from one evaluation to the next (Hopper)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run of a benchmark."""
+
+    algo: str
+    env: str
+    seed: int
+    eval_every: int
+    eval_episodes: int
+    threshold: float | None
+    steps: int | None = None
+    """env steps (None: the preset's total_steps)."""
+    extra: Sequence[str] = field(default_factory=tuple)
+    """more Hydra overrides, e.g. ``algo.n_groups=2``."""
+
+
+def run_one(job: Job) -> dict[str, Any]:
+    """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
+    from pgcli.build import RunContext, train
+    from pgcli.cli import compose_train_config
+
+    overrides = [f"algo={job.algo}", f"env={job.env}", f"seed={job.seed}", "tracking=off", "progress=false",
+                 f"eval.every={job.eval_every}", f"eval.episodes={job.eval_episodes}", "eval.deterministic=true",
+                 *([f"total_steps={job.steps}"] if job.steps else []), *job.extra]  # fmt: skip
+    cfg = compose_train_config(overrides)
+    with tempfile.TemporaryDirectory(prefix=f"pgcli_bench_{job.algo}_{job.env}_") as tmp:
+        ctx = RunContext(algo_name=job.algo, env_name=job.env, output_dir=Path(tmp), overrides=overrides)
+        start = time.perf_counter()
+        summary = train(cfg, ctx)
+        wall = time.perf_counter() - start
+        curve, train_sps = read_curve(Path(tmp) / "metrics.csv")
+    reached = [step for step, value in curve if job.threshold is not None and value >= job.threshold]
+    return {
+        "algo": job.algo,
+        "env": job.env,
+        "env_id": cfg.env.id,
+        "seed": job.seed,
+        "overrides": overrides,
+        "steps": summary.steps,
+        "final_eval_return": summary.final_return,
+        "final_eval_std": summary.final_return_std,
+        "best_eval_return": max((v for _, v in curve), default=float("nan")),
+        "threshold": job.threshold,
+        "steps_to_threshold": reached[0] if reached else None,
+        "eval_curve": curve,
+        "wall_time_s": wall,
+        "train_sps": train_sps,
+    }
+
+
+def read_curve(csv_path: Path) -> tuple[list[tuple[int, float]], float]:
+    """(step, eval/return_mean) pairs and the last time/sps from a run's metrics.csv."""
+    curve, sps = [], float("nan")
+    for line in csv_path.read_text().splitlines()[1:]:
+        key, step, value = line.rsplit(",", 2)
+        if key == "eval/return_mean":
+            curve.append((int(step), float(value)))
+        elif key == "time/sps":
+            sps = float(value)
+    return sorted(curve), sps
+
+
+def eval_at(curve: list[tuple[int, float]], budget: int) -> float:
+    """The last evaluation return at or before ``budget`` env steps (nan if none)."""
+    before = [value for step, value in curve if step <= budget]
+    return before[-1] if before else float("nan")
+
+
+def last_evals_mean(curve: list[tuple[int, float]], k: int = LAST_EVALS) -> float:
+    """Mean of the last ``k`` evaluation returns of a curve (nan if it has none)."""
+    return float(np.mean([v for _, v in curve[-k:]])) if curve else float("nan")
+
+
+def summarise(runs: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Per (env, algo), over seeds: final-eval mean/std/min/max, best-eval mean, last-evals mean, the mean return at
+    each budget in ``checkpoints``, seeds reaching the threshold and their median steps to it, SPS and wall time."""
+    rows = []
+    for env, algo in sorted({(r["env"], r["algo"]) for r in runs}):
+        group = [r for r in runs if r["env"] == env and r["algo"] == algo]
+        final = np.array([r["final_eval_return"] for r in group])
+        reached = [r["steps_to_threshold"] for r in group if r["steps_to_threshold"] is not None]
+        rows.append({
+            "env": env, "algo": algo, "n_seeds": len(group), "steps": int(np.mean([r["steps"] for r in group])),
+            "final_mean": float(final.mean()), "final_std": float(final.std()), "final_min": float(final.min()),
+            "final_max": float(final.max()), "best_mean": float(np.mean([r["best_eval_return"] for r in group])),
+            "last_evals_mean": float(np.mean([last_evals_mean(r["eval_curve"]) for r in group])),
+            **{f"eval_at_{b // 1000}k_mean": float(np.mean([eval_at(r["eval_curve"], b) for r in group]))
+               for b in checkpoints},
+            "threshold": group[0]["threshold"], "seeds_reaching": len(reached),
+            "median_steps_to_threshold": float(np.median(reached)) if reached else None,
+            "train_sps_mean": float(np.mean([r["train_sps"] for r in group])),
+            "wall_time_s_mean": float(np.mean([r["wall_time_s"] for r in group])),
+        })  # fmt: skip
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str:
+    """The summary as a Markdown table."""
+    at = "".join(f" eval at {b // 1000}k |" for b in checkpoints)
+    header = (f"| env | algo | seeds | steps |{at} final eval mean ± std (min..max) | last {LAST_EVALS} evals | "
+              "best eval | threshold | seeds reaching it | median steps to it | train SPS | wall s/run |")  # fmt: skip
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        steps_to = "-" if r["median_steps_to_threshold"] is None else f"{r['median_steps_to_threshold']:,.0f}"
+        at_values = "".join(f" {r.get(f'eval_at_{b // 1000}k_mean', float('nan')):.1f} |" for b in checkpoints)
+        lines.append(f"| {r['env']} | {r['algo']} | {r['n_seeds']} | {r['steps']:,} |{at_values} "
+                     f"{r['final_mean']:.1f} ± {r['final_std']:.1f} ({r['final_min']:.1f}..{r['final_max']:.1f}) | "
+                     f"{r.get('last_evals_mean', float('nan')):.1f} | {r['best_mean']:.1f} | {r['threshold']} | "
+                     f"{r['seeds_reaching']}/{r['n_seeds']} | {steps_to} | {r['train_sps_mean']:,.0f} | "
+                     f"{r['wall_time_s_mean']:.0f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def run_all(
+    jobs: list[Job], *, n_jobs: int, out: Path, script: str, checkpoints: Sequence[int] = (),
+    previous: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Run ``jobs`` (``n_jobs`` processes at a time), rewriting ``out`` after each so an interrupted benchmark keeps
+    what it measured; print one line per run and the table at the end. ``previous`` runs are kept in ``out``."""
+    from pgcli.build import git_state
+
+    meta = {"command": f"{script} " + " ".join(sys.argv[1:]), "machine": platform.platform(),
+            "python": platform.python_version(), "jobs": n_jobs,
+            "eval": {"every": {j.env: j.eval_every for j in jobs}, "episodes": jobs[0].eval_episodes if jobs else 0,
+                     "deterministic": True},
+            **git_state()}  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = list(previous or [])
+    with mp.get_context("spawn").Pool(n_jobs, maxtasksperchild=1) as pool:
+        for r in pool.imap(run_one, jobs):
+            runs.append(r)
+            print(f"{r['algo']:>8} {r['env']:<9} seed {r['seed']}: final {r['final_eval_return']:8.1f}  last "
+                  f"{last_evals_mean(r['eval_curve']):8.1f}  best {r['best_eval_return']:8.1f}  to-threshold "
+                  f"{r['steps_to_threshold']}  {r['wall_time_s']:.0f} s", flush=True)  # fmt: skip
+            rows = summarise(runs, checkpoints)
+            out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
+    print(markdown(summarise(runs, checkpoints), checkpoints))
+    print(f"wrote {out}")
+    return runs
+
+
+def report(path: Path, checkpoints: Sequence[int] = ()) -> str:
+    """The table of an existing results JSON."""
+    return markdown(summarise(json.loads(path.read_text())["runs"], checkpoints), checkpoints)
+
+
+def add_common_arguments(parser: Any, *, out: Path) -> None:
+    """--seeds, --steps, --set, --jobs, --out, --report, --append."""
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: per env)")
+    parser.add_argument("--set", nargs="*", default=[], help="extra overrides for every run, e.g. algo.n_groups=2")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel runs (one process each)")
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
+    parser.add_argument("--append", action="store_true", help="keep the runs already in --out (more seeds, algos)")
+
+
+def previous_runs(path: Path, append: bool) -> list[dict[str, Any]]:
+    """The runs already in ``path`` when ``append`` (empty otherwise)."""
+    return json.loads(path.read_text())["runs"] if append and path.is_file() else []
+
+
+def main_for(
+    build_jobs: Callable[[Any], list[Job]], parser: Any, *, script: str, checkpoints: Sequence[int] = ()
+) -> None:
+    """Parse the command line and run the benchmark (or print --report)."""
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.report, checkpoints))
+        return
+    run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
+            previous=previous_runs(args.out, args.append))  # fmt: skip
