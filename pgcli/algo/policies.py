@@ -102,12 +102,26 @@ class MLP(nn.Module):
             x = self.activation(F.linear(x, layer.weight, layer.bias))
         return F.linear(x, out.weight, out.bias)
 
+    def linearize(self, x: Tensor) -> Linearization | None:
+        """The network's Jacobian at the batch ``x`` [B, in_dim] (:class:`Linearization`), or None when the activation
+        has no explicit derivative here (then callers use autograd)."""
+        act_backward = ACTIVATION_BACKWARD.get(self.activation_name)
+        if act_backward is None:
+            return None
+        with torch.no_grad():
+            inputs = [x]  # input of each layer
+            *hidden, out = self._linears
+            for layer in hidden:
+                inputs.append(self.activation(torch.addmm(layer.bias, inputs[-1], layer.weight.T)))
+            output = torch.addmm(out.bias, inputs[-1], out.weight.T)
+        return Linearization(self._linears, inputs, output, act_backward)
+
     def mse_grads(self, x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:
         """mean((f(x) - target)^2) and its gradient w.r.t. each parameter, in ``self.parameters()`` order.
 
-        For tanh and relu the gradient is backpropagated explicitly (a handful of matmuls), which skips the autograd
-        graph and engine: on the critic's many small minibatches that halves the cost of a step. Other activations
-        use autograd. Both give the same numbers (tests/unit/test_rollout.py).
+        For tanh and relu the gradient is backpropagated explicitly (:meth:`Linearization.vjp`, a handful of
+        matmuls), which skips the autograd graph and engine: on the critic's many small minibatches that halves the
+        cost of a step. Other activations use autograd. Both give the same numbers (tests/unit/test_rollout.py).
 
         Args:
             x: [B, in_dim] inputs.
@@ -116,24 +130,55 @@ class MLP(nn.Module):
         Returns:
             (loss, grads): the 0-dim detached loss and one gradient per parameter.
         """
-        act_backward = ACTIVATION_BACKWARD.get(self.activation_name)
-        if act_backward is None:
+        lin = self.linearize(x)
+        if lin is None:
             loss = F.mse_loss(self(x), target)
             return loss.detach(), list(torch.autograd.grad(loss, list(self.parameters())))
-        with torch.no_grad():
-            inputs = [x]  # input of each layer
-            *hidden, out = self._linears
-            for layer in hidden:
-                inputs.append(self.activation(torch.addmm(layer.bias, inputs[-1], layer.weight.T)))
-            diff = torch.addmm(out.bias, inputs[-1], out.weight.T) - target  # [B, out_dim]
-            grad_out = diff * (2.0 / diff.numel())  # d loss / d output
-            grads: list[Tensor] = []
-            for i in reversed(range(len(self._linears))):
-                layer, layer_in = self._linears[i], inputs[i]
-                grads += [grad_out.sum(0), grad_out.T @ layer_in]  # bias, weight (reversed below)
-                if i > 0:
-                    grad_out = act_backward(grad_out @ layer.weight, layer_in)  # through the previous activation
-            return diff.square().mean(), grads[::-1]
+        diff = lin.output - target  # [B, out_dim]
+        return diff.square().mean(), lin.vjp(diff * (2.0 / diff.numel()))
+
+
+class Linearization:
+    """An MLP's Jacobian J = d f(x) / d theta at one batch x, applied without autograd from cached activations.
+
+    ``jvp(v)`` = J v (forward-mode: each layer's tangent is dW a + W da + db, through the activation's derivative)
+    and ``vjp(u)`` = J^T u (backprop). Parameters and tangents are in ``MLP.parameters()`` order (weight, bias per
+    layer). Only for activations whose derivative is a function of their output (tanh, relu).
+    """
+
+    def __init__(
+        self,
+        linears: Sequence[nn.Linear],
+        inputs: list[Tensor],
+        output: Tensor,
+        act_backward: Callable[[Tensor, Tensor], Tensor],
+    ) -> None:
+        self.linears, self.inputs, self.output, self.act_backward = linears, inputs, output, act_backward
+
+    @torch.no_grad()
+    def jvp(self, tangents: Sequence[Tensor]) -> Tensor:
+        """J v for ``tangents`` [dW_0, db_0, dW_1, db_1, ...] (shaped as the parameters) -> [B, out_dim]."""
+        d_in: Tensor | None = None  # tangent of the current layer's input (the batch x itself has none)
+        for i, layer in enumerate(self.linears):
+            d_weight, d_bias = tangents[2 * i], tangents[2 * i + 1]
+            d_pre = torch.addmm(d_bias, self.inputs[i], d_weight.T)  # [B, out]
+            if d_in is not None:
+                d_pre.addmm_(d_in, layer.weight.T)
+            # the activation's derivative is diagonal: its backward applied to a tangent is its forward derivative
+            d_in = d_pre if i == len(self.linears) - 1 else self.act_backward(d_pre, self.inputs[i + 1])
+        assert d_in is not None
+        return d_in
+
+    @torch.no_grad()
+    def vjp(self, grad_out: Tensor) -> list[Tensor]:
+        """J^T u for ``grad_out`` u [B, out_dim]: one gradient per parameter, in ``MLP.parameters()`` order."""
+        grads: list[Tensor] = []
+        for i in reversed(range(len(self.linears))):
+            layer, layer_in = self.linears[i], self.inputs[i]
+            grads += [grad_out.sum(0), grad_out.T @ layer_in]  # bias, weight (reversed below)
+            if i > 0:
+                grad_out = self.act_backward(grad_out @ layer.weight, layer_in)  # through the previous activation
+        return grads[::-1]
 
 
 class Policy(Protocol):
@@ -181,6 +226,11 @@ class Policy(Protocol):
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The parameters that define the policy (what TRPO's natural gradient moves)."""
+        ...
+
+    def fisher_product(self, obs: Tensor) -> Callable[[Tensor], Tensor] | None:
+        """v -> F v at the states ``obs`` [B, D], F the Fisher information matrix averaged over the batch, in
+        ``actor_parameters()`` order; None when the network's activation has no explicit Jacobian (use autograd)."""
         ...
 
     def to_env(self, actions: Tensor) -> np.ndarray:
@@ -268,6 +318,23 @@ class CategoricalPolicy(nn.Module):
     def actor_parameters(self) -> list[nn.Parameter]:
         return list(self.parameters())
 
+    def fisher_product(self, obs: Tensor) -> Callable[[Tensor], Tensor] | None:
+        # F = J^T M J / B with J = d logits / d theta and M = diag(p) - p p^T, the Hessian of KL(p_old || softmax(z))
+        # in z at z = z_old (the KL's first derivative vanishes there, so this IS the KL's Hessian in theta)
+        lin = self.net.linearize(obs)
+        if lin is None:
+            return None
+        probs = torch.softmax(lin.output, dim=-1)  # [B, n]
+        params = self.actor_parameters()
+        sizes, batch = [p.numel() for p in params], obs.shape[0]
+
+        def fvp(vector: Tensor) -> Tensor:
+            d_logits = lin.jvp([v.view_as(p) for v, p in zip(vector.split(sizes), params, strict=True)])
+            m_d = probs * (d_logits - (probs * d_logits).sum(-1, keepdim=True))  # M J v, [B, n]
+            return torch.cat([g.reshape(-1) for g in lin.vjp(m_d / batch)])
+
+        return fvp
+
     def to_env(self, actions: Tensor) -> np.ndarray:
         return actions.detach().cpu().numpy()
 
@@ -339,6 +406,30 @@ class DiagGaussianPolicy(nn.Module):
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return list(self.parameters())
+
+    def fisher_product(self, obs: Tensor) -> Callable[[Tensor], Tensor] | None:
+        # KL(old || new) per action dim: log s_n - log s_o + (s_o^2 + (m_o - m_n)^2) / (2 s_n^2) - 1/2. Its Hessian
+        # at new = old: 1 / s^2 in the mean, 2 in log_std, 0 across, so F = [J^T diag(1/s^2) J / B for the mean
+        # network's parameters, 2 I for log_std]
+        lin = self.net.linearize(obs)
+        if lin is None:
+            return None
+        params, net_params = self.actor_parameters(), list(self.net.parameters())
+        sizes, batch = [p.numel() for p in params], obs.shape[0]
+        inv_var = torch.exp(-2.0 * self.log_std.detach())  # [A]
+        log_std_index = next(i for i, p in enumerate(params) if p is self.log_std)
+        net_index = [next(i for i, q in enumerate(params) if q is p) for p in net_params]
+
+        def fvp(vector: Tensor) -> Tensor:
+            chunks = [v.view_as(p) for v, p in zip(vector.split(sizes), params, strict=True)]
+            d_mean = lin.jvp([chunks[i] for i in net_index])  # [B, A]
+            out: list[Tensor] = [torch.empty(0)] * len(params)
+            for i, grad in zip(net_index, lin.vjp(d_mean * (inv_var / batch)), strict=True):
+                out[i] = grad
+            out[log_std_index] = 2.0 * chunks[log_std_index]
+            return torch.cat([g.reshape(-1) for g in out])
+
+        return fvp
 
     def to_env(self, actions: Tensor) -> np.ndarray:
         return np.clip(actions.detach().cpu().numpy(), self.low, self.high)

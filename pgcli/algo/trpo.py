@@ -7,8 +7,12 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
 2. Surrogate objective and its gradient (TRPO eq. 14, with the advantage in place of Q):
        L(theta) = mean_t[ pi_theta(a_t|s_t) / pi_old(a_t|s_t) * A_t ],   g = grad L at theta_old.
 3. Natural-gradient direction s ~= F^-1 g by ``cg_iters`` steps of conjugate gradient, where F v is the
-   Hessian-vector product of the mean KL(pi_old || pi_theta) by double backprop (TRPO appendix C), plus
-   ``cg_damping`` * v, optionally on every ``fvp_sub_sampling``-th sample.
+   Hessian-vector product of the mean KL(pi_old || pi_theta) at theta_old (TRPO appendix C), plus ``cg_damping`` * v,
+   optionally on every ``fvp_sub_sampling``-th sample. At theta_old the KL's gradient in the distribution
+   parameters z vanishes, so its Hessian is exactly J^T M J, with J = dz/dtheta and M the Hessian of the KL in z
+   (diag(p) - p p^T for logits; 1/sigma^2 for the mean, 2 for log_std); F v is computed so, as a Jacobian-vector
+   and a vector-Jacobian product of the policy network (``Policy.fisher_product``), or by double backprop of the KL
+   for activations without an explicit derivative.
 4. Step to the trust-region boundary: theta_new = theta_old + beta s with beta = sqrt(2 delta / (s^T F s)),
    delta = ``target_kl`` (the largest step whose quadratic KL model equals delta).
 5. Backtracking line search on beta * coeff^j, j = 0 .. ``backtrack_iters`` - 1: accept the first step with
@@ -17,8 +21,8 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
 6. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2. Only the value
    network's parameters are in its optimizer, so the critic never moves the policy outside the trust region.
 
-Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). Step 3 computes the gradient of the
-KL once (with its graph) and reuses it in every CG iteration.
+Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). The J^T M J form of step 3 costs about
+a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks.md, "TRPO").
 """
 
 from __future__ import annotations
@@ -102,6 +106,11 @@ def fisher_vector_product_fn(kl: Tensor, params: Sequence[Tensor], *, damping: f
     return fvp
 
 
+def damped(fisher: Callable[[Tensor], Tensor], damping: float) -> Callable[[Tensor], Tensor]:
+    """v -> F v + damping * v."""
+    return lambda vector: fisher(vector) + damping * vector
+
+
 class TRPO:
     """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
 
@@ -137,12 +146,15 @@ class TRPO:
         before = surrogate_terms(policy, new, old, actions, old_log_probs, advantages)
         grad = flat_grad(-before.loss_policy, params, retain_graph=True)  # g = grad L  [P]
 
-        if cfg.fvp_sub_sampling == 1:
-            kl = before.kl
-        else:  # every k-th state (openai/baselines trpo_mpi: k = 5)
-            sub_new = policy.dist_params(obs[:: cfg.fvp_sub_sampling])
+        # F on every k-th state (openai/baselines trpo_mpi: k = 5)
+        sub_obs = obs if cfg.fvp_sub_sampling == 1 else obs[:: cfg.fvp_sub_sampling]
+        fisher = policy.fisher_product(sub_obs)
+        if fisher is not None:  # J^T M J v from cached activations: no double backprop
+            fvp = damped(fisher, cfg.cg_damping)
+        else:  # the Hessian of the mean KL by double backprop
+            sub_new = new if cfg.fvp_sub_sampling == 1 else policy.dist_params(sub_obs)
             kl = policy.kl_of(detach_params(sub_new), sub_new).mean()
-        fvp = fisher_vector_product_fn(kl, params, damping=cfg.cg_damping)
+            fvp = fisher_vector_product_fn(kl, params, damping=cfg.cg_damping)
         direction, cg_residual = conjugate_gradient(fvp, grad, n_iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         s_f_s = float(direction @ fvp(direction))
         full_step = math.sqrt(2.0 * cfg.target_kl / max(s_f_s, 1e-12)) * direction  # [P]

@@ -134,3 +134,14 @@ def test_save_load_round_trip_keeps_networks_and_observation_statistics(trainer_
     assert getattr(fresh, "beta", None) == getattr(trainer, "beta", None)  # PPO-Penalty's adaptive beta
     obs = fresh.env.reset(seed=1)[0]
     assert (fresh.act(obs) == trainer.act(obs)).all()  # the same deterministic actions
+
+
+def test_trpo_falls_back_to_double_backprop_for_other_activations():
+    # elu has no explicit Jacobian in pgcli (Policy.fisher_product is None): F v comes from the KL's Hessian
+    torch.manual_seed(0)
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
+    model = ModelConfig(pi_hidden_sizes=[16], vf_hidden_sizes=[16], activation="elu")
+    trpo = TRPO(TRPOConfig(n_steps=128, target_kl=0.005, n_critic_updates=1), env=env, model=model, seed=0, device=CPU)
+    monitor = RecordingMonitor()
+    trpo.learn(2 * 256, monitor)
+    assert all(s["train/line_search_success"] == 1.0 and 0.0 < s["train/kl"] <= 0.005 for s in monitor.updates)

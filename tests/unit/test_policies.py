@@ -144,3 +144,58 @@ def test_predict_takes_numpy_of_any_float_dtype():
     assert out.shape == (3, 2)
     discrete = categorical(2).predict(np.zeros((5, 4), dtype=np.float32))
     assert discrete.shape == (5,) and discrete.dtype == np.int64
+
+
+def _policy64(kind: str, activation: str):
+    torch.manual_seed(3)
+    model = ModelConfig(pi_hidden_sizes=[7, 5], activation=activation, log_std_init=-0.4)
+    space = gym.spaces.Discrete(3) if kind == "categorical" else ACT2
+    policy = make_policy(BOX4, space, model).double()
+    for p in policy.parameters():  # away from the small-head init, so every layer matters
+        p.data.normal_(0.0, 0.6)
+    return policy
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("kind", ["categorical", "gaussian"])
+def test_fisher_product_equals_the_hessian_of_the_mean_kl(kind, activation):
+    # J^T M J v (no autograd) against the Hessian-vector product of the mean KL(old || new) by double backprop
+    from pgcli.ops.autodiff import fisher_vector_product
+
+    policy = _policy64(kind, activation)
+    obs = torch.randn(40, 4, dtype=torch.float64)
+    params = policy.actor_parameters()
+    new = policy.dist_params(obs)
+    kl = policy.kl_of(detach_params(new), new).mean()
+    fisher = policy.fisher_product(obs)
+    assert fisher is not None
+    for _ in range(3):
+        v = torch.randn(sum(p.numel() for p in params), dtype=torch.float64)
+        assert torch.allclose(fisher(v), fisher_vector_product(kl, params, v, damping=0.0), atol=1e-10)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_linearization_matches_forward_and_reverse_mode_autodiff(activation):
+    from torch.func import functional_call, jvp, vjp
+
+    torch.manual_seed(4)
+    net = MLP(4, [6, 5], 3, activation=activation, ortho_init=False, out_gain=1.0).double()
+    x = torch.randn(9, 4, dtype=torch.float64)
+    names = [n for n, _ in net.named_parameters()]
+    theta = tuple(p.detach() for p in net.parameters())
+    tangents = tuple(torch.randn_like(p) for p in theta)
+
+    def f(*params):
+        return functional_call(net, dict(zip(names, params, strict=True)), (x,))
+
+    lin = net.linearize(x)
+    out, jv = jvp(f, theta, tangents)
+    assert torch.allclose(lin.output, out) and torch.allclose(lin.jvp(list(tangents)), jv, atol=1e-12)
+    u = torch.randn_like(out)
+    _, pullback = vjp(f, *theta)
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(lin.vjp(u), pullback(u), strict=True))
+
+
+def test_fisher_product_is_none_for_activations_without_an_explicit_derivative():
+    policy = make_policy(BOX4, ACT2, ModelConfig(activation="elu"))
+    assert policy.fisher_product(torch.randn(3, 4)) is None
