@@ -119,9 +119,8 @@ class MLP(nn.Module):
     def mse_grads(self, x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:
         """mean((f(x) - target)^2) and its gradient w.r.t. each parameter, in ``self.parameters()`` order.
 
-        For tanh and relu the gradient is backpropagated explicitly (:meth:`Linearization.vjp`, a handful of
-        matmuls), which skips the autograd graph and engine: on the critic's many small minibatches that halves the
-        cost of a step. Other activations use autograd. Both give the same numbers (tests/unit/test_rollout.py).
+        For tanh and relu the gradient is backpropagated explicitly (:meth:`mse_grad_fn`); other activations use
+        autograd. Both give the same numbers (tests/unit/test_rollout.py).
 
         Args:
             x: [B, in_dim] inputs.
@@ -130,12 +129,46 @@ class MLP(nn.Module):
         Returns:
             (loss, grads): the 0-dim detached loss and one gradient per parameter.
         """
-        lin = self.linearize(x)
-        if lin is None:
+        fn = self.mse_grad_fn()
+        if fn is None:
             loss = F.mse_loss(self(x), target)
             return loss.detach(), list(torch.autograd.grad(loss, list(self.parameters())))
-        diff = lin.output - target  # [B, out_dim]
-        return diff.square().mean(), lin.vjp(diff * (2.0 / diff.numel()))
+        diff, grads = fn(x, target)
+        return diff.square().mean(), grads
+
+    def mse_grad_fn(self) -> Callable[[Tensor, Tensor], tuple[Tensor, list[Tensor]]] | None:
+        """A function (x, target) -> (f(x) - target, gradient of mean((f(x) - target)^2) per parameter), or None when
+        the activation has no explicit derivative here.
+
+        The gradient is backpropagated by hand: a handful of matmuls per layer, no autograd graph or engine. The
+        function holds the parameters (and their transposes) as tensors, which in-place optimizer steps keep
+        current, so a loop of small critic steps pays no per-call module lookups (``pgcli.algo.rollout.fit_value``
+        runs thousands per update). It returns the residual rather than the loss, so callers that need the loss
+        only for logging can compute all of them at once.
+        """
+        act_backward = ACTIVATION_BACKWARD.get(self.activation_name)
+        if act_backward is None:
+            return None
+        act, n_layers = self.activation, len(self._linears)
+        weights = [layer.weight for layer in self._linears]
+        weights_t = [w.T for w in weights]
+        biases = [layer.bias for layer in self._linears]
+
+        @torch.no_grad()
+        def fn(x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:
+            inputs = [x]  # input of each layer
+            for i in range(n_layers - 1):
+                inputs.append(act(torch.addmm(biases[i], inputs[i], weights_t[i])))
+            diff = torch.addmm(biases[-1], inputs[-1], weights_t[-1]).sub_(target)  # [B, out_dim]
+            grad_out = diff * (2.0 / diff.numel())  # d loss / d output
+            grads: list[Tensor] = [diff] * (2 * n_layers)
+            for i in range(n_layers - 1, -1, -1):
+                grads[2 * i], grads[2 * i + 1] = grad_out.T @ inputs[i], grad_out.sum(0)  # weight, bias
+                if i > 0:
+                    grad_out = act_backward(grad_out @ weights[i], inputs[i])  # through the previous activation
+            return diff, grads
+
+        return fn
 
 
 class Linearization:
@@ -457,6 +490,10 @@ class ValueNetwork(nn.Module):
     def mse_grads(self, obs: Tensor, returns: Tensor) -> tuple[Tensor, list[Tensor]]:
         """mean((V(obs) - returns)^2) for [B, D] obs and [B] returns, and its gradient per critic parameter."""
         return self.net.mse_grads(obs, returns.unsqueeze(-1))
+
+    def mse_grad_fn(self) -> Callable[[Tensor, Tensor], tuple[Tensor, list[Tensor]]] | None:
+        """:meth:`MLP.mse_grad_fn` for [B, D] obs and [B, 1] returns (None: use :meth:`mse_grads`)."""
+        return self.net.mse_grad_fn()
 
 
 def obs_dim(obs_space: gym.Space) -> int:
