@@ -160,21 +160,24 @@ class TRPO:
         full_step = math.sqrt(2.0 * cfg.target_kl / max(s_f_s, 1e-12)) * direction  # [P]
         old_objective = -before.loss_policy.item()
 
+        candidates: list[SurrogateTerms] = []  # the terms at each parameter vector evaluate() saw, in order
+
         @torch.no_grad()
         def evaluate() -> tuple[float, float]:
-            after = surrogate_terms(policy, policy.dist_params(obs), old, actions, old_log_probs, advantages)
-            return -float(after.loss_policy), float(after.kl)
+            candidates.append(surrogate_terms(policy, policy.dist_params(obs), old, actions, old_log_probs, advantages))
+            return -float(candidates[-1].loss_policy), float(candidates[-1].kl)
 
         if cfg.npg:
             set_flat_params(params, flat_params(params) + full_step)
+            evaluate()  # for the logged terms
             success, n_backtracks = True, 0
         else:
             search = backtracking_line_search(params, full_step, evaluate, backtrack_coeff=cfg.backtrack_coeff,
                                               max_backtracks=cfg.backtrack_iters, max_kl=cfg.target_kl,
                                               old_objective=old_objective)  # fmt: skip
             success, n_backtracks = search.success, search.n_backtracks
-        with torch.no_grad():
-            after = surrogate_terms(policy, policy.dist_params(obs), old, actions, old_log_probs, advantages)
+        # the accepted step is the last one evaluated; a failed search restored theta_old, where the terms are before's
+        after = candidates[-1] if success else SurrogateTerms(*(t.detach() for t in before))
         return {
             "train/kl": float(after.kl),
             "train/approx_kl": float(after.approx_kl),

@@ -11,6 +11,7 @@ bootstraps from the value of its true final observation, which the caller suppli
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -55,13 +56,7 @@ def gae(
     """
     _check_same_shape(rewards=rewards, values=values, next_values=next_values, terminated=terminated, dones=dones)
     deltas = rewards + gamma * (1.0 - terminated) * next_values - values  # [T, N]
-    not_done = 1.0 - dones
-    next_adv = torch.zeros_like(rewards[0])  # [N]
-    advantages = []
-    for t in reversed(range(rewards.shape[0])):
-        next_adv = deltas[t] + gamma * lam * not_done[t] * next_adv
-        advantages.append(next_adv)
-    adv = torch.stack(advantages[::-1])  # [T, N]
+    adv = reverse_scan(deltas, gamma * lam * (1.0 - dones))  # [T, N]
     return adv, adv + values
 
 
@@ -82,12 +77,33 @@ def discounted_cumsum(x: Tensor, dones: Tensor, gamma: float) -> Tensor:
         ValueError: if `x` and `dones` are not [T, N] of the same shape.
     """
     _check_same_shape(x=x, dones=dones)
-    running = torch.zeros_like(x[0])  # [N]
-    out = []
-    for t in reversed(range(x.shape[0])):
-        running = x[t] + gamma * (1.0 - dones[t]) * running
-        out.append(running)
-    return torch.stack(out[::-1])
+    return reverse_scan(x, gamma * (1.0 - dones))
+
+
+def reverse_scan(x: Tensor, decay: Tensor) -> Tensor:
+    """y_t = x_t + decay_t * y_{t+1} along dim 0, with y_T = 0 after the last row: the recursion of GAE and of the
+    discounted return.
+
+    The T sequential steps run on numpy views of the CPU tensors, in place: a numpy op on N = 8 numbers costs about
+    a microsecond against several for a torch op, and an update's T = 2048 steps made the torch loop ~40 ms. The
+    arithmetic is the same float32 operations in the same order.
+
+    Args:
+        x: [T, N] terms.
+        decay: [T, N] factors (gamma * lam * (1 - done) for GAE).
+
+    Returns:
+        [T, N] tensor y on the device of ``x``.
+    """
+    x_np = x.detach().cpu().numpy()
+    decay_np = decay.detach().to(x.dtype).cpu().numpy()
+    out = np.empty_like(x_np)
+    running = np.zeros_like(x_np[0])  # [N]
+    for t in range(x_np.shape[0] - 1, -1, -1):
+        np.multiply(decay_np[t], running, out=running)
+        running += x_np[t]
+        out[t] = running
+    return torch.from_numpy(out).to(x.device)
 
 
 def normalize(x: Tensor, eps: float = 1e-8) -> Tensor:
