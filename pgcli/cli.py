@@ -59,6 +59,14 @@ options:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pgcli`` console script."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `pgcli train --help | head`: the reader left early; stop quietly, as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
@@ -94,6 +102,8 @@ HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-com
 
 
 def _train_command(args: list[str]) -> int:
+    if "-h" in args or "--help" in args:
+        return _train_help(_task_overrides(args))
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
@@ -112,6 +122,22 @@ def _train_command(args: list[str]) -> int:
         raise
     outcome = close_sweep("FINISHED")
     return 1 if outcome is not None and not outcome.ok else 0
+
+
+def _train_help(overrides: list[str]) -> int:
+    """Print ``pgcli train --help`` (pgcli.help): the groups from conf/ and the config ``overrides`` compose to."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from pgcli.config import register_configs
+    from pgcli.help import train_help
+
+    compose_train_config(overrides)  # a bad override gets its one-line error, not a help page
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
+        cfg = compose("train", overrides=overrides)
+    print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
+    return 0
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

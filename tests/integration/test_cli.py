@@ -66,7 +66,19 @@ def test_train_help_lists_every_group_option_and_examples(workdir: Path):
         assert f"\n{group}: {', '.join(options)}\n" in out, f"group {group} not listed with {options}"
     assert "Examples:" in out and "pgcli train algo=a2c env=pendulum" in out
     assert "total_steps: 100000" in out  # the composed config follows
+    assert "schema" not in out.split("== Config (")[0]  # the internal schema groups are not options
+    assert "\n  ppo (default)  Stable-Baselines3 PPO\n" in out  # each option with its description
     assert not (workdir / "outputs").exists()
+
+
+def test_train_help_shows_the_config_the_given_overrides_compose_to(workdir: Path):
+    proc = run_pgcli(["train", "algo=trpo", "env=hopper", "--help"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    config = proc.stdout.split("== Config (")[1]
+    assert "target_kl: 0.01" in config and "id: Hopper-v5" in config and "cg_iters: 25" in config  # zoo preset
+    bad = run_pgcli(["train", "algo=trpoo", "--help"], cwd=workdir)
+    assert bad.returncode == 2 and bad.stderr.startswith("pgcli: error: unknown algo option 'trpoo'")
+    assert "Traceback" not in bad.stderr and bad.stdout == ""
 
 
 def test_train_cfg_job_prints_composed_config_and_runs_nothing(workdir: Path):
@@ -103,3 +115,11 @@ def test_bad_input_one_line_status_2_and_no_run(argv: list[str], fragment: str, 
     # nothing was created: neither the given store nor the default one, nor a run directory
     assert not store.root.exists()
     assert not (workdir / "outputs").exists()
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(workdir: Path):
+    # `pgcli train --help | true`: the reader exits at once, long before pgcli has composed the config and writes
+    exe = Path(sys.executable).parent / "pgcli"
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; '{exe}' train --help | true"], cwd=workdir,
+                          capture_output=True, text=True, timeout=120, env=cli_env())  # fmt: skip
+    assert proc.stderr == "" and proc.returncode == 141  # 128 + SIGPIPE, as a tool killed by SIGPIPE
