@@ -142,6 +142,40 @@ def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str
     return "\n".join(lines)
 
 
+def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
+    """Evaluation curves, one panel per env: per algorithm the mean over seeds (line) and each seed (thin lines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r["env"] for r in runs})
+    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        for i, algo in enumerate(sorted({r["algo"] for r in runs if r["env"] == env})):
+            group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["eval_curve"]]
+            if not group:
+                continue
+            steps = np.array([s for s, _ in group[0]["eval_curve"]], dtype=float)
+            curves = np.array([np.interp(steps, *np.array(r["eval_curve"], dtype=float).T) for r in group])
+            color = f"C{i}"
+            for curve in curves:
+                ax.plot(steps, curve, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(steps, curves.mean(0), color=color, linewidth=2, label=f"{algo} (mean of {len(group)} seeds)")
+        threshold = next((r["threshold"] for r in runs if r["env"] == env and r["threshold"] is not None), None)
+        if threshold is not None:
+            ax.axhline(threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
+        ax.set_title(env)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("deterministic eval return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def run_all(
     jobs: list[Job], *, n_jobs: int, out: Path, script: str, checkpoints: Sequence[int] = (),
     previous: list[dict[str, Any]] | None = None,
@@ -166,13 +200,17 @@ def run_all(
             rows = summarise(runs, checkpoints)
             out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     print(markdown(summarise(runs, checkpoints), checkpoints))
-    print(f"wrote {out}")
+    print(f"wrote {out} and {plot_curves(runs, out.with_suffix('.png'))}")
     return runs
 
 
-def report(path: Path, checkpoints: Sequence[int] = ()) -> str:
-    """The table of an existing results JSON."""
-    return markdown(summarise(json.loads(path.read_text())["runs"], checkpoints), checkpoints)
+def report(paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None) -> str:
+    """The table of the runs in one or more results JSON files (e.g. ours and the reference's), and their curves
+    in ``plot`` when given."""
+    runs = [r for path in paths for r in json.loads(path.read_text())["runs"]]
+    if plot is not None:
+        plot_curves(runs, plot)
+    return markdown(summarise(runs, checkpoints), checkpoints)
 
 
 def add_common_arguments(parser: Any, *, out: Path) -> None:
@@ -182,7 +220,8 @@ def add_common_arguments(parser: Any, *, out: Path) -> None:
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for every run, e.g. algo.n_groups=2")
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (one process each)")
     parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
+    parser.add_argument("--report", type=Path, nargs="+", help="print the table of existing results JSON(s), exit")
+    parser.add_argument("--plot", type=Path, help="with --report: also write the evaluation curves to this PNG")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out (more seeds, algos)")
 
 
@@ -197,7 +236,7 @@ def main_for(
     """Parse the command line and run the benchmark (or print --report)."""
     args = parser.parse_args()
     if args.report:
-        print(report(args.report, checkpoints))
+        print(report(args.report, checkpoints, args.plot))
         return
     run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
             previous=previous_runs(args.out, args.append))  # fmt: skip
