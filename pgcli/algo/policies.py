@@ -294,7 +294,35 @@ def obs_tensor(obs: np.ndarray, device: torch.device) -> Tensor:
     return torch.as_tensor(obs, dtype=torch.float32, device=device)
 
 
-class CategoricalPolicy(nn.Module):
+class _PolicyModule(nn.Module):
+    """What both policies compute the same way from their ``dist_params`` and ``*_of`` functions."""
+
+    def dist_params(self, obs: Tensor) -> DistParams:
+        raise NotImplementedError
+
+    def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def entropy_of(self, params: DistParams) -> Tensor:
+        raise NotImplementedError
+
+    def kl_of(self, old: DistParams, new: DistParams) -> Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        return self.log_prob_of(self.dist_params(obs), actions)
+
+    def entropy(self, obs: Tensor) -> Tensor:
+        return self.entropy_of(self.dist_params(obs))
+
+    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
+        return self.kl_of(old, self.dist_params(obs))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+
+class CategoricalPolicy(_PolicyModule):
     """pi(a|s) = softmax(logits(s)) over ``n_actions`` discrete actions."""
 
     def __init__(self, obs_dim: int, n_actions: int, model: ModelConfig) -> None:
@@ -325,15 +353,6 @@ class CategoricalPolicy(nn.Module):
             actions = (logits - torch.empty_like(logits).exponential_().log_()).argmax(-1)
         return actions, self.log_prob_of(params, actions)
 
-    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
-        return self.log_prob_of(self.dist_params(obs), actions)
-
-    def entropy(self, obs: Tensor) -> Tensor:
-        return self.entropy_of(self.dist_params(obs))
-
-    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
-        return self.kl_of(old, self.dist_params(obs))
-
     def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
         log_p = torch.log_softmax(params[0], dim=-1)  # [B, n]
         return log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -347,9 +366,6 @@ class CategoricalPolicy(nn.Module):
         log_p_old = torch.log_softmax(old[0], dim=-1)
         log_p_new = torch.log_softmax(new[0], dim=-1)
         return (log_p_old.exp() * (log_p_old - log_p_new)).sum(-1)
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return list(self.parameters())
 
     def fisher_product(self, obs: Tensor) -> Callable[[Tensor], Tensor] | None:
         # F = J^T M J / B with J = d logits / d theta and M = diag(p) - p p^T, the Hessian of KL(p_old || softmax(z))
@@ -376,7 +392,7 @@ class CategoricalPolicy(nn.Module):
         return self.to_env(self.sample(obs_tensor(obs, self.net.device), deterministic))
 
 
-class DiagGaussianPolicy(nn.Module):
+class DiagGaussianPolicy(_PolicyModule):
     """pi(a|s) = N(mean(s), diag(exp(log_std))^2), ``log_std`` a state-independent parameter."""
 
     def __init__(self, obs_dim: int, action_space: gym.spaces.Box, model: ModelConfig) -> None:
@@ -412,15 +428,6 @@ class DiagGaussianPolicy(nn.Module):
         log_prob = (-0.5 * noise.square() - self.log_std - HALF_LOG_2PI).sum(-1)
         return actions, log_prob
 
-    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
-        return self.log_prob_of(self.dist_params(obs), actions)
-
-    def entropy(self, obs: Tensor) -> Tensor:
-        return self.entropy_of(self.dist_params(obs))
-
-    def kl(self, obs: Tensor, old: DistParams) -> Tensor:
-        return self.kl_of(old, self.dist_params(obs))
-
     def log_prob_of(self, params: DistParams, actions: Tensor) -> Tensor:
         mean, log_std = params
         z = (actions - mean) * torch.exp(-log_std)
@@ -436,9 +443,6 @@ class DiagGaussianPolicy(nn.Module):
         var_ratio = torch.exp(2.0 * (log_std_old - log_std_new))
         mean_term = (mean_old - mean_new).square() * torch.exp(-2.0 * log_std_new)
         return (log_std_new - log_std_old + 0.5 * (var_ratio + mean_term - 1.0)).sum(-1)
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return list(self.parameters())
 
     def fisher_product(self, obs: Tensor) -> Callable[[Tensor], Tensor] | None:
         # KL(old || new) per action dim: log s_n - log s_o + (s_o^2 + (m_o - m_n)^2) / (2 s_n^2) - 1/2. Its Hessian
