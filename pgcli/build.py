@@ -133,7 +133,9 @@ def git_state() -> dict[str, str]:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return {}
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5
+        )
         return {"git_commit": sha.stdout.strip(), "git_dirty": str(bool(dirty.stdout.strip())).lower()}
     except (OSError, subprocess.SubprocessError):
         return {}
