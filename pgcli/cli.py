@@ -126,16 +126,12 @@ def _train_command(args: list[str]) -> int:
 
 def _train_help(overrides: list[str]) -> int:
     """Print ``pgcli train --help`` (pgcli.help): the groups from conf/ and the config ``overrides`` compose to."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pgcli.config import register_configs
     from pgcli.help import train_help
 
-    compose_train_config(overrides)  # a bad override gets its one-line error, not a help page
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-        cfg = compose("train", overrides=overrides)
+    cfg = compose_dictconfig(overrides)
+    to_train_config(cfg)  # a bad override gets its one-line error, not a help page
     print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
     return 0
 
@@ -189,6 +185,16 @@ def validate_overrides(overrides: list[str], *, multirun: bool = False) -> None:
 
 def compose_train_config(overrides: list[str]) -> Any:
     """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
+    run_cfg = to_train_config(compose_dictconfig(overrides))
+    if run_cfg.hardware.device == "cuda":
+        from pgcli.build import select_device
+
+        select_device(run_cfg.hardware)
+    return run_cfg
+
+
+def compose_dictconfig(overrides: list[str]) -> Any:
+    """The composed (not yet validated) DictConfig for ``overrides``; a composition error is a one-line ConfigError."""
     from hydra import compose, initialize_config_dir
 
     from pgcli.config import register_configs
@@ -196,17 +202,11 @@ def compose_train_config(overrides: list[str]) -> Any:
     register_configs()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            cfg = compose("train", overrides=overrides)
+            return compose("train", overrides=overrides)
     except ConfigError:
         raise
     except Exception as exc:
         raise ConfigError(describe_config_error(exc)) from None
-    run_cfg = to_train_config(cfg)
-    if run_cfg.hardware.device == "cuda":
-        from pgcli.build import select_device
-
-        select_device(run_cfg.hardware)
-    return run_cfg
 
 
 def to_train_config(cfg: Any) -> Any:
