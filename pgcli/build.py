@@ -67,6 +67,10 @@ class TrainSummary:
     output_dir: Path
     tracking_uri: str | None
     reward_threshold: float | None
+    best_return: float = float("nan")
+    """The best evaluation's mean return (nan without evaluation)."""
+    best_step: int | None = None
+    """Env steps at the best evaluation; its agent is in ``output_dir/best_model`` when ``eval.save_best``."""
 
 
 def trainer_class(algo_cfg: Any) -> type:
@@ -224,6 +228,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             eval_every=cfg.eval.every,
             checkpoint_dir=ctx.output_dir / "checkpoints",
             checkpoint_every=cfg.checkpoint_every,
+            best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
             progress=cfg.progress,
         )
         try:
@@ -233,6 +238,8 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             model_dir = trainer.save(ctx.output_dir / "model")
             if cfg.tracking.log_model:
                 logger.log_artifact(model_dir, "model")
+                if monitor.best_dir is not None and monitor.best_dir.is_dir():
+                    logger.log_artifact(monitor.best_dir, "best_model")
             hydra_dir = ctx.output_dir / ".hydra"
             if hydra_dir.is_dir():
                 logger.log_artifact(hydra_dir, "hydra")
@@ -257,4 +264,6 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
         output_dir=ctx.output_dir,
         tracking_uri=resolve_tracking_target(cfg.tracking).uri if cfg.tracking.backend == "mlflow" else None,
         reward_threshold=reward_threshold(cfg.env),
+        best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
+        best_step=monitor.best_step,
     )

@@ -534,6 +534,9 @@ class EvalConfig:
     """Act with the mode of the policy (mean / argmax)."""
     n_envs: int = 1
     """Parallel evaluation envs."""
+    save_best: bool = True
+    """Keep the agent of the best evaluation so far in <run dir>/best_model (logged as the ``best_model`` artifact),
+    as SB3's EvalCallback does: the last policy is not always the best one."""
 
     def __post_init__(self) -> None:
         _require(self.every >= 0, "eval.every", self.every, ">= 0")

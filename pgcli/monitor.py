@@ -114,6 +114,7 @@ class TrainingMonitor:
         eval_every: int,
         checkpoint_dir: Path | None,
         checkpoint_every: int = 0,
+        best_dir: Path | None = None,
         progress: bool = True,
         window: int = 100,
         log_every_steps: int = 1000,
@@ -124,6 +125,9 @@ class TrainingMonitor:
         self.recent_lengths: deque[int] = deque(maxlen=window)
         self.n_episodes = 0
         self.last_eval: EvalResult | None = None
+        self.best_dir = best_dir
+        self.best_eval: EvalResult | None = None
+        self.best_step: int | None = None
         self._last_eval_step: int | None = None
         self._next_eval = eval_every if eval_every > 0 else None
         self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
@@ -170,16 +174,21 @@ class TrainingMonitor:
                 self._next_ckpt += self.checkpoint_every
 
     def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
-        """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean``."""
+        """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean`` and
+        ``eval/best_return_mean``; save the agent to ``best_dir`` when this is the best evaluation so far."""
         if self.evaluator is None:
             return None
         t0 = time.perf_counter()
         result = self.evaluator(agent)
+        if self.best_eval is None or result.mean > self.best_eval.mean:
+            self.best_eval, self.best_step = result, step
+            if self.best_dir is not None:
+                agent.save(self.best_dir)
         self._eval_seconds += time.perf_counter() - t0
         self.last_eval, self._last_eval_step = result, step
         self.logger.log_metrics(
             {"eval/return_mean": result.mean, "eval/return_std": result.std,
-             "eval/ep_len_mean": float(result.lengths.mean())},
+             "eval/ep_len_mean": float(result.lengths.mean()), "eval/best_return_mean": self.best_eval.mean},
             step,
         )  # fmt: skip
         return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 import zipfile
 from pathlib import Path
@@ -155,6 +156,9 @@ def test_ppo_cartpole_through_the_cli(store: Store, workdir: Path, tmp_path: Pat
         assert metric_history(store, run, name), name
     assert all(v > 0 for _, v in metric_history(store, run, "train/entropy"))  # entropy, not SB3's negated loss
     assert {"checkpoints/step_1536/model.zip", "checkpoints/step_3072/model.zip"} <= artifacts
+    evals = [v for _, v in metric_history(store, run, "eval/return_mean")]
+    assert [v for _, v in metric_history(store, run, "eval/best_return_mean")] == list(itertools.accumulate(evals, max))
+    assert "best_model/model.zip" in artifacts  # the agent of the best evaluation (eval.save_best)
 
 
 def test_a2c_pendulum_through_the_cli(store: Store, workdir: Path, tmp_path: Path):

@@ -227,3 +227,37 @@ def test_sps_excludes_evaluation_time(tmp_path: Path, monkeypatch):
     monitor.update(2000, RowPolicy())  # 1000 more steps in 1 s of training
     assert evaluator.calls == 2
     assert logger.values_of("time/sps") == pytest.approx([1000.0, 1000.0])
+
+
+def test_the_best_evaluation_keeps_its_agent(tmp_path: Path):
+    class ScriptedEvaluator(CountingEvaluator):
+        def __init__(self, means: list[float]) -> None:
+            super().__init__()
+            self.means = means
+
+        def __call__(self, agent: Any) -> EvalResult:
+            mean = self.means[self.calls]
+            self.calls += 1
+            return EvalResult(np.array([mean]), np.array([1]))
+
+    class Versioned(RowPolicy):  # saves which update it is at, so the kept agent can be told apart
+        version = 0
+
+        def save(self, path: Path) -> Path:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "model.zip").write_text(str(self.version))
+            return path
+
+    logger, agent = RecordingLogger(), Versioned()
+    monitor = make_monitor(logger, tmp_path, evaluator=ScriptedEvaluator([1.0, 3.0, 2.0, 3.0]),
+                           best_dir=tmp_path / "best_model")  # fmt: skip
+    for step in (100, 200, 300, 400):
+        agent.version = step
+        monitor.update(step, agent)
+    assert logger.values_of("eval/best_return_mean") == [1.0, 3.0, 3.0, 3.0]  # the running best
+    assert monitor.best_step == 200 and monitor.best_eval is not None and monitor.best_eval.mean == 3.0
+    assert (tmp_path / "best_model" / "model.zip").read_text() == "200"  # a tie does not replace the first best
+
+    no_dir = make_monitor(RecordingLogger(), tmp_path / "other", evaluator=ScriptedEvaluator([1.0]))
+    no_dir.update(100, agent)
+    assert no_dir.best_step == 100 and not (tmp_path / "other").exists()  # eval.save_best=false: nothing written
