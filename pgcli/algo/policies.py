@@ -108,13 +108,11 @@ class MLP(nn.Module):
         act_backward = ACTIVATION_BACKWARD.get(self.activation_name)
         if act_backward is None:
             return None
+        weights = [layer.weight for layer in self._linears]
         with torch.no_grad():
-            inputs = [x]  # input of each layer
-            *hidden, out = self._linears
-            for layer in hidden:
-                inputs.append(self.activation(torch.addmm(layer.bias, inputs[-1], layer.weight.T)))
-            output = torch.addmm(out.bias, inputs[-1], out.weight.T)
-        return Linearization(self._linears, inputs, output, act_backward)
+            inputs, output = _forward_cached(x, [w.T for w in weights], [layer.bias for layer in self._linears],
+                                             self.activation)  # fmt: skip
+        return Linearization(weights, inputs, output, act_backward)
 
     def mse_grads(self, x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:
         """mean((f(x) - target)^2) and its gradient w.r.t. each parameter, in ``self.parameters()`` order.
@@ -149,26 +147,44 @@ class MLP(nn.Module):
         act_backward = ACTIVATION_BACKWARD.get(self.activation_name)
         if act_backward is None:
             return None
-        act, n_layers = self.activation, len(self._linears)
+        act = self.activation
         weights = [layer.weight for layer in self._linears]
         weights_t = [w.T for w in weights]
         biases = [layer.bias for layer in self._linears]
 
         @torch.no_grad()
         def fn(x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:
-            inputs = [x]  # input of each layer
-            for i in range(n_layers - 1):
-                inputs.append(act(torch.addmm(biases[i], inputs[i], weights_t[i])))
-            diff = torch.addmm(biases[-1], inputs[-1], weights_t[-1]).sub_(target)  # [B, out_dim]
-            grad_out = diff * (2.0 / diff.numel())  # d loss / d output
-            grads: list[Tensor] = [diff] * (2 * n_layers)
-            for i in range(n_layers - 1, -1, -1):
-                grads[2 * i], grads[2 * i + 1] = grad_out.T @ inputs[i], grad_out.sum(0)  # weight, bias
-                if i > 0:
-                    grad_out = act_backward(grad_out @ weights[i], inputs[i])  # through the previous activation
-            return diff, grads
+            inputs, output = _forward_cached(x, weights_t, biases, act)
+            diff = output.sub_(target)  # [B, out_dim]
+            return diff, _backprop(diff * (2.0 / diff.numel()), inputs, weights, act_backward)
 
         return fn
+
+
+def _forward_cached(
+    x: Tensor, weights_t: Sequence[Tensor], biases: Sequence[Tensor], act: Callable[[Tensor], Tensor]
+) -> tuple[list[Tensor], Tensor]:
+    """An MLP forward pass that keeps each layer's input: (inputs [x, a_1, ..., a_{L-1}], output)."""
+    inputs = [x]
+    for i in range(len(weights_t) - 1):
+        inputs.append(act(torch.addmm(biases[i], inputs[i], weights_t[i])))
+    return inputs, torch.addmm(biases[-1], inputs[-1], weights_t[-1])
+
+
+def _backprop(
+    grad_out: Tensor,
+    inputs: Sequence[Tensor],
+    weights: Sequence[Tensor],
+    act_backward: Callable[[Tensor, Tensor], Tensor],
+) -> list[Tensor]:
+    """J^T u for the output gradient u = ``grad_out`` of an MLP whose layer inputs are ``inputs``: one gradient per
+    parameter, in ``MLP.parameters()`` order (weight, bias per layer)."""
+    grads: list[Tensor] = [grad_out] * (2 * len(weights))
+    for i in range(len(weights) - 1, -1, -1):
+        grads[2 * i], grads[2 * i + 1] = grad_out.T @ inputs[i], grad_out.sum(0)  # weight, bias
+        if i > 0:
+            grad_out = act_backward(grad_out @ weights[i], inputs[i])  # through the previous activation
+    return grads
 
 
 class Linearization:
@@ -181,37 +197,31 @@ class Linearization:
 
     def __init__(
         self,
-        linears: Sequence[nn.Linear],
+        weights: Sequence[Tensor],
         inputs: list[Tensor],
         output: Tensor,
         act_backward: Callable[[Tensor, Tensor], Tensor],
     ) -> None:
-        self.linears, self.inputs, self.output, self.act_backward = linears, inputs, output, act_backward
+        self.weights, self.inputs, self.output, self.act_backward = weights, inputs, output, act_backward
 
     @torch.no_grad()
     def jvp(self, tangents: Sequence[Tensor]) -> Tensor:
         """J v for ``tangents`` [dW_0, db_0, dW_1, db_1, ...] (shaped as the parameters) -> [B, out_dim]."""
         d_in: Tensor | None = None  # tangent of the current layer's input (the batch x itself has none)
-        for i, layer in enumerate(self.linears):
+        for i, weight in enumerate(self.weights):
             d_weight, d_bias = tangents[2 * i], tangents[2 * i + 1]
             d_pre = torch.addmm(d_bias, self.inputs[i], d_weight.T)  # [B, out]
             if d_in is not None:
-                d_pre.addmm_(d_in, layer.weight.T)
+                d_pre.addmm_(d_in, weight.T)
             # the activation's derivative is diagonal: its backward applied to a tangent is its forward derivative
-            d_in = d_pre if i == len(self.linears) - 1 else self.act_backward(d_pre, self.inputs[i + 1])
+            d_in = d_pre if i == len(self.weights) - 1 else self.act_backward(d_pre, self.inputs[i + 1])
         assert d_in is not None
         return d_in
 
     @torch.no_grad()
     def vjp(self, grad_out: Tensor) -> list[Tensor]:
         """J^T u for ``grad_out`` u [B, out_dim]: one gradient per parameter, in ``MLP.parameters()`` order."""
-        grads: list[Tensor] = []
-        for i in reversed(range(len(self.linears))):
-            layer, layer_in = self.linears[i], self.inputs[i]
-            grads += [grad_out.sum(0), grad_out.T @ layer_in]  # bias, weight (reversed below)
-            if i > 0:
-                grad_out = self.act_backward(grad_out @ layer.weight, layer_in)  # through the previous activation
-        return grads[::-1]
+        return _backprop(grad_out, self.inputs, self.weights, self.act_backward)
 
 
 class Policy(Protocol):
