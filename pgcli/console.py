@@ -26,8 +26,9 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
             solved = f"  [{mark}: threshold {summary.reward_threshold:g}]"
         lines.append(f"  final eval return  {summary.final_return:.1f} ± {summary.final_return_std:.1f}{solved}")
     if summary.best_step is not None and summary.best_return > summary.final_return:
-        best = _relative(summary.output_dir / "best_model")
-        lines.append(f"  best eval return   {summary.best_return:.1f} at step {summary.best_step:,} ({best})")
+        saved = summary.output_dir / "best_model"
+        where = f" ({_relative(saved)})" if saved.is_dir() else ""  # eval.save_best=false saves none
+        lines.append(f"  best eval return   {summary.best_return:.1f} at step {summary.best_step:,}{where}")
     if summary.run_id:
         lines.append(f"  MLflow run         {summary.run_id}  ({summary.tracking_uri})")
     lines.append(f"  output dir         {_relative(summary.output_dir)}")

@@ -1,0 +1,27 @@
+"""The end-of-run summary: the best evaluation is reported only when it beats the final one, with its directory
+only when it was saved."""
+
+from pathlib import Path
+
+from pgcli.build import TrainSummary
+from pgcli.console import print_summary
+
+
+def summary(tmp_path: Path, *, final: float, best: float) -> TrainSummary:
+    return TrainSummary(run_id=None, steps=1000, final_return=final, final_return_std=0.0, wall_time_s=1.0,
+                        output_dir=tmp_path, tracking_uri=None, reward_threshold=None, best_return=best,
+                        best_step=500)  # fmt: skip
+
+
+def test_the_best_evaluation_is_reported_when_it_beats_the_final_one(tmp_path: Path, capsys):
+    print_summary(summary(tmp_path, final=10.0, best=10.0), algo="ppo", env="cartpole", seed=0)
+    assert "best eval return" not in capsys.readouterr().out
+
+    print_summary(summary(tmp_path, final=10.0, best=30.0), algo="ppo", env="cartpole", seed=0)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "best eval return" in x)
+    assert line.strip() == "best eval return   30.0 at step 500"  # eval.save_best=false: no directory to show
+
+    (tmp_path / "best_model").mkdir()
+    print_summary(summary(tmp_path, final=10.0, best=30.0), algo="ppo", env="cartpole", seed=0)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "best eval return" in x)
+    assert line.endswith(f"at step 500 ({tmp_path / 'best_model'})")
