@@ -9,7 +9,8 @@ process and interleaved round by round, so that load from other processes hits a
   issue's reference figure of ~29k SPS on CartPole was measured this way);
 - ``ours``: ``pgcli.algo.trpo.TRPO.learn`` (collection + GAE + CG/line search + critic epochs), no logging. The
   same run also times its own acting (``policy.sample``, ``policy.to_env`` and ``env.step`` inside the rollout):
-  ``ours_acting`` is the limit on ours' own trajectories, the steps divided by that CPU time. ``limit`` and
+  ``ours_acting`` is the limit on ours' own trajectories, the steps divided by that CPU time (the same clock
+  splits each update into acting, policy step and critic). ``limit`` and
   ``limit_dist`` act with an untrained policy whose episodes differ from a learning agent's (length, resets,
   contacts), and env cost follows the episodes: their SPS moved by up to 35% between seeds here. ``ours /
   ours_acting`` (the share of CPU time spent acting) does not depend on that;
@@ -74,28 +75,31 @@ def clocks(fn: Callable[[], int]) -> tuple[float, float]:
     return steps / (time.process_time() - cpu), steps / (time.perf_counter() - wall)
 
 
-class ActingClock:
-    """Accumulates the CPU time a trainer spends acting: its policy's ``sample`` and ``to_env`` and its env's ``step``
-    (instance attributes that shadow the methods; about 1 us of clock reads per call)."""
+class PhaseClock:
+    """Accumulates the CPU time a trainer spends in each phase of its updates: ``acting`` (its policy's ``sample``
+    and ``to_env`` and its env's ``step``), ``policy_step`` (gradient, CG, line search) and ``critic`` (the value
+    fit). Instance attributes shadow the methods; the clock reads cost about 1 us per call."""
 
     def __init__(self, trainer: TRPO) -> None:
-        self.cpu_s = 0.0
-        for owner, name in ((trainer.policy, "sample"), (trainer.policy, "to_env"), (trainer.env, "step")):
-            object.__setattr__(owner, name, self._timed(getattr(owner, name)))
+        self.cpu_s: dict[str, float] = {"acting": 0.0, "policy_step": 0.0, "critic": 0.0}
+        for owner, name, phase in ((trainer.policy, "sample", "acting"), (trainer.policy, "to_env", "acting"),
+                                   (trainer.env, "step", "acting"), (trainer, "_policy_step", "policy_step"),
+                                   (trainer, "_critic_steps", "critic")):  # fmt: skip
+            object.__setattr__(owner, name, self._timed(getattr(owner, name), phase))
 
-    def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed(self, fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.cpu_s += time.process_time() - start
+                self.cpu_s[phase] += time.process_time() - start
 
         return timed
 
 
-ACTING_SPS: dict[str, float] = {}
-"""env -> SPS of the last ``ours`` run's acting alone (set by ``run_one``)."""
+PHASES: dict[str, dict[str, float]] = {}
+"""env -> CPU seconds per phase of the last ``ours`` run (set by ``run_one``)."""
 
 
 def limit_loop(env: Any, policy: Any, steps: int, *, dist: bool) -> int:
@@ -126,9 +130,9 @@ def run_one(contender: str, env_name: str, n_steps: int, steps: int, seed: int) 
         if contender in ("limit", "limit_dist", "ours"):
             trainer = TRPO(TRPOConfig(n_steps=n_steps), env=env, model=cfg.model, seed=seed, device=device)
             if contender == "ours":
-                acting = ActingClock(trainer)
+                phases = PhaseClock(trainer)
                 cpu_sps, wall_sps = clocks(lambda: trainer.learn(steps, NullMonitor()))  # type: ignore[arg-type]
-                ACTING_SPS[env_name] = steps / acting.cpu_s
+                PHASES[env_name] = {**phases.cpu_s, "total": steps / cpu_sps}
                 return cpu_sps, wall_sps
             policy: CategoricalPolicy | DiagGaussianPolicy = trainer.policy  # type: ignore[assignment]
             return clocks(lambda: limit_loop(env, policy, steps, dist=contender == "limit_dist"))
@@ -151,9 +155,12 @@ def measure(env_name: str, *, n_steps: int, updates: int, rounds: int) -> dict[s
             cpu_sps, wall_sps = run_one(contender, env_name, n_steps, steps, seed=r)
             row[contender] = {"cpu_sps": cpu_sps, "wall_sps": wall_sps}
             if contender == "ours":
-                row["ours_acting"] = {"cpu_sps": ACTING_SPS[env_name]}
-                print(f"  {env_name} round {r}: ours acting {ACTING_SPS[env_name]:8.0f} SPS (cpu): the limit on ours' "
-                      "own trajectories", flush=True)  # fmt: skip
+                phases = PHASES[env_name]
+                row["ours_acting"] = {"cpu_sps": steps / phases["acting"]}
+                row["ours_phases_s_per_update"] = {k: v / updates for k, v in phases.items()}
+                split = ", ".join(f"{k} {v / updates:.3f} s" for k, v in phases.items())
+                print(f"  {env_name} round {r}: ours acting {steps / phases['acting']:8.0f} SPS (cpu): the limit on "
+                      f"ours' own trajectories; per update: {split}", flush=True)  # fmt: skip
             print(f"  {env_name} round {r}: {contender:10s} {cpu_sps:8.0f} SPS (cpu)  {wall_sps:8.0f} SPS (wall)",
                   flush=True)  # fmt: skip
         per_round.append(row)
@@ -162,6 +169,8 @@ def measure(env_name: str, *, n_steps: int, updates: int, rounds: int) -> dict[s
         for clock in ("cpu_sps", "wall_sps"):
             summary[f"{contender}_{clock}"] = median([row[contender][clock] for row in per_round])
     summary["ours_acting_cpu_sps"] = median([row["ours_acting"]["cpu_sps"] for row in per_round])
+    for phase in per_round[0]["ours_phases_s_per_update"]:
+        summary[f"ours_{phase}_s_per_update"] = median([row["ours_phases_s_per_update"][phase] for row in per_round])
     for clock in ("cpu_sps", "wall_sps"):
         for num, den in (("ours", "limit"), ("sb3", "limit"), ("ours", "sb3"), ("ours", "limit_dist")):
             summary[f"{num}/{den}_{clock}"] = median([row[num][clock] / row[den][clock] for row in per_round])
