@@ -49,8 +49,9 @@ clean-store:
 	rm -rf outputs/mlflow.db outputs/mlartifacts
 
 RAY_PORT ?= 6379
-ray-up: install  ## start a local Ray head on 127.0.0.1:$(RAY_PORT) for hydra/launcher=ray (pid/log in outputs/ray/)
-	$(PY) -m hydra_plugins.pgcli_ray_launcher.head up --port $(RAY_PORT)
+RAY_DIR ?= outputs/ray
+ray-up: install  ## start a local Ray head on 127.0.0.1:$(RAY_PORT) for hydra/launcher=ray (pid/log in $(RAY_DIR)/; creates ~/.ray/auth_token if missing)
+	$(PY) -m hydra_plugins.pgcli_ray_launcher.head up --port $(RAY_PORT) --dir $(RAY_DIR)
 
 ray-down:  ## stop the head that `make ray-up` started (only that one; `ray stop` would end every Ray on the machine)
-	$(PY) -m hydra_plugins.pgcli_ray_launcher.head down
+	$(PY) -m hydra_plugins.pgcli_ray_launcher.head down --dir $(RAY_DIR)

@@ -47,6 +47,7 @@ def start_head(
     state_dir.mkdir(parents=True, exist_ok=True)
     log = state_dir / "head.log"
     ray = Path(sys.executable).with_name("ray")
+    ensure_auth_token(ray)
     cmd = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
            "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
     if num_cpus is not None:
@@ -66,6 +67,25 @@ def start_head(
         time.sleep(0.5)
     stop_head(proc.pid)
     raise RuntimeError(f"Ray head did not start within {timeout_s:.0f} s: {_tail(log)}")
+
+
+def ensure_auth_token(ray: Path) -> None:
+    """Create the Ray auth token on a machine that has none (a fresh HOME).
+
+    ``ray start`` with token auth (Ray >= 2.52) refuses to start without one and never creates it; jobs that connect
+    (``ray.init(address=...)``) read the same file, so one token per user covers the head and the launcher. The token
+    is a secret: Ray's command prints it, so its output is discarded.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if path.is_file() and path.stat().st_size > 0:
+        return
+    done = subprocess.run([str(ray), "get-auth-token", "--generate"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env={**os.environ, **HEAD_ENV}, timeout=60)  # fmt: skip
+    if done.returncode != 0 or not path.is_file():
+        raise RuntimeError(f"cannot create the Ray auth token {path}: {done.stderr.strip()[-300:]}")
+    path.chmod(0o600)  # Ray writes it world-readable; it grants access to the cluster
 
 
 def stop_head(pid: int, *, timeout_s: float = 30.0) -> None:

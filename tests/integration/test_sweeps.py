@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli
+from tests.conftest import REPO, Store, cli_env, run_pgcli
 
 TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
         "tracking.log_model=false"]  # fmt: skip
@@ -28,8 +28,10 @@ def store(migrated_store: Store) -> Store:
     return migrated_store
 
 
-def sweep(store: Store, workdir: Path, *overrides: str, timeout: float = 400) -> Any:
-    return run_pgcli(["train", "-m", f"tracking.uri={store.uri}", *TINY, *overrides], cwd=workdir, timeout=timeout)
+def sweep(store: Store, workdir: Path, *overrides: str, timeout: float = 400, **env: str) -> Any:
+    return run_pgcli(
+        ["train", "-m", f"tracking.uri={store.uri}", *TINY, *overrides], cwd=workdir, timeout=timeout, **env
+    )
 
 
 def tree(store: Store) -> tuple[Any, list[Any]]:
@@ -112,19 +114,27 @@ def _free_port() -> int:
 
 
 @pytest.mark.ray
-def test_ray_sweep_on_a_local_head(store: Store, workdir: Path, tmp_path: Path) -> None:
+def test_make_ray_up_on_a_fresh_home_then_a_ray_sweep(store: Store, workdir: Path, tmp_path: Path) -> None:
+    """`make ray-up` as a new user runs it: no ~/.ray/auth_token yet (Ray's token auth refused to start, issue 9)."""
     pytest.importorskip("ray", reason="Ray is not installed (make install installs the ray extra)")
-    from hydra_plugins.pgcli_ray_launcher.head import start_head, stop_head
-
+    home, state = tmp_path / "home", tmp_path / "ray"
+    home.mkdir()
+    env = {**cli_env(), "HOME": str(home)}
+    port = _free_port()
+    # -o: the venv running this test is the installed one; never re-run `make install` from a test.
+    make = ["make", "--no-print-directory", "-C", str(REPO), "-o", "install", "-o", ".venv/.installed",
+            f"PY={sys.executable}", f"RAY_PORT={port}", f"RAY_DIR={state}"]  # fmt: skip
+    up = subprocess.run([*make, "ray-up"], capture_output=True, text=True, env=env, timeout=180)
     try:
-        head = start_head(port=_free_port(), num_cpus=2, state_dir=tmp_path / "ray")
-    except RuntimeError as exc:
-        pytest.skip(f"Ray head could not start on 127.0.0.1 here: {exc}")
-    try:
-        proc = sweep(store, workdir, "hydra/launcher=ray", f"hydra.launcher.address={head.address}", "algo=ppo",
-                     "env=cartpole", "seed=0,1")  # fmt: skip
+        assert up.returncode == 0, (up.stdout + up.stderr)[-3000:]
+        assert f"ray head on 127.0.0.1:{port}" in up.stdout
+        token = home / ".ray" / "auth_token"
+        assert token.is_file() and token.stat().st_mode & 0o077 == 0, "token created, readable by its owner only"
+        proc = sweep(store, workdir, "hydra/launcher=ray", f"hydra.launcher.address=127.0.0.1:{port}", "algo=ppo",
+                     "env=cartpole", "seed=0,1", HOME=str(home))  # fmt: skip
     finally:
-        stop_head(head.pid)
+        down = subprocess.run([*make, "ray-down"], capture_output=True, text=True, env=env, timeout=120)
+    assert down.returncode == 0 and "ray head stopped" in down.stdout, down.stdout + down.stderr
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = tree(store)
     assert parent.info.status == "FINISHED" and parent.data.tags["launcher"] == "RayLauncher"
