@@ -151,6 +151,7 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
 
     params = flatten(asdict(cfg))
     params["algo"], params["env"] = ctx.algo_name, ctx.env_name
+    params["planned_steps"] = cfg.planned_steps  # total_steps rounded up to whole rollouts (None for GRPO)
     return params
 
 

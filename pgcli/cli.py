@@ -43,6 +43,7 @@ commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
+  completion print the bash completion script            eval "$(pgcli completion bash)"
 
 examples:
   pgcli train                                       # PPO on CartPole, ~1 minute, tracked in outputs/mlflow.db
@@ -75,7 +76,8 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"pgcli {pgcli.__version__}")
         return 0
     command, rest = args[0], args[1:]
-    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command}
+    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command,
+                "completion": _completion_command}  # fmt: skip
     if command not in commands:
         close = difflib.get_close_matches(command, commands, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -104,8 +106,12 @@ HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-com
 def _train_command(args: list[str]) -> int:
     if "-h" in args or "--help" in args:
         return _train_help(_task_overrides(args))
+    if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
+        raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
+    if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
+        args = [*args, "hydra/hydra_help=pgcli"]
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
     sys.argv = ["pgcli train", *args]
     from pgcli.sweep import close_sweep
@@ -318,8 +324,10 @@ def run_train(cfg: Any) -> float:
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
                 extra_tags=sweep_tags,
             )
+            from pgcli.console import print_budget_note, print_summary
+
+            print_budget_note(seed_cfg)
             summary = train(seed_cfg, ctx)
-            from pgcli.console import print_summary
 
             print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)
             returns.append(summary.final_return)
@@ -379,6 +387,15 @@ def _ui_command(args: list[str]) -> int:
     print(f"pgcli: MLflow UI on http://{ns.host}:{ns.port} (store {target.uri}); Ctrl-C to stop", file=sys.stderr)
     os.execv(sys.executable, cmd)
     return 0  # not reached
+
+
+def _completion_command(args: list[str]) -> int:
+    from pgcli.completion import bash_script
+
+    if args != ["bash"]:
+        raise ConfigError('usage: pgcli completion bash  (then: eval "$(pgcli completion bash)", e.g. in ~/.bashrc)')
+    print(bash_script(["train", "compare", "ui", "completion"]), end="")
+    return 0
 
 
 def _compare_command(args: list[str]) -> int:

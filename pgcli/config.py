@@ -579,6 +579,18 @@ class TrainConfig:
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
 
+    @property
+    def steps_per_rollout(self) -> int | None:
+        """Env steps per update, ``algo.n_steps * env.n_envs`` (None for GRPO, whose updates are whole episodes)."""
+        n_steps = getattr(self.algo, "n_steps", None)
+        return n_steps * self.env.n_envs if n_steps is not None else None
+
+    @property
+    def planned_steps(self) -> int | None:
+        """The env steps training will take: ``total_steps`` rounded up to whole rollouts (None for GRPO)."""
+        per = self.steps_per_rollout
+        return -(-self.total_steps // per) * per if per else None
+
 
 def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from pathlib import Path
 
 from pgcli.build import TrainSummary
+from pgcli.config import TrainConfig
+
+log = logging.getLogger("pgcli")
 
 
 def _relative(path: Path) -> str:
@@ -35,3 +39,18 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
     if summary.run_id:
         lines.append("  compare in the UI  pgcli ui")
     print("\n".join(lines), file=sys.stdout, flush=True)
+    for line in lines:
+        log.info(line.strip())
+
+
+def print_budget_note(cfg: TrainConfig) -> None:
+    """Say up front when ``total_steps`` is not a whole number of rollouts: training stops at the next boundary."""
+    planned = cfg.planned_steps
+    if planned is None or planned == cfg.total_steps:
+        return
+    n_steps = getattr(cfg.algo, "n_steps", 0)
+    rollout = f"algo.n_steps {n_steps} x env.n_envs {cfg.env.n_envs} = {cfg.steps_per_rollout}"
+    note = f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): "
+    note += f"training stops at {planned:,} env steps"
+    print(note, file=sys.stderr, flush=True)
+    log.info(note.removeprefix("pgcli: "))

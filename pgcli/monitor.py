@@ -12,6 +12,7 @@ Metric keys are the same for every algorithm; ``step`` is always environment ste
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -31,6 +32,8 @@ from pgcli.env import (
     normalizer_state,
 )
 from pgcli.tracking import MetricLogger
+
+log = logging.getLogger("pgcli")
 
 
 class Agent(Protocol):
@@ -191,6 +194,8 @@ class TrainingMonitor:
              "eval/ep_len_mean": float(result.lengths.mean()), "eval/best_return_mean": self.best_eval.mean},
             step,
         )  # fmt: skip
+        log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, result.mean, result.std,
+                 len(result.returns))  # fmt: skip
         return result
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:

@@ -123,3 +123,38 @@ def test_a_reader_that_stops_early_gets_no_traceback(workdir: Path):
     proc = subprocess.run(["bash", "-c", f"set -o pipefail; '{exe}' train --help | true"], cwd=workdir,
                           capture_output=True, text=True, timeout=120, env=cli_env())  # fmt: skip
     assert proc.stderr == "" and proc.returncode == 141  # 128 + SIGPIPE, as a tool killed by SIGPIPE
+
+
+COMPLETE = """\
+eval "$(pgcli completion bash)"
+complete_line() {
+    COMP_LINE="$1"; COMP_POINT=${#1}; read -ra COMP_WORDS <<< "$1"
+    [[ "$1" == *" " ]] && COMP_WORDS+=("")
+    COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); _pgcli_complete; echo "${COMPREPLY[*]}"
+}
+complete_line "pgcli tr"
+complete_line "pgcli train algo=t"
+complete_line "pgcli train seed=1 env=h"
+complete_line "pgcli train algo.clip_r"
+"""
+
+
+def test_bash_completion_completes_commands_and_train_overrides(workdir: Path):
+    # what bash does on <TAB>: set COMP_* and call the registered function (issue 9: the advertised one failed)
+    env = cli_env(PATH=f"{Path(sys.executable).parent}:{cli_env()['PATH']}")
+    proc = subprocess.run(["bash", "-c", COMPLETE], cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "train",
+        "algo=trpo",
+        "env=halfcheetah env=hopper",
+        "algo.clip_range= algo.clip_range_schedule=",
+    ]
+
+
+def test_hydra_help_does_not_advertise_hydras_broken_completion(workdir: Path):
+    proc = run_pgcli(["train", "--hydra-help"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "-sc" not in proc.stdout and 'eval "$(pgcli completion bash)"' in proc.stdout
+    sc = run_pgcli(["train", "-sc", "install=bash"], cwd=workdir)
+    assert sc.returncode == 2 and sc.stderr.count("\n") == 1 and "pgcli completion bash" in sc.stderr

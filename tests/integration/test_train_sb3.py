@@ -159,6 +159,11 @@ def test_ppo_cartpole_through_the_cli(store: Store, workdir: Path, tmp_path: Pat
     evals = [v for _, v in metric_history(store, run, "eval/return_mean")]
     assert [v for _, v in metric_history(store, run, "eval/best_return_mean")] == list(itertools.accumulate(evals, max))
     assert "best_model/model.zip" in artifacts  # the agent of the best evaluation (eval.save_best)
+    # the run's log: the budget note (3000 is not a whole number of 256-step rollouts), evaluations, the summary
+    log = (Path(run.data.tags["output_dir"]) / "train.log").read_text()
+    assert "training stops at 3,072 env steps" in log and "eval at step 3072: return" in log, log
+    assert "final eval return" in log and run.info.run_id in log
+    assert params["planned_steps"] == "3072"
 
 
 def test_a2c_pendulum_through_the_cli(store: Store, workdir: Path, tmp_path: Path):
