@@ -169,6 +169,7 @@ def open_logger(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str]) -> Any:
             tags=tags,
             parent_run_id=ctx.parent_run_id,
             flush_every_s=cfg.tracking.flush_every_s,
+            spool_dir=ctx.output_dir,  # a tracking server that goes away mid-run: writes wait here (pgcli.spool)
         )
     return RunLogger(ctx.output_dir, backend)
 

@@ -43,6 +43,7 @@ commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
+  sync       deliver a run's writes spooled in an outage  pgcli sync <run dir>
   completion print the bash completion script            eval "$(pgcli completion bash)"
 
 examples:
@@ -76,7 +77,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"pgcli {pgcli.__version__}")
         return 0
     command, rest = args[0], args[1:]
-    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command,
+    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command, "sync": _sync_command,
                 "completion": _completion_command}  # fmt: skip
     if command not in commands:
         close = difflib.get_close_matches(command, commands, n=1)
@@ -389,12 +390,35 @@ def _ui_command(args: list[str]) -> int:
     return 0  # not reached
 
 
+def _sync_command(args: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="pgcli sync",
+        description="Deliver what a run wrote while its tracking server was unreachable (<run dir>/"
+        "tracking_spool.jsonl: metrics, params, tags, artifacts and its final status) to the server, in order.",
+        epilog="example:\n  pgcli sync outputs/runs/2026-11-23/10-00-00_trpo_hopper_s0",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run_dir", type=Path, help="the run directory named in the run's warning")
+    parser.add_argument("--uri", default=None, help="deliver to this tracking URI (default: the run's own server; "
+                        "credentials are never stored in the spool, so pass them here or in MLFLOW_TRACKING_USERNAME/"
+                        "MLFLOW_TRACKING_PASSWORD)")  # fmt: skip
+    ns = parser.parse_args(args)
+    from pgcli.tracking import sync_run_dir
+
+    run_id, n, status = sync_run_dir(ns.run_dir, ns.uri)
+    ended = f"; run ended {status}" if status else "; the run had not ended (it is still RUNNING in the store)"
+    print(f"pgcli: delivered {n} writes to run {run_id}{ended}")
+    return 0
+
+
 def _completion_command(args: list[str]) -> int:
     from pgcli.completion import bash_script
 
     if args != ["bash"]:
         raise ConfigError('usage: pgcli completion bash  (then: eval "$(pgcli completion bash)", e.g. in ~/.bashrc)')
-    print(bash_script(["train", "compare", "ui", "completion"]), end="")
+    print(bash_script(["train", "compare", "ui", "sync", "completion"]), end="")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
+from pgcli.errors import ConfigError, PgcliError
+from pgcli.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
@@ -87,6 +90,10 @@ class MLflowBackend:
 
     Using the client (not ``mlflow.start_run``) keeps no global active run, so runs in sweep workers can name their
     parent explicitly and ``$MLFLOW_RUN_ID`` cannot hijack them (mlflow/mlflow#15713).
+
+    With a tracking server and a ``spool_dir``, an outage never stops or stalls training: writes go to
+    ``<spool_dir>/tracking_spool.jsonl`` while the server is unreachable and are delivered, in order, once its
+    ``/health`` answers again (checked every ``probe_every_s``) or later by ``pgcli sync`` (pgcli.spool).
     """
 
     def __init__(
@@ -98,11 +105,16 @@ class MLflowBackend:
         tags: Mapping[str, str],
         parent_run_id: str | None = None,
         flush_every_s: float = 5.0,
+        spool_dir: Path | None = None,
+        probe_every_s: float = 10.0,
     ) -> None:
         from mlflow.tracking import MlflowClient
 
         quiet_mlflow_logs()
+        if is_remote(target.uri):
+            quick_http_failures()
         self.client = MlflowClient(tracking_uri=target.uri)
+        self.uri = target.uri
         run_tags = dict(tags)
         if parent_run_id:
             # A child lives in its parent's experiment (MLflow nests runs only within one experiment), so a sweep over
@@ -115,13 +127,15 @@ class MLflowBackend:
         self.run_id: str = run.info.run_id
         self.artifact_uri: str = run.info.artifact_uri
         self.flush_every_s = flush_every_s
-        self._buffer: list[Any] = []
+        self._buffer: list[list[Any]] = []  # [key, value, timestamp_ms, step] points not yet written
         self._last_flush = time.monotonic()
         self._last_point: dict[str, tuple[int, int]] = {}  # key -> (step, timestamp) of its latest value
+        self.spool = Spool(spool_dir / SPOOL_FILE) if spool_dir is not None and is_remote(target.uri) else None
+        self.probe_every_s = probe_every_s
+        self._offline = False
+        self._next_probe = 0.0
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now, step = int(time.time() * 1000), int(step)
         for key, value in metrics.items():
             timestamp = now
@@ -131,43 +145,172 @@ class MLflowBackend:
                 # the same vector step with the same return would count as one: a later millisecond keeps both.
                 timestamp = last[1] + 1
             self._last_point[key] = (step, timestamp)
-            self._buffer.append(Metric(key, float(value), timestamp, step))
+            self._buffer.append([key, float(value), timestamp, step])
         if len(self._buffer) >= MLFLOW_BATCH_LIMIT or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     def flush(self) -> None:
         while self._buffer:
             chunk = self._buffer[:MLFLOW_BATCH_LIMIT]
-            with_retry(self.client.log_batch, self.run_id, metrics=chunk, synchronous=True)
+            self._write({"op": "metrics", "metrics": chunk})
             # Dropped only once written: a Ctrl-C inside log_batch leaves the chunk for the flush in end(). Points
             # that were committed just before the interrupt are ignored by MLflow the second time (same key).
             del self._buffer[: len(chunk)]
         self._last_flush = time.monotonic()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, str(v)) for k, v in params.items()]
-        for i in range(0, len(items), PARAM_BATCH_LIMIT):
-            with_retry(self.client.log_batch, self.run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+        self._write({"op": "params", "params": {k: str(v) for k, v in params.items()}})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        from mlflow.entities import RunTag
-
-        tag_list = [RunTag(k, str(v)) for k, v in tags.items()]
-        with_retry(self.client.log_batch, self.run_id, tags=tag_list, synchronous=True)
+        self._write({"op": "tags", "tags": {k: str(v) for k, v in tags.items()}})
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        if path.is_dir():
-            self.client.log_artifacts(self.run_id, str(path), artifact_path)
-        else:
-            self.client.log_artifact(self.run_id, str(path), artifact_path)
+        self._write({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
 
     def end(self, status: str) -> None:
+        self._next_probe = 0.0  # one more try to reach a server that went away, whatever the probe clock says
         try:
             self.flush()
         finally:
-            with_retry(self.client.set_terminated, self.run_id, status=status)
+            self._write({"op": "end", "status": status})
+        if self._offline and self.spool is not None:
+            n = len(self.spool.operations())
+            print(f"pgcli: warning: tracking server {strip_credentials(self.uri)} is still unreachable: run "
+                  f"{self.run_id} shows RUNNING there until `pgcli sync {self.spool.path.parent}` delivers the {n} "
+                  "writes waiting in " + str(self.spool.path), file=sys.stderr, flush=True)  # fmt: skip
+
+    # -- outages -----------------------------------------------------------------------------------------------------
+    def _write(self, op: dict[str, Any]) -> None:
+        """Apply one operation now; while a tracking server is unreachable, spool it instead (in order)."""
+        if self.spool is not None and self._offline and not self._reconnect():
+            self.spool.append(op)
+            return
+        try:
+            apply_operation(self.client, self.run_id, op)
+        except Exception as exc:
+            if self.spool is None or not is_outage(exc):
+                raise
+            self._go_offline(exc)
+            self.spool.append(op)
+
+    def _go_offline(self, exc: BaseException) -> None:
+        assert self.spool is not None
+        self._offline, self._next_probe = True, time.monotonic() + self.probe_every_s
+        self.spool.start(self.run_id, self.uri)
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        print(f"pgcli: warning: tracking server {strip_credentials(self.uri)} unreachable ({reason}); training goes "
+              f"on and its writes wait in {self.spool.path}", file=sys.stderr, flush=True)  # fmt: skip
+
+    def _reconnect(self) -> bool:
+        """Every ``probe_every_s`` while offline: if the server answers, deliver the spool and go back online."""
+        assert self.spool is not None
+        if time.monotonic() < self._next_probe:
+            return False
+        self._next_probe = time.monotonic() + self.probe_every_s
+        if not server_is_healthy(self.uri):
+            return False
+        try:
+            n = deliver_spool(self.client, self.spool)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return False
+        self._offline = False
+        print(f"pgcli: tracking server {strip_credentials(self.uri)} is back: delivered {n} spooled writes",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return True
+
+
+def quick_http_failures() -> None:
+    """Fail a request to an unreachable tracking server in seconds instead of MLflow's ~4 minutes of retries.
+
+    pgcli spools writes during an outage (MLflowBackend), so long client-side retries would only stall training.
+    A user's own ``MLFLOW_HTTP_REQUEST_*`` settings win.
+    """
+    for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):  # fmt: skip
+        os.environ.setdefault(key, value)
+
+
+def server_is_healthy(uri: str, timeout_s: float = 2.0) -> bool:
+    """Whether the MLflow server at ``uri`` answers ``GET /health`` with 200 within ``timeout_s``."""
+    import requests
+
+    try:
+        return requests.get(strip_credentials(uri).rstrip("/") + "/health", timeout=timeout_s).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    """Write one spool-format operation (pgcli.spool) to ``run_id`` through ``client``."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    kind = op["op"]
+    if kind == "metrics":
+        points = [Metric(key, value, timestamp, step) for key, value, timestamp, step in op["metrics"]]
+        for i in range(0, len(points), MLFLOW_BATCH_LIMIT):
+            with_retry(client.log_batch, run_id, metrics=points[i : i + MLFLOW_BATCH_LIMIT], synchronous=True)
+    elif kind == "params":
+        items = [Param(k, v) for k, v in op["params"].items()]
+        for i in range(0, len(items), PARAM_BATCH_LIMIT):
+            with_retry(client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+    elif kind == "tags":
+        with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()], synchronous=True)
+    elif kind == "artifact":
+        path = Path(op["path"])
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), op["artifact_path"])
+        elif path.is_file():
+            client.log_artifact(run_id, str(path), op["artifact_path"])
+        # else: removed since (an old checkpoint pruned by checkpoint_keep): nothing left to deliver
+    elif kind == "end":
+        with_retry(client.set_terminated, run_id, status=op["status"])
+    else:
+        raise ValueError(f"unknown tracking operation {kind!r}")
+
+
+def deliver_spool(client: Any, spool: Spool) -> int:
+    """Replay every spooled operation in order, then remove the spool; returns how many were delivered.
+
+    Replaying is idempotent (identical metric points are stored once, params and tags are rewritten with the same
+    value), so a delivery cut short by a second outage is simply repeated later.
+    """
+    run_id = spool.header()["run_id"]
+    ops = spool.operations()
+    for op in ops:
+        apply_operation(client, run_id, op)
+    spool.clear()
+    return len(ops)
+
+
+def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str | None]:
+    """``pgcli sync``: deliver a run directory's spool to its tracking server.
+
+    Returns (run id, operations delivered, the final status delivered or None). Raises a one-line PgcliError when
+    there is nothing to deliver or the server is still unreachable (the spool then stays as it was).
+    """
+    from mlflow.tracking import MlflowClient
+
+    spool = Spool(run_dir / SPOOL_FILE)
+    if not run_dir.is_dir():
+        raise ConfigError(f"no such run directory: {run_dir}")
+    if not spool.path.is_file():
+        raise ConfigError(f"nothing to deliver: {run_dir} has no {SPOOL_FILE} (its run reached its store)")
+    try:
+        header, ops = spool.header(), spool.operations()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    target = uri or header["uri"]
+    if is_remote(target):
+        quick_http_failures()
+        if not server_is_healthy(target, timeout_s=10.0):
+            raise PgcliError(f"tracking server {strip_credentials(target)} is unreachable; nothing was delivered "
+                             f"(the {len(ops)} writes stay in {spool.path})")  # fmt: skip
+    quiet_mlflow_logs()
+    status = next((op["status"] for op in reversed(ops) if op["op"] == "end"), None)
+    n = deliver_spool(MlflowClient(tracking_uri=target), spool)
+    return header["run_id"], n, status
 
 
 def quiet_mlflow_logs() -> None:
