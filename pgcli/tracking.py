@@ -467,6 +467,8 @@ class RunRecord:
     tags: dict[str, str]
     metrics: dict[str, float]
     """Latest value of each metric."""
+    end_time: int = 0
+    """Milliseconds since the epoch when the run ended (0 while it runs)."""
 
 
 class RunStore:
@@ -567,4 +569,5 @@ def _record(run: Any) -> RunRecord:
         params=dict(run.data.params),
         tags=dict(run.data.tags),
         metrics=dict(run.data.metrics),
+        end_time=int(run.info.end_time or 0),
     )
