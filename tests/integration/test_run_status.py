@@ -104,7 +104,7 @@ def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_pa
     """Run pgcli.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
     from pgcli.algo import sb3
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     original = sb3._MonitorCallback._on_rollout_end
     calls = {"n": 0}
@@ -145,7 +145,7 @@ def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_
     # Ctrl-C while the progress bar is being set up, between MLflow's create_run and the first update.
     from pgcli import monitor
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     def interrupted_bar(total: int) -> Any:
         raise KeyboardInterrupt

@@ -39,6 +39,7 @@ class RecordingLogger:
     def __init__(self) -> None:
         self.metrics: list[tuple[int, dict[str, float]]] = []
         self.artifacts: list[tuple[Path, str | None]] = []
+        self.flushes = 0
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.metrics.append((step, dict(metrics)))
@@ -49,6 +50,9 @@ class RecordingLogger:
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self.artifacts.append((path, artifact_path))
+
+    def flush(self) -> None:
+        self.flushes += 1
 
     def close(self, status: str) -> None: ...
 
