@@ -33,6 +33,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from pgcli.errors import PgcliError
+
 if TYPE_CHECKING:
     from pgcli.monitor import Trainer, TrainingMonitor
     from pgcli.tracking import MLflowBackend, RunLogger, RunRecord, RunStore
@@ -329,8 +331,16 @@ class Run:
         run with its stored metric history (later points are logged only past it: no step is logged twice)."""
         self.trainer, self.monitor = trainer, monitor
         if self.resume is not None:
-            trainer.load(self.resume.checkpoint)
-            monitor.load_state(self.resume.checkpoint, self.resume.step)
+            checkpoint = self.resume.checkpoint
+            try:
+                trainer.load(checkpoint)
+            except PgcliError:
+                raise
+            except Exception as exc:  # a truncated or foreign file: torch/zip/pickle errors of every kind
+                lines = str(exc).strip().splitlines()
+                raise PgcliError(f"cannot load checkpoint {checkpoint}: {type(exc).__name__}: "
+                                 f"{lines[0] if lines else ''}") from None  # fmt: skip
+            monitor.load_state(checkpoint, self.resume.step)
             self._open(self.resume.run_id)
         self.stop.armed = True
 
