@@ -116,7 +116,10 @@ def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, wor
     assert sum(r.startswith("time/sps,") for r in csv_rows) == len(after["time/sps"])  # the report has both halves
 
 
-def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path):
+def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
+    from pgcli.errors import ConfigError
+    from pgcli.resume import plan_resume
+
     run_dir = workdir / "run"
     args = ["train", *CASES["trpo"], *COMMON, "total_steps=512", "checkpoint_every=0", f"tracking.uri={store.uri}",
             f"hydra.run.dir={run_dir}"]  # fmt: skip
@@ -125,21 +128,33 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
     (run,) = store.runs("cartpole")
     before = (store.root / "mlflow.db").read_bytes()
 
+    monkeypatch.chdir(workdir)
+    lookup = f"tracking.uri={store.uri}"
     bad = {
-        # (resume target and overrides, expected exit status, words of the one-line error)
-        "no checkpoint": ([f"resume={run.info.run_id}", f"tracking.uri={store.uri}"], 2, "has no checkpoint"),
-        "other store": ([f"resume={'0' * 32}", f"tracking.uri={store.uri}"], 2, "no run '000"),
-        "changes the experiment": ([f"resume={run_dir}", "algo.target_kl=0.5"], 2, "'algo.target_kl' cannot change"),
-        "fewer steps": ([f"resume={run_dir}", "total_steps=10"], 2, "may only grow"),
-        "not a run": ([f"resume={workdir}"], 2, "not a pgcli run directory"),
-        "neither": (["resume=nonsense"], 2, "neither a run directory nor an MLflow run id"),
+        # (resume target, overrides): words of the one-line error
+        (run.info.run_id, lookup): "has no checkpoint",
+        ("0" * 32, lookup): f"no run '{'0' * 32}' in {store.uri}",
+        (str(run_dir), "algo.target_kl=0.5"): "'algo.target_kl' cannot change when a run continues",
+        (str(run_dir), "eval.episodes=20"): "'eval.episodes' cannot change",
+        (str(run_dir), "total_steps=10"): "total_steps=10 is below the run's 512; it may only grow",
+        (str(workdir), ""): "not a pgcli run directory",
+        ("nonsense", ""): "neither a run directory nor an MLflow run id",
+        (run.info.run_id, "tracking.uri=sqlite:///nowhere/mlflow.db"): "no tracking store at sqlite:///nowhere",
     }
-    for name, (resume_args, code, words) in bad.items():
-        proc = run_pgcli(["train", *resume_args], cwd=workdir)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == code, (name, proc.stderr[-2000:])
-        assert len(lines) == 1 and lines[0].startswith("pgcli: error: resume") and words in lines[0], (name, lines)
+    for (target, override), words in bad.items():
+        with pytest.raises(ConfigError) as info:
+            plan_resume(target, [override] if override else [])
+        assert words in str(info.value) and "\n" not in str(info.value), (target, override, str(info.value))
+    # through the CLI: one line, exit 2, no traceback
+    proc = run_pgcli(["train", f"resume={run_dir}", "algo.target_kl=0.5"], cwd=workdir)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "pgcli: error: resume: 'algo.target_kl' cannot change when a run continues (it changes the experiment); "
+        "allowed: total_steps, progress, checkpoint_every, checkpoint_keep, hardware.torch_threads, "
+        "tracking.flush_every_s; to train with other values start a new run"
+    ]
     assert (store.root / "mlflow.db").read_bytes() == before  # nothing changed in the store
+    assert not (workdir / "nowhere").exists()
 
 
 def test_resume_from_a_corrupt_checkpoint_fails_before_the_run_reopens(store: Store, workdir: Path):

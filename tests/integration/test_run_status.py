@@ -45,11 +45,15 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, stderr: Path
         time.sleep(0.1)  # polling interval, not a synchronisation delay
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_mid_training_ends_the_run_killed(signum: int, store: Store, workdir: Path):
-    stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(signum: int, store: Store, workdir: Path):
+    from stable_baselines3 import PPO
+
+    from pgcli.resume import plan_resume
+
+    stdout, stderr, run_dir = workdir / "stdout.txt", workdir / "stderr.txt", workdir / "run"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", f"tracking.uri={store.uri}", "total_steps=10000000",
-            "eval.every=0", "eval.episodes=1", "progress=true"]  # fmt: skip
+            "eval.every=0", "eval.episodes=1", "progress=true", f"hydra.run.dir={run_dir}"]  # fmt: skip
     with stdout.open("w") as out, stderr.open("w") as err:
         proc = subprocess.Popen(
             args,
@@ -71,14 +75,22 @@ def test_signal_mid_training_ends_the_run_killed(signum: int, store: Store, work
             if proc.poll() is None:
                 proc.kill()
     err_text = stderr.read_text()
-    assert returncode == 130, err_text[-3000:]
-    assert "pgcli: interrupted" in err_text and "Traceback" not in err_text
+    assert returncode == 128 + signum, err_text[-3000:]  # 130, 143, 129: as a shell reports a signal
+    assert "stopping after this update" in err_text and "pgcli: interrupted" in err_text
+    assert "Traceback" not in err_text
     (run,) = store.runs("cartpole")
     assert run.info.status == "KILLED" and run.info.end_time is not None
     client = store.client()
     sps = client.get_metric_history(run.info.run_id, "time/sps")
     assert sps and max(m.step for m in sps) < 10_000_000  # buffered metrics were flushed; training stopped early
-    assert "metrics.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"metrics.csv", "model", "checkpoints"} <= artifacts
+    # the final model loads, and the final checkpoint is where `resume=` would continue (at the last update)
+    model = PPO.load(run_dir / "model" / "model.zip")
+    plan = plan_resume(str(run_dir), [])
+    assert plan.point.run_id == run.info.run_id and plan.point.step == model.num_timesteps
+    assert plan.point.step >= max(m.step for m in sps)  # the checkpoint of the last update, after the last log
+    assert plan.point.checkpoint.name == f"step_{plan.point.step}"
     assert_never_running(store)
 
 
