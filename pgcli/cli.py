@@ -15,11 +15,15 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import pgcli
 from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
 from pgcli.errors import ConfigError, PgcliError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 USAGE = f"""\
 pgcli {pgcli.__version__}: train, sweep and compare policy-gradient agents (Hydra configs, MLflow tracking).
@@ -131,7 +135,7 @@ def _train_help(overrides: list[str]) -> int:
     return 0
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     from pgcli.run import Interrupted
 
     raise Interrupted(signum)
@@ -156,7 +160,6 @@ def _task_overrides(args: list[str]) -> list[str]:
 
 def _train_app() -> None:
     import hydra
-    from omegaconf import DictConfig
 
     from pgcli.config import register_configs
 
@@ -169,7 +172,7 @@ def _train_app() -> None:
     train()
 
 
-def run_train(cfg: Any) -> float:
+def run_train(cfg: DictConfig) -> float:
     """The body of ``pgcli train`` for one job: validate, train, print the summary; returns the final eval return."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

@@ -27,12 +27,15 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pgcli.run import KILLED, PARENT_RUN_ENV, process_tags, sweep_status
+
+if TYPE_CHECKING:
+    from pgcli.tracking import RunRecord, RunStore
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 FINAL_METRIC = "eval/return_mean"
@@ -70,7 +73,7 @@ class SweepCallback(Callback):
         self.sweep_dir: Path | None = None
         self.torch_threads = 0
         self.outcome: SweepOutcome | None = None
-        self._store: Any = None
+        self._store: RunStore | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to every worker with the job (joblib, Ray); the MLflow client stays behind.
@@ -128,7 +131,7 @@ class SweepCallback(Callback):
     # ---------------------------------------------------------------------------------------------------------------
 
     @property
-    def store(self) -> Any:
+    def store(self) -> RunStore:
         if self._store is None:
             from pgcli.tracking import RunStore
 
@@ -322,7 +325,7 @@ def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> 
     return params
 
 
-def child_row(child: Any, final_metric: str = FINAL_METRIC) -> dict[str, str]:
+def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, str]:
     """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.RunRecord`."""
     value = child.metrics.get(final_metric)
     return {
@@ -382,7 +385,7 @@ def _describe_failure(row: dict[str, str]) -> str:
     return f"{what}: {row['status']}" + (f" ({row['error']})" if row["error"] else "")
 
 
-def _job_order(child: Any) -> tuple[int, int, str]:
+def _job_order(child: RunRecord) -> tuple[int, int, str]:
     job, seed = child.tags.get("sweep_job", ""), child.tags.get("seed", "")
     return (int(job) if job.isdigit() else -1, int(seed) if seed.isdigit() else -1, child.name)
 

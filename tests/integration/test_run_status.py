@@ -168,3 +168,44 @@ def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_
         train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
     (run,) = store.runs("cartpole")
     assert run.info.status == "KILLED"
+
+
+def test_a_run_whose_reports_cannot_be_written_ends_failed_and_says_what_is_missing(store: Store, tmp_path: Path):
+    # A real filesystem fault: `metrics.csv` in the run directory is a directory, so writing the report fails with
+    # IsADirectoryError after training went well. The run must not end FINISHED.
+    import json
+
+    from pgcli.build import RunContext, train
+    from pgcli.compose import compose_train_config
+
+    run_dir = tmp_path / "run"
+    (run_dir / "metrics.csv").mkdir(parents=True)
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=512", "eval.episodes=1", "progress=false"])
+    train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=run_dir))
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("not written: metrics.csv/learning_curve.png in")
+    assert "IsADirectoryError" in run.data.tags["error"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "FAILED" and record["run_id"] == run.info.run_id
+    assert len(record["missing"]) == 1 and "metrics.csv" in record["missing"][0]
+    # what could be written was: the metrics in the store, the final model
+    assert store.client().get_metric_history(run.info.run_id, "time/sps")
+    assert "model" in {a.path for a in store.client().list_artifacts(run.info.run_id)}
+
+
+def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path: Path):
+    import json
+    import os
+    import socket
+
+    from pgcli.build import RunContext, train
+    from pgcli.compose import compose_train_config
+
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=256", "eval.episodes=1", "progress=false"])
+    train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "FINISHED" and "error" not in run.data.tags
+    assert run.data.tags["pid"] == str(os.getpid()) and run.data.tags["hostname"] == socket.gethostname()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "FINISHED" and record["missing"] == [] and record["tracking_uri"] == store.uri
