@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pgcli.run import KILLED, PARENT_RUN_ENV, process_tags, sweep_status
+from pgcli.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
 
 if TYPE_CHECKING:
     from pgcli.tracking import RunRecord, RunStore
@@ -124,7 +124,7 @@ class SweepCallback(Callback):
             os.environ[PARENT_RUN_ENV] = self.parent_run_id
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.finish("FINISHED")
+        self.finish(FINISHED)
 
     # ---------------------------------------------------------------------------------------------------------------
     # Summary
