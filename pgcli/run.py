@@ -257,6 +257,8 @@ def write_run_file(run_dir: Path, data: Mapping[str, Any]) -> None:
 
 
 class Closeable(Protocol):
+    """An env, trainer or monitor: released when the run ends, whatever the outcome."""
+
     def close(self) -> None: ...
 
 
@@ -287,8 +289,8 @@ class Run:
         resume: ResumePoint | None = None,
         log_model: bool = True,
     ) -> None:
-        """``open_backend(run_id)`` creates the MLflow run (None: re-opens ``run_id``); it returns None for
-        ``tracking=off``."""
+        """``open_backend(None)`` creates the MLflow run and ``open_backend(run_id)`` re-opens one (resume); both return
+        None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has."""
         from pgcli.tracking import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
