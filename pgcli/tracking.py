@@ -110,31 +110,30 @@ class MLflowBackend:
         quiet_mlflow_logs()
         self.client = MlflowClient(tracking_uri=target.uri)
         self.uri = target.uri
-        self.flush_every_s = flush_every_s
-        self._buffer: list[Any] = []
-        self._last_flush = time.monotonic()
-        self._last_point: dict[str, tuple[int, int]] = {}  # key -> (step, timestamp) of its latest value
-        self.run_id: str
-        self.artifact_uri: str
+        run_tags = dict(tags)
         if run_id is not None:
             run = with_retry(self.client.get_run, run_id)
-            self.run_id, self.artifact_uri = run.info.run_id, run.info.artifact_uri
             self.experiment_id = str(run.info.experiment_id)
             with_retry(self.client.update_run, run_id, status="RUNNING")
             if "error" in run.data.tags:  # the reason an earlier attempt failed; this attempt sets its own
                 with_retry(self.client.delete_tag, run_id, "error")
-            self.set_tags(tags)
-            return
-        run_tags = dict(tags)
-        if parent_run_id:
+        elif parent_run_id:
             # A child lives in its parent's experiment (MLflow nests runs only within one experiment), so a sweep over
             # env=a,b still shows as one tree.
             self.experiment_id = with_retry(self.client.get_run, parent_run_id).info.experiment_id
             run_tags["mlflow.parentRunId"] = parent_run_id
         else:
             self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
-        run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=run_tags)
-        self.run_id, self.artifact_uri = run.info.run_id, run.info.artifact_uri
+        if run_id is None:
+            run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=run_tags)
+        self.run_id: str = run.info.run_id
+        self.artifact_uri: str = run.info.artifact_uri
+        self.flush_every_s = flush_every_s
+        self._buffer: list[Any] = []
+        self._last_flush = time.monotonic()
+        self._last_point: dict[str, tuple[int, int]] = {}  # key -> (step, timestamp) of its latest value
+        if run_id is not None:
+            self.set_tags(tags)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
