@@ -398,7 +398,10 @@ class Run:
         logger = self.logger
         if not self._opened or logger.closed:
             return
-        missing = logger.finalize()
+        try:
+            missing = logger.finalize()
+        except KeyboardInterrupt as again:  # a second Ctrl-C while the reports are written: still end the run
+            exc, missing = again, ["metrics.csv, learning_curve.png, buffered metrics: interrupted while writing"]
         status = final_status(exc, missing)
         tags = error_tags(exc) if status == FAILED and exc is not None else {}
         if missing:
