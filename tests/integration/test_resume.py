@@ -180,3 +180,41 @@ def test_resume_from_a_corrupt_checkpoint_fails_before_the_run_reopens(store: St
     assert (store.root / "mlflow.db").read_bytes() == before
     (again,) = store.runs("cartpole")
     assert again.info.status == "FINISHED"
+
+
+def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):
+    # tracking=off: the run directory is all there is. Ctrl-C stops cleanly (checkpoint, model, metrics.csv); the
+    # resume reads the config and metrics.csv back and ends with one history, no step twice.
+    import csv
+    import signal
+
+    run_dir = workdir / "run"
+    args = ["train", *CASES["trpo"], *COMMON, "tracking=off", f"hydra.run.dir={run_dir}"]
+    exe = Path(sys.executable).parent / "pgcli"
+    with (workdir / "first.txt").open("w") as err:
+        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    try:
+        wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, (workdir / "first.txt").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first_text = (workdir / "first.txt").read_text()
+    assert "stopping after this update" in first_text and "Traceback" not in first_text
+    stopped_at = max(int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*"))
+    assert stopped_at < TOTAL_STEPS and (run_dir / "model" / "model.pt").is_file()
+
+    resumed = run_pgcli(["train", f"resume={run_dir}"], cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"from {run_dir.resolve()}/checkpoints/step_{stopped_at} (step {stopped_at:,} of {TOTAL_STEPS:,})" in (
+        resumed.stderr
+    )
+    with (run_dir / "metrics.csv").open() as f:
+        rows = [(r["key"], int(r["step"])) for r in csv.DictReader(f)]
+    sps = [step for key, step in rows if key == "time/sps"]
+    assert sps == sorted(set(sps)) and sps[0] <= stopped_at and sps[-1] >= TOTAL_STEPS
+    for key in {k for k, _ in rows} - MANY_PER_STEP:
+        steps = [s for k, s in rows if k == key]
+        assert len(steps) == len(set(steps)), key
