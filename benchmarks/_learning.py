@@ -48,7 +48,7 @@ class Job:
 def run_one(job: Job) -> dict[str, Any]:
     """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     overrides = [f"algo={job.algo}", f"env={job.env}", f"seed={job.seed}", "tracking=off", "progress=false",
                  f"eval.every={job.eval_every}", f"eval.episodes={job.eval_episodes}", "eval.deterministic=true",

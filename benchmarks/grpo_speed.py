@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from pgcli.algo.grpo import GRPO, collect_groups
-from pgcli.cli import compose_train_config
+from pgcli.compose import compose_train_config
 from pgcli.env import make_vec_env
 
 RESULTS = Path(__file__).resolve().parent / "results"

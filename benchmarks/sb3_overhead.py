@@ -46,7 +46,7 @@ from pgcli import monitor as pgcli_monitor
 from pgcli import tracking as pgcli_tracking
 from pgcli.algo import sb3 as pgcli_sb3
 from pgcli.build import RunContext, train
-from pgcli.cli import compose_train_config
+from pgcli.compose import compose_train_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

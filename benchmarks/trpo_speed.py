@@ -44,7 +44,7 @@ from torch.distributions import Categorical, Normal
 from pgcli.algo.policies import CategoricalPolicy, DiagGaussianPolicy, obs_tensor
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
-from pgcli.cli import compose_train_config
+from pgcli.compose import compose_train_config
 from pgcli.config import SB3TRPOConfig, TRPOConfig
 from pgcli.env import make_vec_env
 

@@ -1,5 +1,5 @@
 """Composition root: a validated :class:`~pgcli.config.TrainConfig` in; device, seeded env, trainer, logger and
-monitor out; one training run executed with its MLflow run ended FINISHED, FAILED or KILLED on every path.
+monitor out; one training run executed inside :class:`pgcli.run.Run`, which owns the MLflow run's life.
 
 Trainers come from one explicit table, :data:`TRAINERS` (config type -> "module:Class"); the module is imported only
 when that algorithm runs, so ``pgcli --help`` and config validation never pay for torch or SB3.
@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from pgcli.config import (
     A2CConfig,
     GRPOConfig,
     HardwareConfig,
+    ModelConfig,
     PPOConfig,
     PPOKLConfig,
     SB3TRPOConfig,
@@ -31,6 +32,14 @@ from pgcli.config import (
     VPGConfig,
 )
 from pgcli.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from gymnasium.vector import VectorEnv
+
+    from pgcli.monitor import Trainer
+    from pgcli.run import ResumePoint
+    from pgcli.tracking import MLflowBackend
 
 TRAINERS: dict[type, str] = {
     PPOConfig: "pgcli.algo.sb3:SB3Trainer",
@@ -73,17 +82,24 @@ class TrainSummary:
     """Env steps at the best evaluation; its agent is in ``output_dir/best_model`` when ``eval.save_best``."""
 
 
-def trainer_class(algo_cfg: Any) -> type:
+class TrainerFactory(Protocol):
+    """A trainer class: ``TRPO(cfg, env=env, model=model, seed=seed, device=device)``."""
+
+    def __call__(self, cfg: Any, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> Trainer: ...
+
+
+def trainer_class(algo_cfg: Any) -> TrainerFactory:
     """The trainer class for an algo config (imported on demand)."""
     try:
         target = TRAINERS[type(algo_cfg)]
     except KeyError:
         raise ConfigError(f"no trainer registered for {type(algo_cfg).__name__}") from None
     module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
+    trainer: TrainerFactory = getattr(importlib.import_module(module), name)
+    return trainer
 
 
-def select_device(hw: HardwareConfig) -> Any:
+def select_device(hw: HardwareConfig) -> torch.device:
     """torch.device for ``hardware.device``; 'cuda' without a visible GPU is a one-line ConfigError."""
     import torch
 
@@ -105,7 +121,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_tags(cfg: TrainConfig, ctx: RunContext, device: Any) -> dict[str, str]:
+def run_tags(cfg: TrainConfig, ctx: RunContext, device: torch.device) -> dict[str, str]:
     """Tags that make a run findable and reproducible."""
     import gymnasium
     import stable_baselines3
@@ -155,110 +171,70 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     return params
 
 
-def open_logger(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str]) -> Any:
-    """The run's logger: MLflow-backed unless ``tracking=off``. Creates the MLflow run."""
-    from pgcli.tracking import MLflowBackend, RunLogger, resolve_tracking_target
+def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id: str | None) -> MLflowBackend | None:
+    """The run's MLflow backend (None for ``tracking=off``): creates the MLflow run, or re-opens ``run_id``."""
+    from pgcli.tracking import MLflowBackend, resolve_tracking_target
 
-    backend = None
-    if cfg.tracking.backend == "mlflow":
-        target = resolve_tracking_target(cfg.tracking)
-        backend = MLflowBackend(
-            target,
-            experiment=cfg.experiment or ctx.env_name,
-            run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}-s{cfg.seed}",
-            tags=tags,
-            parent_run_id=ctx.parent_run_id,
-            flush_every_s=cfg.tracking.flush_every_s,
-            spool_dir=ctx.output_dir,  # a tracking server that goes away mid-run: writes wait here (pgcli.spool)
-        )
-    return RunLogger(ctx.output_dir, backend)
-
-
-def error_tags(exc: BaseException) -> dict[str, str]:
-    """The ``error`` tag of a FAILED run: exception type and first line, as the sweep summary reports it."""
-    lines = str(exc).strip().splitlines()
-    return {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]}
+    if cfg.tracking.backend != "mlflow":
+        return None
+    return MLflowBackend(
+        resolve_tracking_target(cfg.tracking),
+        experiment=cfg.experiment or ctx.env_name,
+        run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}-s{cfg.seed}",
+        tags=tags,
+        parent_run_id=ctx.parent_run_id,
+        flush_every_s=cfg.tracking.flush_every_s,
+        run_id=run_id,
+        spool_dir=ctx.output_dir,  # a tracking server that goes away mid-run: writes wait here (pgcli.spool)
+    )
 
 
-def end_failed(logger: Any, exc: BaseException) -> None:
-    """End the run of a job that failed before training started: KILLED on Ctrl-C, else FAILED with the error."""
-    if isinstance(exc, KeyboardInterrupt):
-        logger.close("KILLED")
-        return
-    try:
-        logger.set_tags(error_tags(exc))
-    finally:
-        logger.close("FAILED")
-
-
-def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
-    """Build everything for ``cfg`` and train. The MLflow run ends FINISHED, FAILED (exception) or KILLED (Ctrl-C)."""
+def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
+    """Build everything for ``cfg`` and train (or continue ``resume``); :class:`pgcli.run.Run` ends the MLflow run
+    FINISHED, FAILED or KILLED."""
     import torch
 
     from pgcli.env import make_vec_env, reward_threshold
     from pgcli.monitor import Evaluator, TrainingMonitor
+    from pgcli.run import Run
     from pgcli.tracking import resolve_tracking_target
 
     device = select_device(cfg.hardware)
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
     seed_everything(cfg.seed)
-    ctx.output_dir.mkdir(parents=True, exist_ok=True)
-
-    # The MLflow run opens before the env and trainer are built, so a job whose env fails at make time (a bad env
-    # kwarg in one job of a sweep) still leaves a FAILED run that says why (issue 5: failure isolation).
-    logger = open_logger(cfg, ctx, run_tags(cfg, ctx, device))
-    try:
-        env = make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
-        try:
-            trainer = trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device)
-        except BaseException:
-            env.close()
-            raise
-    except BaseException as exc:
-        end_failed(logger, exc)
-        raise
-    # The MLflow run exists from here on: everything, the monitor's set-up included, runs inside the try so that a
-    # Ctrl-C at any point still ends the run KILLED rather than leaving it RUNNING.
-    status = "FAILED"
+    tags = run_tags(cfg, ctx, device)
     start = time.perf_counter()
-    try:
-        monitor = TrainingMonitor(
-            logger,
-            total_steps=cfg.total_steps,
-            evaluator=Evaluator(cfg.env, cfg.eval, seed=cfg.seed, train_env=env),
-            eval_every=cfg.eval.every,
-            checkpoint_dir=ctx.output_dir / "checkpoints",
-            checkpoint_every=cfg.checkpoint_every,
-            best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
-            progress=cfg.progress,
+    with Run(
+        ctx.output_dir,
+        lambda run_id: open_backend(cfg, ctx, tags, run_id),
+        params=config_params(cfg, ctx),
+        resume=resume,
+        log_model=cfg.tracking.log_model,
+    ) as run:
+        env = run.closing(
+            make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
         )
-        try:
-            logger.log_params(config_params(cfg, ctx))
-            steps = trainer.learn(cfg.total_steps, monitor)
-            final = monitor.finish(steps, trainer)
-            model_dir = trainer.save(ctx.output_dir / "model")
-            if cfg.tracking.log_model:
-                logger.log_artifact(model_dir, "model")
-                if monitor.best_dir is not None and monitor.best_dir.is_dir():
-                    logger.log_artifact(monitor.best_dir, "best_model")
-            hydra_dir = ctx.output_dir / ".hydra"
-            if hydra_dir.is_dir():
-                logger.log_artifact(hydra_dir, "hydra")
-        finally:
-            monitor.close()
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    except Exception as exc:
-        logger.set_tags(error_tags(exc))
-        raise
-    finally:
-        logger.close(status)
-        trainer.close()
+        trainer = run.closing(trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
+        monitor = run.closing(
+            TrainingMonitor(
+                run.logger,
+                total_steps=cfg.total_steps,
+                evaluator=Evaluator(cfg.env, cfg.eval, seed=cfg.seed, train_env=env),
+                eval_every=cfg.eval.every,
+                checkpoint_dir=ctx.output_dir / "checkpoints",
+                checkpoint_every=cfg.checkpoint_every,
+                best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
+                progress=cfg.progress,
+                stop=run.stop,
+            )
+        )
+        run.start(trainer, monitor)
+        steps = trainer.learn(cfg.total_steps, monitor)
+        final = monitor.finish(steps, trainer)
+        run.save_model(trainer)
     return TrainSummary(
-        run_id=logger.run_id,
+        run_id=run.logger.run_id,
         steps=steps,
         final_return=final.mean if final else float("nan"),
         final_return_std=final.std if final else float("nan"),

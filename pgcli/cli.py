@@ -13,26 +13,17 @@ import difflib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import pgcli
+from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
 from pgcli.errors import ConfigError, PgcliError
 
-
-def find_conf_dir() -> str:
-    """``conf/`` beside the package (a checkout or editable install), else the copy shipped inside the package."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return str(candidate)
-    raise PgcliError(f"cannot find pgcli's conf/ directory (looked beside {here})")
-
-
-CONF_DIR = find_conf_dir()
-PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"
-"""Set by the sweep callback: children of a multirun attach to this MLflow run."""
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 USAGE = f"""\
 pgcli {pgcli.__version__}: train, sweep and compare policy-gradient agents (Hydra configs, MLflow tracking).
@@ -43,6 +34,7 @@ commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
+  runs       list runs; mark crashed ones KILLED          pgcli runs --stale
   sync       deliver a run's writes spooled in an outage  pgcli sync <run dir>
   completion print the bash completion script            eval "$(pgcli completion bash)"
 
@@ -51,6 +43,7 @@ examples:
   pgcli train algo=a2c env=pendulum total_steps=50000
   pgcli train -m algo=ppo,trpo env=cartpole seed=0,1,2
   pgcli train --cfg job algo=trpo env=hopper        # print the composed config, do not train
+  pgcli train resume=<run id | run dir>             # continue a run from its last checkpoint
   pgcli train --help                                # config groups and their options
 
 options:
@@ -77,8 +70,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"pgcli {pgcli.__version__}")
         return 0
     command, rest = args[0], args[1:]
-    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command, "sync": _sync_command,
-                "completion": _completion_command}  # fmt: skip
+    commands = _commands()
     if command not in commands:
         close = difflib.get_close_matches(command, commands, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -87,9 +79,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return commands[command](rest)
     except PgcliError as exc:
         return _fail(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("pgcli: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
 
 
 def _fail(exc: PgcliError) -> int:
@@ -109,12 +101,18 @@ def _train_command(args: list[str]) -> int:
         return _train_help(_task_overrides(args))
     if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
         raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
+    if any(a.startswith("resume=") for a in args):
+        from pgcli.resume import resume_command
+
+        return resume_command(args)
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
+        signal.signal(signum, _raise_interrupted)
     sys.argv = ["pgcli train", *args]
+    from pgcli.run import FAILED, FINISHED, KILLED
     from pgcli.sweep import close_sweep
 
     # A multirun's parent MLflow run is ended by the sweep callback at multirun end; Hydra skips that hook when the
@@ -122,12 +120,12 @@ def _train_command(args: list[str]) -> int:
     try:
         _train_app()
     except KeyboardInterrupt:
-        close_sweep("KILLED")
+        close_sweep(KILLED)
         raise
     except SystemExit:
-        close_sweep("FAILED")
+        close_sweep(FAILED)
         raise
-    outcome = close_sweep("FINISHED")
+    outcome = close_sweep(FINISHED)
     return 1 if outcome is not None and not outcome.ok else 0
 
 
@@ -143,8 +141,10 @@ def _train_help(overrides: list[str]) -> int:
     return 0
 
 
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    from pgcli.run import Interrupted
+
+    raise Interrupted(signum)
 
 
 def _task_overrides(args: list[str]) -> list[str]:
@@ -164,128 +164,8 @@ def _task_overrides(args: list[str]) -> list[str]:
     return out
 
 
-def validate_overrides(overrides: list[str], *, multirun: bool = False) -> None:
-    """Compose and type-check the config of every job these overrides describe; raise a one-line ConfigError.
-
-    A grid sweep (``a=1,2 b=x,y``) is expanded and each job validated, so a bad value in the fourth job stops the
-    sweep before the first starts. Sweeper-specific syntax (Optuna's ``interval(...)``) is left to the sweeper.
-    """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
-    try:
-        parsed = OverridesParser.create().parse_overrides(task)
-    except OverrideParseException as exc:
-        raise ConfigError(f"cannot parse override: {str(exc).splitlines()[0]}") from None
-    jobs: list[list[str]] = [task]
-    if multirun and any(o.is_sweep_override() for o in parsed):
-        simple = all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parsed)
-        if simple:
-            jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-        else:
-            jobs = [[o.input_line or "" for o in parsed if not o.is_sweep_override()]]
-    for job in jobs:
-        compose_train_config(job)
-
-
-def compose_train_config(overrides: list[str]) -> Any:
-    """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
-    run_cfg = to_train_config(compose_dictconfig(overrides))
-    if run_cfg.hardware.device == "cuda":
-        from pgcli.build import select_device
-
-        select_device(run_cfg.hardware)
-    return run_cfg
-
-
-def compose_dictconfig(overrides: list[str]) -> Any:
-    """The composed (not yet validated) DictConfig for ``overrides``; a composition error is a one-line ConfigError."""
-    from hydra import compose, initialize_config_dir
-
-    from pgcli.config import register_configs
-
-    register_configs()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            return compose("train", overrides=overrides)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(describe_config_error(exc)) from None
-
-
-def to_train_config(cfg: Any) -> Any:
-    """DictConfig -> TrainConfig dataclasses, running every ``__post_init__`` rule once."""
-    from omegaconf import OmegaConf
-
-    try:
-        run_cfg = OmegaConf.to_object(cfg)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(describe_config_error(exc)) from None
-    reject_unknown_keys(run_cfg)
-    return run_cfg
-
-
-def reject_unknown_keys(obj: Any, prefix: str = "") -> None:
-    """Raise a ConfigError for a key a schema does not define.
-
-    ``+algo.clip_rnge=0.1`` (Hydra's append syntax) gets past composition, and ``OmegaConf.to_object`` sets such keys
-    as extra attributes of the dataclass, so a typo would silently do nothing; only ``env.kwargs`` (a dict) is open.
-    """
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
-        return
-    names = [f.name for f in dataclasses.fields(obj)]
-    for key in vars(obj):
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(names)}"
-            raise ConfigError(f"unknown key '{prefix}{key}' ({type(obj).__name__} has no field '{key}'){hint}")
-    for name in names:
-        reject_unknown_keys(getattr(obj, name), f"{prefix}{name}.")
-
-
-def describe_config_error(exc: BaseException) -> str:
-    """One line naming what is wrong, from a Hydra / OmegaConf composition error."""
-    from hydra.errors import MissingConfigException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
-
-    cause = exc.__cause__ or exc
-    if isinstance(exc, MissingConfigException) or isinstance(cause, MissingConfigException):
-        text = str(exc)
-        missing = text.split("Could not find '", 1)[-1].split("'", 1)[0] if "Could not find '" in text else ""
-        group, _, option = missing.rpartition("/")
-        options = [line.strip() for line in text.split("Available options in", 1)[-1].splitlines()[1:]]
-        options = [o for o in options if o and not o.startswith(("Config search path", "provider="))]
-        if group and options:
-            return f"unknown {group} option '{option}' (available: {', '.join(options)})"
-        return text.splitlines()[0]
-    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
-        key = getattr(cause, "full_key", "") or ""
-        obj = getattr(cause, "object_type", None)
-        valid = [f.name for f in dataclasses.fields(obj)] if obj and dataclasses.is_dataclass(obj) else []
-        leaf = key.rpartition(".")[2]
-        close = difflib.get_close_matches(leaf, valid, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        if not close and valid:
-            hint = f"; valid keys: {', '.join(valid)}"
-        if obj is dict:  # an open mapping such as env.kwargs: new keys need Hydra's append syntax
-            return f"unknown key '{key}'; to add a new key use '+{key}=...'"
-        owner = obj.__name__ if obj else "the config"
-        return f"unknown key '{key}' ({owner} has no field '{leaf}'){hint}"
-    if isinstance(cause, ValidationError):
-        key = getattr(cause, "full_key", "") or ""
-        msg = str(getattr(cause, "msg", cause)).splitlines()[0]
-        return f"{key}: {msg}" if key else msg
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
 def _train_app() -> None:
     import hydra
-    from omegaconf import DictConfig
 
     from pgcli.config import register_configs
 
@@ -298,12 +178,13 @@ def _train_app() -> None:
     train()
 
 
-def run_train(cfg: Any) -> float:
+def run_train(cfg: DictConfig) -> float:
     """The body of ``pgcli train`` for one job: validate, train, print the summary; returns the final eval return."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from pgcli.build import RunContext, train
+    from pgcli.run import PARENT_RUN_ENV
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -390,6 +271,12 @@ def _ui_command(args: list[str]) -> int:
     return 0  # not reached
 
 
+def _runs_command(args: list[str]) -> int:
+    from pgcli.runs import main as runs_main
+
+    return runs_main(args)
+
+
 def _sync_command(args: list[str]) -> int:
     import argparse
 
@@ -418,7 +305,7 @@ def _completion_command(args: list[str]) -> int:
 
     if args != ["bash"]:
         raise ConfigError('usage: pgcli completion bash  (then: eval "$(pgcli completion bash)", e.g. in ~/.bashrc)')
-    print(bash_script(["train", "compare", "ui", "sync", "completion"]), end="")
+    print(bash_script(list(_commands())), end="")
     return 0
 
 
@@ -428,6 +315,12 @@ def _compare_command(args: list[str]) -> int:
     except ImportError:
         raise PgcliError("pgcli compare is not available in this build") from None
     return int(compare_main(args) or 0)
+
+
+def _commands() -> dict[str, Callable[[list[str]], int]]:
+    """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
+    return {"train": _train_command, "ui": _ui_command, "compare": _compare_command, "runs": _runs_command,
+            "sync": _sync_command, "completion": _completion_command}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ def main(args: list[str]) -> int:
         raise ConfigError("--group-by needs at least one config key, e.g. --group-by algo,env")
     if ns.n_boot < 1:
         raise ConfigError(f"--n-boot must be >= 1 (got {ns.n_boot})")
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
     from pgcli.tracking import RunStore, resolve_tracking_target
 
     run_cfg = compose_train_config(ns.overrides)

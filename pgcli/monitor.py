@@ -12,7 +12,9 @@ Metric keys are the same for every algorithm; ``step`` is always environment ste
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -31,9 +33,13 @@ from pgcli.env import (
     make_vec_env,
     normalizer_state,
 )
+from pgcli.run import StopRequest
 from pgcli.tracking import MetricLogger
 
 log = logging.getLogger("pgcli")
+
+MONITOR_STATE_FILE = "monitor.json"
+"""Written into each checkpoint: what the monitor needs to continue the run's curves on resume."""
 
 
 class Agent(Protocol):
@@ -121,6 +127,7 @@ class TrainingMonitor:
         progress: bool = True,
         window: int = 100,
         log_every_steps: int = 1000,
+        stop: StopRequest | None = None,
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
@@ -139,6 +146,8 @@ class TrainingMonitor:
         self._start_step = 0
         self.log_every_steps = log_every_steps
         self._last_logged_step: int | None = None
+        self._last_ckpt_step: int | None = None
+        self.stop = stop
         self._bar = _progress_bar(total_steps) if progress else None
 
     # -- called by trainers ------------------------------------------------------------------------------------------
@@ -171,10 +180,34 @@ class TrainingMonitor:
             while self._next_eval <= step:
                 self._next_eval += self.eval_every
         if self._next_ckpt is not None and step >= self._next_ckpt and self.checkpoint_dir is not None:
-            path = agent.save(self.checkpoint_dir / f"step_{step}")
-            self.logger.log_artifact(path, f"checkpoints/step_{step}")
             while self._next_ckpt <= step:
                 self._next_ckpt += self.checkpoint_every
+            self.save_checkpoint(step, agent)
+        self._stop_if_requested(step, agent)
+
+    def save_checkpoint(self, step: int, agent: Agent) -> Path | None:
+        """Save ``agent`` and this monitor's state to ``checkpoint_dir/step_<step>`` and log it as an artifact.
+
+        Buffered metrics are flushed first, so a store never lacks a point from before its last checkpoint (a
+        resumed run continues from there and logs only later steps).
+        """
+        if self.checkpoint_dir is None:
+            return None
+        self.logger.flush()
+        path = agent.save(self.checkpoint_dir / f"step_{step}")
+        tmp = path / f".{MONITOR_STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(self.state_dict(step)))
+        os.replace(tmp, path / MONITOR_STATE_FILE)
+        self._last_ckpt_step = step
+        self.logger.log_artifact(path, f"checkpoints/step_{step}")
+        return path
+
+    def _stop_if_requested(self, step: int, agent: Agent) -> None:
+        """A stop signal came during this update: checkpoint (unless one was just saved) and end training."""
+        if self.stop:
+            if self._last_ckpt_step != step:
+                self.save_checkpoint(step, agent)
+            self.stop.stop_now()
 
     def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
         """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean`` and
@@ -200,6 +233,7 @@ class TrainingMonitor:
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:
         """Final evaluation (unless one just ran at this step) and close the progress bar."""
+        self._stop_if_requested(step, agent)
         if self._last_logged_step != step:
             self._log_rollout_stats(step)
         if self.evaluator is not None and self._last_eval_step != step:
@@ -214,6 +248,50 @@ class TrainingMonitor:
             self._bar = None
         if self.evaluator is not None:
             self.evaluator.close()
+
+    # -- resume ------------------------------------------------------------------------------------------------------
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """What continues the curves after a resume from a checkpoint at ``step`` (plain JSON values)."""
+        best = self.best_eval
+        return {
+            "step": step,
+            "next_eval": self._next_eval,
+            "next_checkpoint": self._next_ckpt,
+            "n_episodes": self.n_episodes,
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "last_eval_step": self._last_eval_step,
+            "best_step": self.best_step,
+            "best_returns": best.returns.tolist() if best is not None else None,
+            "best_lengths": best.lengths.tolist() if best is not None else None,
+        }
+
+    def load_state(self, checkpoint: Path, step: int) -> None:
+        """Continue from a checkpoint at ``step``: episode counters, the return window, the best evaluation, the next
+        evaluation and checkpoint steps, and SPS counted from ``step``. A checkpoint without ``monitor.json`` (an
+        older run) continues with the counters derived from ``step`` alone."""
+        try:
+            state = json.loads((checkpoint / MONITOR_STATE_FILE).read_text())
+        except FileNotFoundError:
+            state = {}
+        except ValueError as exc:
+            from pgcli.errors import PgcliError
+
+            raise PgcliError(f"corrupt checkpoint file {checkpoint / MONITOR_STATE_FILE}: {exc}") from None
+        every, ckpt_every = self.eval_every, self.checkpoint_every
+        self._next_eval = state.get("next_eval") or ((step // every + 1) * every if every > 0 else None)
+        # checkpoint_every may change on resume: the next one is the next multiple of the current interval
+        self._next_ckpt = (step // ckpt_every + 1) * ckpt_every if ckpt_every > 0 else None
+        self.n_episodes = int(state.get("n_episodes", 0))
+        self.recent_returns.extend(state.get("recent_returns", []))
+        self.recent_lengths.extend(state.get("recent_lengths", []))
+        self._last_eval_step = state.get("last_eval_step")
+        if state.get("best_returns") is not None:
+            self.best_eval = EvalResult(np.asarray(state["best_returns"]), np.asarray(state["best_lengths"]))
+            self.best_step = state.get("best_step")
+        self._last_logged_step = self._last_ckpt_step = step
+        self._start, self._start_step, self._eval_seconds = time.perf_counter(), step, 0.0
+        self._advance_bar(step, None)
 
     # -- internals ---------------------------------------------------------------------------------------------------
     def _log_rollout_stats(self, step: int) -> None:

@@ -5,7 +5,7 @@ every sweeper and launcher:
 
 - ``on_multirun_start`` (in the process that runs the sweeper) creates the parent run: the sweep's overrides, the
   sweeper and launcher settings (the Optuna search space included) and the sweep directory. Its id goes into
-  ``$PGCLI_PARENT_RUN_ID``; each job reads it (:func:`pgcli.cli.run_train`) and opens its run as a child in the
+  ``$PGCLI_PARENT_RUN_ID``; each job reads it (``pgcli.cli.run_train``) and opens its run as a child in the
   parent's experiment, tagged ``mlflow.parentRunId`` (the tag the MLflow UI nests by).
 - The variable must reach jobs in other processes. Launchers pickle Hydra's callbacks along with each job and call
   ``on_job_start`` in the process that runs it (joblib/loky workers, Ray workers), so :meth:`on_job_start` exports
@@ -27,12 +27,15 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pgcli.cli import PARENT_RUN_ENV
+from pgcli.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
+
+if TYPE_CHECKING:
+    from pgcli.tracking import RunRecord, RunStore
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 FINAL_METRIC = "eval/return_mean"
@@ -70,7 +73,7 @@ class SweepCallback(Callback):
         self.sweep_dir: Path | None = None
         self.torch_threads = 0
         self.outcome: SweepOutcome | None = None
-        self._store: Any = None
+        self._store: RunStore | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to every worker with the job (joblib, Ray); the MLflow client stays behind.
@@ -101,7 +104,7 @@ class SweepCallback(Callback):
         parent = self.store.create_run(
             experiment,
             run_name=f"sweep-{self.sweep_dir.parent.name}-{self.sweep_dir.name}",
-            tags=parent_tags(config, overrides, swept, self.sweep_dir),
+            tags={**parent_tags(config, overrides, swept, self.sweep_dir), **process_tags()},
             artifact_root=target.artifact_root,
         )
         self.parent_run_id = parent.run_id
@@ -121,14 +124,14 @@ class SweepCallback(Callback):
             os.environ[PARENT_RUN_ENV] = self.parent_run_id
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.finish("FINISHED")
+        self.finish(FINISHED)
 
     # ---------------------------------------------------------------------------------------------------------------
     # Summary
     # ---------------------------------------------------------------------------------------------------------------
 
     @property
-    def store(self) -> Any:
+    def store(self) -> RunStore:
         if self._store is None:
             from pgcli.tracking import RunStore
 
@@ -149,7 +152,7 @@ class SweepCallback(Callback):
             if status != "FINISHED":  # the sweep was cut short: no job is still writing to its run
                 for child in children:
                     if child.status == "RUNNING":
-                        store.end(child.run_id, "KILLED")
+                        store.end(child.run_id, KILLED)
                 children = sorted(store.children(parent), key=_job_order)
             rows = drop_common_overrides([child_row(c, self.final_metric) for c in children])
             failed = [_describe_failure(r) for r in rows if r["status"] != "FINISHED"]
@@ -157,10 +160,10 @@ class SweepCallback(Callback):
             missing = [n for n in sweep_job_numbers(self.sweep_dir) if str(n) not in job_nums]
             failed += [f"#{n}: no MLflow run (the job failed before training started)" for n in missing]
             n_jobs = len(job_nums | {str(n) for n in missing})
-            final = "KILLED" if status == "KILLED" else ("FAILED" if status == "FAILED" or failed else "FINISHED")
+            final = sweep_status(status, len(failed))
             self._log_summary(parent_id, rows, n_jobs, len(failed))
         except BaseException:
-            store.end(parent_id, "KILLED" if status == "KILLED" else "FAILED")
+            store.end(parent_id, sweep_status(status, n_failed_jobs=1))
             raise
         store.end(parent_id, final)
         self.outcome = SweepOutcome(parent_id, final, n_jobs, failed)
@@ -322,7 +325,7 @@ def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> 
     return params
 
 
-def child_row(child: Any, final_metric: str = FINAL_METRIC) -> dict[str, str]:
+def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, str]:
     """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.RunRecord`."""
     value = child.metrics.get(final_metric)
     return {
@@ -382,7 +385,7 @@ def _describe_failure(row: dict[str, str]) -> str:
     return f"{what}: {row['status']}" + (f" ({row['error']})" if row["error"] else "")
 
 
-def _job_order(child: Any) -> tuple[int, int, str]:
+def _job_order(child: RunRecord) -> tuple[int, int, str]:
     job, seed = child.tags.get("sweep_job", ""), child.tags.get("seed", "")
     return (int(job) if job.isdigit() else -1, int(seed) if seed.isdigit() else -1, child.name)
 

@@ -40,6 +40,10 @@ class MetricLogger(Protocol):
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
+    def flush(self) -> None:
+        """Write buffered metrics now (before a checkpoint: the store then has every point up to it)."""
+        ...
+
     def close(self, status: str) -> None: ...
 
 
@@ -107,7 +111,9 @@ class MLflowBackend:
         flush_every_s: float = 5.0,
         spool_dir: Path | None = None,
         probe_every_s: float = 10.0,
+        run_id: str | None = None,
     ) -> None:
+        """Create a run, or with ``run_id`` re-open that one (resume): back to RUNNING, its ``error`` tag dropped."""
         from mlflow.tracking import MlflowClient
 
         quiet_mlflow_logs()
@@ -116,14 +122,21 @@ class MLflowBackend:
         self.client = MlflowClient(tracking_uri=target.uri)
         self.uri = target.uri
         run_tags = dict(tags)
-        if parent_run_id:
+        if run_id is not None:
+            run = with_retry(self.client.get_run, run_id)
+            self.experiment_id = str(run.info.experiment_id)
+            with_retry(self.client.update_run, run_id, status="RUNNING")
+            if "error" in run.data.tags:  # the reason an earlier attempt failed; this attempt sets its own
+                with_retry(self.client.delete_tag, run_id, "error")
+        elif parent_run_id:
             # A child lives in its parent's experiment (MLflow nests runs only within one experiment), so a sweep over
             # env=a,b still shows as one tree.
             self.experiment_id = with_retry(self.client.get_run, parent_run_id).info.experiment_id
             run_tags["mlflow.parentRunId"] = parent_run_id
         else:
             self.experiment_id = get_or_create_experiment(self.client, experiment, target.artifact_root)
-        run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=run_tags)
+        if run_id is None:
+            run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=run_tags)
         self.run_id: str = run.info.run_id
         self.artifact_uri: str = run.info.artifact_uri
         self.flush_every_s = flush_every_s
@@ -134,6 +147,8 @@ class MLflowBackend:
         self.probe_every_s = probe_every_s
         self._offline = False
         self._next_probe = 0.0
+        if run_id is not None:
+            self.set_tags(tags)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now, step = int(time.time() * 1000), int(step)
@@ -166,6 +181,12 @@ class MLflowBackend:
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self._write({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
+
+    def stored_history(self) -> dict[str, list[tuple[int, float]]]:
+        """Every point this run has in the store: key -> ``(step, value)`` in step order."""
+        keys = with_retry(self.client.get_run, self.run_id).data.metrics
+        points = {key: with_retry(self.client.get_metric_history, self.run_id, key) for key in keys}
+        return {key: sorted((int(m.step), float(m.value)) for m in ms) for key, ms in points.items()}
 
     def end(self, status: str) -> None:
         self._next_probe = 0.0  # one more try to reach a server that went away, whatever the probe clock says
@@ -360,16 +381,29 @@ class RunLogger:
         self.backend = backend
         self.history: dict[str, list[tuple[int, float]]] = {}
         self.closed = False
+        self.skip_through: dict[str, int] = {}
+        """key -> last step already stored (resume): points at or before it are dropped, never logged twice."""
 
     @property
     def run_id(self) -> str | None:
         return self.backend.run_id if self.backend else None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self.skip_through:
+            metrics = {k: v for k, v in metrics.items() if step > self.skip_through.get(k, -1)}
         for key, value in metrics.items():
             self.history.setdefault(key, []).append((int(step), float(value)))
-        if self.backend:
+        if self.backend and metrics:
             self.backend.log_metrics(metrics, step)
+
+    def restore_history(self, history: Mapping[str, list[tuple[int, float]]]) -> None:
+        """Start from the points an earlier attempt of this run stored (resume); later points only past them."""
+        self.history = {key: sorted(points) for key, points in history.items() if points}
+        self.skip_through = {key: points[-1][0] for key, points in self.history.items()}
+
+    def flush(self) -> None:
+        if self.backend:
+            self.backend.flush()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         if self.backend:
@@ -403,19 +437,49 @@ class RunLogger:
             paths.append(png)
         return paths
 
-    def close(self, status: str) -> None:
-        """Flush, write the reports, log them, and end the MLflow run with ``status``. Safe to call twice."""
+    def finalize(self) -> list[str]:
+        """Write the reports, log them and flush every buffered metric; returns what could not be written (one
+        ``"<what>: <error>"`` line each), so the caller can end the run FAILED instead of FINISHED."""
+        missing: list[str] = []
+        try:
+            paths = self.write_reports()
+        except Exception as exc:  # a full or read-only disk: the store may still take the metrics
+            paths = []
+            missing.append(f"metrics.csv/learning_curve.png in {self.output_dir}: {_one_line(exc)}")
+        for path in paths:
+            try:
+                self.log_artifact(path)
+            except Exception as exc:
+                missing.append(f"artifact {path.name}: {_one_line(exc)}")
+        try:
+            self.flush()
+        except Exception as exc:
+            n = len(self.backend._buffer) if self.backend else 0
+            missing.append(f"{n} buffered metric values: {_one_line(exc)}")
+        return missing
+
+    def end(self, status: str) -> None:
+        """End the MLflow run with ``status`` (decided by :mod:`pgcli.run`). Safe to call twice."""
         if self.closed:
             return
-        self.closed = True
         if status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
-        try:
-            for path in self.write_reports():
-                self.log_artifact(path)
-        finally:
-            if self.backend:
-                self.backend.end(status)
+        self.closed = True
+        if self.backend:
+            self.backend.end(status)
+
+    def close(self, status: str) -> None:
+        """:meth:`finalize`, then :meth:`end` with ``status``."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+        if not self.closed:
+            self.finalize()
+        self.end(status)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Path) -> Path | None:
@@ -552,6 +616,15 @@ class RunStore:
     def children(self, parent: RunRecord) -> list[RunRecord]:
         """The runs whose ``mlflow.parentRunId`` is ``parent``."""
         return self.search([parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
+
+    def find(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None when this store has none."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.get(run_id)
+        except MlflowException:
+            return None
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` points of one metric, in step order."""

@@ -114,12 +114,14 @@ class PPOKL:
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=1e-5)
         self.beta = cfg.beta_init
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
+        self.steps = 0  # env steps so far; restored by load(), so learn() continues a checkpoint
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        cfg, step = self.cfg, 0
+        cfg, step = self.cfg, self.steps
         while step < total_steps:
             batch = self.collector.collect(self.policy, self.value, monitor, step)
             step += batch.n_samples
+            self.steps = step
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             monitor.log(step, self._update(batch, advantages.flatten(), returns.flatten()))
@@ -177,10 +179,11 @@ class PPOKL:
 
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (networks, optimizer, beta) and ``path/normalizer.npz`` when the env normalises."""
-        return save_checkpoint(path, self.env, {**self._stateful(), "beta": self.beta})
+        return save_checkpoint(path, self.env, {**self._stateful(), "beta": self.beta, "steps": self.steps})
 
     def load(self, path: Path) -> None:
-        self.beta = float(load_checkpoint(path, self.env, self.device, self._stateful())["beta"])
+        payload = load_checkpoint(path, self.env, self.device, self._stateful())
+        self.beta, self.steps = float(payload["beta"]), int(payload.get("steps", 0))
 
     def close(self) -> None:
         self.env.close()

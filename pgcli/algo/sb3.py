@@ -249,7 +249,9 @@ class SB3Trainer:
         self.model.set_logger(Logger(folder=None, output_formats=[_MonitorWriter(monitor)]))
         steps_per_update = self.cfg.n_steps * self.vec.num_envs
         log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
-        self.model.learn(total_steps, callback=_MonitorCallback(monitor, self), log_interval=log_interval)
+        done = int(self.model.num_timesteps)  # > 0 after load(): continue its step count and schedules
+        self.model.learn(total_steps - done, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
+                         reset_num_timesteps=done == 0)  # fmt: skip
         self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
         return int(self.model.num_timesteps)
 
@@ -266,6 +268,7 @@ class SB3Trainer:
 
     def load(self, path: Path) -> None:
         self.model = self.algo_cls.load(path / "model.zip", env=self.vec, device=self.device)
+        self.model._last_obs = None  # type: ignore[assignment]  # the new env was never stepped: reset it first
         load_saved_normalizer(self.env, path)
 
     def close(self) -> None:

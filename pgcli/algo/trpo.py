@@ -120,12 +120,14 @@ class TRPO:
         self.value = make_value(env.single_observation_space, model).to(device)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
+        self.steps = 0  # env steps so far; restored by load(), so learn() continues a checkpoint
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        cfg, step = self.cfg, 0
+        cfg, step = self.cfg, self.steps
         while step < total_steps:
             batch = self.collector.collect(self.policy, self.value, monitor, step)
             step += batch.n_samples
+            self.steps = step
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
@@ -208,10 +210,10 @@ class TRPO:
 
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (policy, value network, critic optimizer) and ``path/normalizer.npz`` when normalising."""
-        return save_checkpoint(path, self.env, self._stateful())
+        return save_checkpoint(path, self.env, {**self._stateful(), "steps": self.steps})
 
     def load(self, path: Path) -> None:
-        load_checkpoint(path, self.env, self.device, self._stateful())
+        self.steps = int(load_checkpoint(path, self.env, self.device, self._stateful()).get("steps", 0))
 
     def close(self) -> None:
         self.env.close()

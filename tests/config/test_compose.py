@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pgcli.cli import CONF_DIR, compose_train_config, main
+from pgcli.cli import main
+from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
 from pgcli.errors import ConfigError
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.cli import CONF_DIR, compose_train_config
+from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import GRPOConfig
 from pgcli.errors import ConfigError
 

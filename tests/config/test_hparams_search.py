@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from pgcli.cli import CONF_DIR, compose_train_config, validate_overrides
+from pgcli.compose import CONF_DIR, compose_train_config, validate_overrides
 from pgcli.config import PPOConfig, TRPOConfig, register_configs
 
 PRESETS = {"ppo_pendulum": (PPOConfig, "Pendulum-v1"), "trpo_cartpole": (TRPOConfig, "CartPole-v1")}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.cli import CONF_DIR, compose_train_config
+from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import PPOKLConfig, SB3TRPOConfig, TRPOConfig, VPGConfig
 from pgcli.errors import ConfigError
 

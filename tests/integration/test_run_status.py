@@ -45,11 +45,15 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, stderr: Path
         time.sleep(0.1)  # polling interval, not a synchronisation delay
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_mid_training_ends_the_run_killed(signum: int, store: Store, workdir: Path):
-    stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(signum: int, store: Store, workdir: Path):
+    from stable_baselines3 import PPO
+
+    from pgcli.resume import plan_resume
+
+    stdout, stderr, run_dir = workdir / "stdout.txt", workdir / "stderr.txt", workdir / "run"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", f"tracking.uri={store.uri}", "total_steps=10000000",
-            "eval.every=0", "eval.episodes=1", "progress=true"]  # fmt: skip
+            "eval.every=0", "eval.episodes=1", "progress=true", f"hydra.run.dir={run_dir}"]  # fmt: skip
     with stdout.open("w") as out, stderr.open("w") as err:
         proc = subprocess.Popen(
             args,
@@ -71,14 +75,22 @@ def test_signal_mid_training_ends_the_run_killed(signum: int, store: Store, work
             if proc.poll() is None:
                 proc.kill()
     err_text = stderr.read_text()
-    assert returncode == 130, err_text[-3000:]
-    assert "pgcli: interrupted" in err_text and "Traceback" not in err_text
+    assert returncode == 128 + signum, err_text[-3000:]  # 130, 143, 129: as a shell reports a signal
+    assert "stopping after this update" in err_text and "pgcli: interrupted" in err_text
+    assert "Traceback" not in err_text
     (run,) = store.runs("cartpole")
     assert run.info.status == "KILLED" and run.info.end_time is not None
     client = store.client()
     sps = client.get_metric_history(run.info.run_id, "time/sps")
     assert sps and max(m.step for m in sps) < 10_000_000  # buffered metrics were flushed; training stopped early
-    assert "metrics.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"metrics.csv", "model", "checkpoints"} <= artifacts
+    # the final model loads, and the final checkpoint is where `resume=` would continue (at the last update)
+    model = PPO.load(run_dir / "model" / "model.zip")
+    plan = plan_resume(str(run_dir), [])
+    assert plan.point.run_id == run.info.run_id and plan.point.step == model.num_timesteps
+    assert plan.point.step >= max(m.step for m in sps)  # the checkpoint of the last update, after the last log
+    assert plan.point.checkpoint.name == f"step_{plan.point.step}"
     assert_never_running(store)
 
 
@@ -104,7 +116,7 @@ def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_pa
     """Run pgcli.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
     from pgcli.algo import sb3
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     original = sb3._MonitorCallback._on_rollout_end
     calls = {"n": 0}
@@ -145,7 +157,7 @@ def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_
     # Ctrl-C while the progress bar is being set up, between MLflow's create_run and the first update.
     from pgcli import monitor
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     def interrupted_bar(total: int) -> Any:
         raise KeyboardInterrupt
@@ -156,3 +168,44 @@ def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_
         train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
     (run,) = store.runs("cartpole")
     assert run.info.status == "KILLED"
+
+
+def test_a_run_whose_reports_cannot_be_written_ends_failed_and_says_what_is_missing(store: Store, tmp_path: Path):
+    # A real filesystem fault: `metrics.csv` in the run directory is a directory, so writing the report fails with
+    # IsADirectoryError after training went well. The run must not end FINISHED.
+    import json
+
+    from pgcli.build import RunContext, train
+    from pgcli.compose import compose_train_config
+
+    run_dir = tmp_path / "run"
+    (run_dir / "metrics.csv").mkdir(parents=True)
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=512", "eval.episodes=1", "progress=false"])
+    train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=run_dir))
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("not written: metrics.csv/learning_curve.png in")
+    assert "IsADirectoryError" in run.data.tags["error"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "FAILED" and record["run_id"] == run.info.run_id
+    assert len(record["missing"]) == 1 and "metrics.csv" in record["missing"][0]
+    # what could be written was: the metrics in the store, the final model
+    assert store.client().get_metric_history(run.info.run_id, "time/sps")
+    assert "model" in {a.path for a in store.client().list_artifacts(run.info.run_id)}
+
+
+def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path: Path):
+    import json
+    import os
+    import socket
+
+    from pgcli.build import RunContext, train
+    from pgcli.compose import compose_train_config
+
+    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=256", "eval.episodes=1", "progress=false"])
+    train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "FINISHED" and "error" not in run.data.tags
+    assert run.data.tags["pid"] == str(os.getpid()) and run.data.tags["hostname"] == socket.gethostname()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "FINISHED" and record["missing"] == [] and record["tracking_uri"] == store.uri

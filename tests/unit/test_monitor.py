@@ -39,6 +39,7 @@ class RecordingLogger:
     def __init__(self) -> None:
         self.metrics: list[tuple[int, dict[str, float]]] = []
         self.artifacts: list[tuple[Path, str | None]] = []
+        self.flushes = 0
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.metrics.append((step, dict(metrics)))
@@ -49,6 +50,9 @@ class RecordingLogger:
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self.artifacts.append((path, artifact_path))
+
+    def flush(self) -> None:
+        self.flushes += 1
 
     def close(self, status: str) -> None: ...
 
@@ -261,3 +265,76 @@ def test_the_best_evaluation_keeps_its_agent(tmp_path: Path):
     no_dir = make_monitor(RecordingLogger(), tmp_path / "other", evaluator=ScriptedEvaluator([1.0]))
     no_dir.update(100, agent)
     assert no_dir.best_step == 100 and not (tmp_path / "other").exists()  # eval.save_best=false: nothing written
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resume and clean stop
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class ScriptedEvaluator(CountingEvaluator):
+    """Returns the mean returns of a script, one per evaluation: the best so far is not always the latest."""
+
+    MEANS = (50.0, 20.0, 30.0, 60.0)
+
+    def __call__(self, agent: Any) -> EvalResult:
+        super().__call__(agent)
+        mean = self.MEANS[self.calls - 1]
+        return EvalResult(np.array([mean - 1, mean + 1]), np.array([5, 7]))
+
+
+def drive(monitor: TrainingMonitor, steps: range) -> None:
+    """Updates every 40 env steps, with one episode (return = step / 10) ending before each."""
+    for step in steps:
+        monitor.add_episodes(step - 1, [step / 10], [step // 40])
+        monitor.update(step, RowPolicy())
+
+
+def test_a_resumed_monitor_continues_its_curves_exactly(tmp_path: Path):
+    kw: dict[str, Any] = {"checkpoint_every": 150, "window": 4}
+    straight = RecordingLogger()
+    drive(make_monitor(straight, tmp_path / "a", evaluator=ScriptedEvaluator(), **kw), range(40, 401, 40))
+
+    first = RecordingLogger()
+    drive(make_monitor(first, tmp_path / "b", evaluator=ScriptedEvaluator(), **kw), range(40, 161, 40))
+    checkpoint = tmp_path / "b" / "checkpoints" / "step_160"
+    assert first.flushes == 1 and (checkpoint / "monitor.json").is_file()  # flushed before the checkpoint
+    second = RecordingLogger()
+    evaluator = ScriptedEvaluator()
+    evaluator.calls = 1  # evaluations at 120 (before the checkpoint), then 200, 320, 400
+    resumed = make_monitor(second, tmp_path / "b", evaluator=evaluator, **kw)
+    resumed.load_state(checkpoint, 160)
+    drive(resumed, range(200, 401, 40))
+
+    for key in ("eval/return_mean", "eval/best_return_mean", "time/episodes", "rollout/ep_return_mean",
+                "rollout/ep_len_mean", "rollout/ep_return"):  # fmt: skip
+        assert first.steps_of(key) + second.steps_of(key) == straight.steps_of(key), key
+        assert first.values_of(key) + second.values_of(key) == straight.values_of(key), key
+    assert [a for _, a in first.artifacts + second.artifacts] == [a for _, a in straight.artifacts]
+    assert second.values_of("eval/best_return_mean") == [50.0, 50.0, 60.0]  # the best of the first attempt counts
+    assert resumed.best_step == 400 and resumed.best_eval is not None and resumed.best_eval.mean == 60.0
+
+
+def test_a_checkpoint_without_monitor_state_continues_from_its_step(tmp_path: Path):
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, checkpoint_every=150)
+    (tmp_path / "old").mkdir()
+    monitor.load_state(tmp_path / "old", 160)  # an older checkpoint: next eval and checkpoint derived from the step
+    drive(monitor, range(200, 401, 40))
+    assert logger.steps_of("eval/return_mean") == [200, 320, 400]
+    assert [a for _, a in logger.artifacts] == ["checkpoints/step_320"]
+
+
+def test_a_stop_request_checkpoints_at_the_update_and_raises(tmp_path: Path):
+    from pgcli.run import Interrupted, StopRequest
+
+    stop = StopRequest()
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, checkpoint_every=0, stop=stop)
+    drive(monitor, range(40, 121, 40))
+    stop.signum = 15  # what the SIGTERM handler does while training runs
+    with pytest.raises(Interrupted) as info:
+        monitor.update(160, RowPolicy())
+    assert info.value.exit_code == 143 and stop.clean
+    assert [a for _, a in logger.artifacts] == ["checkpoints/step_160"]  # saved although checkpoint_every=0
+    assert (tmp_path / "checkpoints" / "step_160" / "monitor.json").is_file()

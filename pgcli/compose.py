@@ -1,0 +1,156 @@
+"""Config loading: compose ``conf/`` with Hydra's compose API, build the typed schemas, and turn every failure into a
+one-line :class:`~pgcli.errors.ConfigError`.
+
+The CLI validates a command line with these functions before Hydra runs (bad input stops with exit 2 before any env
+or MLflow run exists); ``pgcli compare``, ``pgcli ui`` and resume read tracking settings and logged configs through
+them too. Heavy modules (torch, SB3, MLflow) are never imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgcli.errors import ConfigError, PgcliError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from pgcli.config import TrainConfig
+
+
+def find_conf_dir() -> str:
+    """``conf/`` beside the package (a checkout or editable install), else the copy shipped inside the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "conf", here / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    raise PgcliError(f"cannot find pgcli's conf/ directory (looked beside {here})")
+
+
+CONF_DIR = find_conf_dir()
+
+
+def validate_overrides(overrides: list[str], *, multirun: bool = False) -> None:
+    """Compose and type-check the config of every job these overrides describe; raise a one-line ConfigError.
+
+    A grid sweep (``a=1,2 b=x,y``) is expanded and each job validated, so a bad value in the fourth job stops the
+    sweep before the first starts. Sweeper-specific syntax (Optuna's ``interval(...)``) is left to the sweeper.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(task)
+    except OverrideParseException as exc:
+        raise ConfigError(f"cannot parse override: {str(exc).splitlines()[0]}") from None
+    jobs: list[list[str]] = [task]
+    if multirun and any(o.is_sweep_override() for o in parsed):
+        simple = all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parsed)
+        if simple:
+            jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+        else:
+            jobs = [[o.input_line or "" for o in parsed if not o.is_sweep_override()]]
+    for job in jobs:
+        compose_train_config(job)
+
+
+def compose_train_config(overrides: list[str]) -> TrainConfig:
+    """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
+    run_cfg = to_train_config(compose_dictconfig(overrides))
+    if run_cfg.hardware.device == "cuda":
+        from pgcli.build import select_device
+
+        select_device(run_cfg.hardware)
+    return run_cfg
+
+
+def compose_dictconfig(overrides: list[str]) -> DictConfig:
+    """The composed (not yet validated) DictConfig for ``overrides``; a composition error is a one-line ConfigError."""
+    from hydra import compose, initialize_config_dir
+
+    from pgcli.config import register_configs
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
+            return compose("train", overrides=overrides)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(describe_config_error(exc)) from None
+
+
+def to_train_config(cfg: DictConfig) -> TrainConfig:
+    """DictConfig -> TrainConfig dataclasses, running every ``__post_init__`` rule once."""
+    from omegaconf import OmegaConf
+
+    from pgcli.config import TrainConfig
+
+    try:
+        run_cfg = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(describe_config_error(exc)) from None
+    if not isinstance(run_cfg, TrainConfig):
+        raise ConfigError(f"the config is not a train config (got {type(run_cfg).__name__})")
+    reject_unknown_keys(run_cfg)
+    return run_cfg
+
+
+def reject_unknown_keys(obj: Any, prefix: str = "") -> None:
+    """Raise a ConfigError for a key a schema does not define.
+
+    ``+algo.clip_rnge=0.1`` (Hydra's append syntax) gets past composition, and ``OmegaConf.to_object`` sets such keys
+    as extra attributes of the dataclass, so a typo would silently do nothing; only ``env.kwargs`` (a dict) is open.
+    """
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return
+    names = [f.name for f in dataclasses.fields(obj)]
+    for key in vars(obj):
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(names)}"
+            raise ConfigError(f"unknown key '{prefix}{key}' ({type(obj).__name__} has no field '{key}'){hint}")
+    for name in names:
+        reject_unknown_keys(getattr(obj, name), f"{prefix}{name}.")
+
+
+def describe_config_error(exc: BaseException) -> str:
+    """One line naming what is wrong, from a Hydra / OmegaConf composition error."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause = exc.__cause__ or exc
+    if isinstance(exc, MissingConfigException) or isinstance(cause, MissingConfigException):
+        text = str(exc)
+        missing = text.split("Could not find '", 1)[-1].split("'", 1)[0] if "Could not find '" in text else ""
+        group, _, option = missing.rpartition("/")
+        options = [line.strip() for line in text.split("Available options in", 1)[-1].splitlines()[1:]]
+        options = [o for o in options if o and not o.startswith(("Config search path", "provider="))]
+        if group and options:
+            return f"unknown {group} option '{option}' (available: {', '.join(options)})"
+        return text.splitlines()[0]
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        key = getattr(cause, "full_key", "") or ""
+        obj = getattr(cause, "object_type", None)
+        valid = [f.name for f in dataclasses.fields(obj)] if obj and dataclasses.is_dataclass(obj) else []
+        leaf = key.rpartition(".")[2]
+        close = difflib.get_close_matches(leaf, valid, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        if not close and valid:
+            hint = f"; valid keys: {', '.join(valid)}"
+        if obj is dict:  # an open mapping such as env.kwargs: new keys need Hydra's append syntax
+            return f"unknown key '{key}'; to add a new key use '+{key}=...'"
+        owner = obj.__name__ if obj else "the config"
+        return f"unknown key '{key}' ({owner} has no field '{leaf}'){hint}"
+    if isinstance(cause, ValidationError):
+        key = getattr(cause, "full_key", "") or ""
+        msg = str(getattr(cause, "msg", cause)).splitlines()[0]
+        return f"{key}: {msg}" if key else msg
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,76 @@
+"""``pgcli runs``: the latest runs of the store, and ``--stale``: RUNNING runs whose process is gone, marked KILLED.
+
+A run records its process as tags (``pid``, ``hostname``, ``pid_start``). A process killed with SIGKILL (or a
+machine that lost power) cannot end its run, so the run stays RUNNING; ``pgcli runs --stale`` finds the RUNNING runs
+of this host whose process no longer exists and ends them KILLED (``--dry-run`` only lists them). Runs of other hosts
+are never touched: their processes cannot be checked from here. ``pgcli train resume=<run id>`` continues such a run
+from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+
+from pgcli.compose import compose_train_config
+from pgcli.errors import ConfigError
+from pgcli.run import find_stale_runs, mark_killed
+
+
+def main(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pgcli runs",
+        description="List the latest runs of pgcli's run store; with --stale, end the RUNNING runs whose process "
+        "is gone (killed with SIGKILL, machine restarted) as KILLED.",
+        epilog="examples:\n"
+        "  pgcli runs                          # the 20 latest runs\n"
+        "  pgcli runs --stale --dry-run        # which RUNNING runs of this host lost their process\n"
+        "  pgcli runs --stale                  # ... and mark them KILLED\n"
+        "  pgcli train resume=<run id>         # continue one from its last checkpoint",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--stale", action="store_true", help="find RUNNING runs whose process is gone, mark KILLED")
+    parser.add_argument("--dry-run", action="store_true", help="with --stale: list them, change nothing")
+    parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    parser.add_argument("--limit", type=int, default=20, help="runs to list (default: 20)")
+    parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli ui)")
+    ns = parser.parse_args(args)
+    if ns.dry_run and not ns.stale:
+        raise ConfigError("--dry-run goes with --stale")
+    if ns.limit < 1:
+        raise ConfigError(f"--limit must be >= 1 (got {ns.limit})")
+    run_cfg = compose_train_config(ns.overrides)
+    if run_cfg.tracking.backend != "mlflow":
+        raise ConfigError("tracking=off has no run store; drop the tracking override")
+    from pathlib import Path
+
+    from pgcli.tracking import RunStore, resolve_tracking_target
+
+    uri = resolve_tracking_target(run_cfg.tracking).uri
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise ConfigError(f"no run store at {uri} (no run has been tracked from here yet)")
+    store = RunStore(uri)
+    experiment_ids = store.experiment_ids(ns.experiment) if ns.experiment else None
+    if ns.experiment and not experiment_ids:
+        raise ConfigError(f"no experiment {', '.join(ns.experiment)} in {uri} (experiments: "
+                          f"{', '.join(store.experiment_names())})")  # fmt: skip
+
+    if ns.stale:
+        stale, unknown = find_stale_runs(store, experiment_ids)
+        for run in stale:
+            print(f"{run.run_id}  {run.name}  {run.reason}")
+        if not ns.dry_run:
+            mark_killed(store, stale)
+        done = "would mark" if ns.dry_run else "marked"
+        note = f"; {unknown} RUNNING run(s) of other hosts or without a pid tag left alone" if unknown else ""
+        print(f"pgcli: {done} {len(stale)} stale run(s) KILLED{note}", file=sys.stderr)
+        return 0
+
+    runs = store.search(experiment_ids or store.experiment_ids(), order_by=["attributes.start_time DESC"])
+    print(f"{'run id':32}  {'status':8}  {'started':16}  name")
+    for record in runs[: ns.limit]:
+        started = datetime.fromtimestamp(record.start_time / 1000).strftime("%Y-%m-%d %H:%M")
+        print(f"{record.run_id:32}  {record.status:8}  {started:16}  {record.name}")
+    print(f"pgcli: {min(len(runs), ns.limit)} of {len(runs)} runs in {uri}", file=sys.stderr)
+    return 0

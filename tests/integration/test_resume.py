@@ -1,0 +1,220 @@
+"""`pgcli train resume=<run>`: a real `pgcli train` killed with SIGKILL after its first checkpoint, then resumed.
+
+Each case starts a real subprocess, polls (with a timeout) until the first checkpoint is complete on disk, kills it
+with SIGKILL (the run stays RUNNING: nothing can end it), and resumes it with a second real subprocess. The resumed
+run must be the same MLflow run, end FINISHED at the requested step count, hold no metric step twice, and continue
+its curves (episode counter, evaluations) instead of starting them over.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Store, cli_env, run_pgcli
+
+TOTAL_STEPS = 2048
+CHECKPOINT_EVERY = 256
+COMMON = [f"total_steps={TOTAL_STEPS}", f"checkpoint_every={CHECKPOINT_EVERY}", "eval.every=256", "eval.episodes=2",
+          "progress=false", "tracking.flush_every_s=0.1", "seed=1"]  # fmt: skip
+CASES = {
+    "trpo": ["algo=trpo", "algo.n_steps=64", "algo.n_critic_updates=1", "env.n_envs=2"],
+    "ppo_kl": ["algo=ppo_kl", "algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=64", "env.n_envs=2"],
+    "grpo": ["algo=grpo", "algo.group_size=4", "algo.n_groups=2", "algo.batch_size=4", "env.n_envs=4"],
+    "ppo": ["algo=ppo", "algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=64", "env.n_envs=2"],
+}
+MANY_PER_STEP = {"rollout/ep_return", "rollout/ep_len"}
+"""One point per episode: several episodes can end in one vector step, so these keys may repeat a step."""
+
+
+@pytest.fixture
+def store(migrated_store: Store) -> Store:
+    return migrated_store
+
+
+def start_pgcli(args: list[str], cwd: Path, stderr: Path) -> subprocess.Popen[bytes]:
+    exe = Path(sys.executable).parent / "pgcli"
+    with stderr.open("w") as err:
+        return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+
+
+def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen[bytes], stderr: Path, timeout: float = 240) -> None:
+    """Poll until a checkpoint with its monitor state is on disk (the monitor writes monitor.json last)."""
+    deadline = time.monotonic() + timeout
+    while not list((run_dir / "checkpoints").glob("step_*/monitor.json")):
+        if proc.poll() is not None:
+            pytest.fail(f"pgcli exited ({proc.returncode}) before its first checkpoint:\n{stderr.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no checkpoint after {timeout} s:\n{stderr.read_text()[-3000:]}")
+        time.sleep(0.05)  # polling interval, not a synchronisation delay
+
+
+def histories(store: Store, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    client = store.client()
+    keys = client.get_run(run_id).data.metrics
+    return {k: sorted((m.step, m.value) for m in client.get_metric_history(run_id, k)) for k in keys}
+
+
+@pytest.mark.parametrize("algo", list(CASES))
+def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, workdir: Path):
+    run_dir = workdir / "run"
+    args = ["train", *CASES[algo], *COMMON, f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"]
+    proc = start_pgcli(args, workdir, workdir / "first.txt")
+    try:
+        wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
+        proc.kill()  # SIGKILL: no handler runs, the run cannot be ended
+        assert proc.wait(timeout=60) == -9, "pgcli finished before it could be killed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (killed,) = store.runs("cartpole")
+    run_id = killed.info.run_id
+    assert killed.info.status == "RUNNING"
+    before = histories(store, run_id)
+    checkpoints = sorted(int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*"))
+
+    if algo == "trpo":  # the stale-run finder sees it (its pid is gone); --dry-run leaves it RUNNING for the resume
+        stale = run_pgcli(["runs", "--stale", "--dry-run", f"tracking.uri={store.uri}"], cwd=workdir)
+        assert stale.returncode == 0, stale.stderr
+        assert run_id in stale.stdout and "would mark 1 stale run(s) KILLED" in stale.stderr
+
+    resumed = run_pgcli(["train", f"resume={run_id}", f"tracking.uri={store.uri}"], cwd=workdir, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Traceback" not in resumed.stderr
+
+    (run,) = store.runs("cartpole")  # one MLflow run: the same one, re-opened
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    resumed_from = int(run.data.tags["resumed_from_step"])
+    assert resumed_from in checkpoints and resumed_from < TOTAL_STEPS
+    after = histories(store, run_id)
+
+    # the final step count is what the original config asked for (on-policy: the first update boundary past it)
+    sps_steps = [s for s, _ in after["time/sps"]]
+    assert TOTAL_STEPS <= sps_steps[-1] < TOTAL_STEPS + 1024
+    # no metric step logged twice (per-episode keys may legitimately hold several episodes at one step)
+    for key, points in after.items():
+        if key not in MANY_PER_STEP:
+            repeated = [s for s, n in Counter(s for s, _ in points).items() if n > 1]
+            assert not repeated, f"{key} has steps logged twice: {repeated}"
+    # everything the killed process stored is still there, and the resumed process only added later steps
+    for key, points in before.items():
+        kept = [p for p in after[key] if p[0] <= points[-1][0]]
+        assert kept == points, key
+    # the curves continue: the episode counter carries on from the checkpoint instead of restarting at 0
+    episodes = [v for _, v in after["time/episodes"]]
+    assert episodes == sorted(episodes) and episodes[-1] > episodes[0]
+    eval_steps = [s for s, _ in after["eval/return_mean"]]
+    assert eval_steps == sorted(set(eval_steps)) and eval_steps[0] <= resumed_from < eval_steps[-1]
+    assert (run_dir / "model").is_dir() and (run_dir / "metrics.csv").is_file()
+    csv_rows = (run_dir / "metrics.csv").read_text().splitlines()
+    assert sum(r.startswith("time/sps,") for r in csv_rows) == len(after["time/sps"])  # the report has both halves
+
+
+def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
+    from pgcli.errors import ConfigError
+    from pgcli.resume import plan_resume
+
+    run_dir = workdir / "run"
+    args = ["train", *CASES["trpo"], *COMMON, "total_steps=512", "checkpoint_every=0", f"tracking.uri={store.uri}",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    first = run_pgcli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run,) = store.runs("cartpole")
+    before = (store.root / "mlflow.db").read_bytes()
+
+    monkeypatch.chdir(workdir)
+    lookup = f"tracking.uri={store.uri}"
+    bad = {
+        # (resume target, overrides): words of the one-line error
+        (run.info.run_id, lookup): "has no checkpoint",
+        ("0" * 32, lookup): f"no run '{'0' * 32}' in {store.uri}",
+        (str(run_dir), "algo.target_kl=0.5"): "'algo.target_kl' cannot change when a run continues",
+        (str(run_dir), "eval.episodes=20"): "'eval.episodes' cannot change",
+        (str(run_dir), "total_steps=10"): "total_steps=10 is below the run's 512; it may only grow",
+        (str(workdir), ""): "not a pgcli run directory",
+        ("nonsense", ""): "neither a run directory nor an MLflow run id",
+        (run.info.run_id, "tracking.uri=sqlite:///nowhere/mlflow.db"): "no tracking store at sqlite:///nowhere",
+    }
+    for (target, override), words in bad.items():
+        with pytest.raises(ConfigError) as info:
+            plan_resume(target, [override] if override else [])
+        assert words in str(info.value) and "\n" not in str(info.value), (target, override, str(info.value))
+    # through the CLI: one line, exit 2, no traceback
+    proc = run_pgcli(["train", f"resume={run_dir}", "algo.target_kl=0.5"], cwd=workdir)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "pgcli: error: resume: 'algo.target_kl' cannot change when a run continues (it changes the experiment); "
+        "allowed: total_steps, progress, checkpoint_every, checkpoint_keep, hardware.torch_threads, "
+        "tracking.flush_every_s; to train with other values start a new run"
+    ]
+    assert (store.root / "mlflow.db").read_bytes() == before  # nothing changed in the store
+    assert not (workdir / "nowhere").exists()
+
+
+def test_resume_from_a_corrupt_checkpoint_fails_before_the_run_reopens(store: Store, workdir: Path):
+    run_dir = workdir / "run"
+    args = [
+        "train",
+        *CASES["trpo"],
+        *COMMON,
+        "total_steps=512",
+        f"tracking.uri={store.uri}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    first = run_pgcli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    last = max((run_dir / "checkpoints").glob("step_*"), key=lambda p: int(p.name.removeprefix("step_")))
+    model = last / "model.pt"
+    model.write_bytes(model.read_bytes()[:100])  # truncated
+    before = (store.root / "mlflow.db").read_bytes()
+
+    proc = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("pgcli: error:")
+    assert (store.root / "mlflow.db").read_bytes() == before
+    (again,) = store.runs("cartpole")
+    assert again.info.status == "FINISHED"
+
+
+def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):
+    # tracking=off: the run directory is all there is. Ctrl-C stops cleanly (checkpoint, model, metrics.csv); the
+    # resume reads the config and metrics.csv back and ends with one history, no step twice.
+    import csv
+    import signal
+
+    run_dir = workdir / "run"
+    args = ["train", *CASES["trpo"], *COMMON, "tracking=off", f"hydra.run.dir={run_dir}"]
+    exe = Path(sys.executable).parent / "pgcli"
+    with (workdir / "first.txt").open("w") as err:
+        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    try:
+        wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, (workdir / "first.txt").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first_text = (workdir / "first.txt").read_text()
+    assert "stopping after this update" in first_text and "Traceback" not in first_text
+    stopped_at = max(int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*"))
+    assert stopped_at < TOTAL_STEPS and (run_dir / "model" / "model.pt").is_file()
+
+    resumed = run_pgcli(["train", f"resume={run_dir}"], cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"from {run_dir.resolve()}/checkpoints/step_{stopped_at} (step {stopped_at:,} of {TOTAL_STEPS:,})" in (
+        resumed.stderr
+    )
+    with (run_dir / "metrics.csv").open() as f:
+        rows = [(r["key"], int(r["step"])) for r in csv.DictReader(f)]
+    sps = [step for key, step in rows if key == "time/sps"]
+    assert sps == sorted(set(sps)) and sps[0] <= stopped_at and sps[-1] >= TOTAL_STEPS
+    for key in {k for k, _ in rows} - MANY_PER_STEP:
+        steps = [s for k, s in rows if k == key]
+        assert len(steps) == len(set(steps)), key

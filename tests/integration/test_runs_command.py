@@ -1,0 +1,65 @@
+"""`pgcli runs` and `pgcli runs --stale` on a real MLflow store, through the real `pgcli` console script."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from pgcli.run import process_start_time
+from pgcli.tracking import MLflowBackend, TrackingTarget
+from tests.conftest import Store, run_pgcli
+
+
+def gone_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def running_run(store: Store, name: str, tags: dict[str, str]) -> str:
+    backend = MLflowBackend(TrackingTarget(store.uri, None), experiment="cartpole", run_name=name, tags=tags)
+    return backend.run_id
+
+
+def test_stale_runs_are_found_and_marked_killed(migrated_store: Store, workdir: Path):
+    store, host, me = migrated_store, socket.gethostname(), os.getpid()
+    stale = running_run(store, "crashed", {"pid": str(gone_pid()), "hostname": host})
+    alive = running_run(store, "alive", {"pid": str(me), "hostname": host, "pid_start": process_start_time(me)})
+    # a live pid that is another process now (pid reuse): its start time differs from the one the run recorded
+    reused = running_run(store, "reused", {"pid": str(me), "hostname": host, "pid_start": "1"})
+    elsewhere = running_run(store, "elsewhere", {"pid": str(gone_pid()), "hostname": "another-host"})
+    untagged = running_run(store, "untagged", {})
+
+    dry = run_pgcli(["runs", "--stale", "--dry-run", f"tracking.uri={store.uri}"], cwd=workdir)
+    assert dry.returncode == 0, dry.stderr
+    assert {line.split()[0] for line in dry.stdout.splitlines()} == {stale, reused}
+    assert "would mark 2 stale run(s) KILLED; 2 RUNNING run(s) of other hosts or without a pid tag" in dry.stderr
+    assert all(r.info.status == "RUNNING" for r in store.runs("cartpole"))  # --dry-run changes nothing
+
+    proc = run_pgcli(["runs", "--stale", f"tracking.uri={store.uri}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    status = {r.info.run_id: r.info.status for r in store.runs("cartpole")}
+    assert status == {stale: "KILLED", reused: "KILLED", alive: "RUNNING", elsewhere: "RUNNING", untagged: "RUNNING"}
+    killed = store.client().get_run(stale)
+    assert killed.data.tags["error"].startswith("marked KILLED by pgcli runs --stale: process")
+    assert killed.info.end_time is not None
+
+    listing = run_pgcli(["runs", f"tracking.uri={store.uri}"], cwd=workdir)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0].split() == ["run", "id", "status", "started", "name"] and len(lines) == 1 + 5
+    assert any(line.startswith(stale) and "KILLED" in line for line in lines)
+
+
+def test_runs_without_a_store_is_one_line_and_creates_nothing(workdir: Path):
+    proc = run_pgcli(["runs", "--stale"], cwd=workdir)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"pgcli: error: no run store at sqlite:///{workdir.resolve()}/outputs/mlflow.db (no run has been tracked "
+        "from here yet)"
+    ]
+    assert not (workdir / "outputs").exists()

@@ -1,0 +1,75 @@
+"""pgcli.run's decisions: the final status, the latest checkpoint, and which RUNNING runs are stale."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgcli.run import (
+    Interrupted,
+    final_status,
+    latest_checkpoint,
+    process_alive,
+    process_start_time,
+    stale_reason,
+    sweep_status,
+)
+from pgcli.tracking import RunRecord
+
+
+@pytest.mark.parametrize(
+    ("exc", "missing", "status"),
+    [
+        (None, [], "FINISHED"),
+        (None, ["metrics.csv: OSError: [Errno 28] No space left on device"], "FAILED"),
+        (RuntimeError("boom"), [], "FAILED"),
+        (KeyboardInterrupt(), [], "KILLED"),
+        (Interrupted(signal.SIGHUP), ["metrics.csv: ..."], "KILLED"),
+    ],
+)
+def test_final_status(exc: BaseException | None, missing: list[str], status: str):
+    assert final_status(exc, missing) == status
+
+
+def test_sweep_status():
+    assert sweep_status("FINISHED", 0) == "FINISHED"
+    assert sweep_status("FINISHED", 1) == "FAILED"  # a failed job fails the sweep
+    assert sweep_status("FAILED", 0) == "FAILED"
+    assert sweep_status("KILLED", 3) == "KILLED"
+
+
+def test_interrupted_exit_codes():
+    assert [Interrupted(s).exit_code for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == [130, 143, 129]
+    assert isinstance(Interrupted(signal.SIGTERM), KeyboardInterrupt)  # every `except KeyboardInterrupt` sees it
+
+
+def test_latest_checkpoint_takes_the_largest_complete_step(tmp_path: Path):
+    assert latest_checkpoint(tmp_path / "checkpoints") is None
+    for name in ("step_512", "step_1024", "step_4096.tmp", ".step_8192", "step_abc"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.pt").write_bytes(b"x")
+    (tmp_path / "step_2048").mkdir()  # empty: a checkpoint that was never written
+    assert latest_checkpoint(tmp_path) == (1024, tmp_path / "step_1024")
+
+
+def record(tags: dict[str, str], status: str = "RUNNING") -> RunRecord:
+    return RunRecord("id", "0", "name", status, 0, {}, tags, {})
+
+
+def test_stale_reason():
+    host, me = socket.gethostname(), os.getpid()
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    assert stale_reason(record({"pid": str(done.pid), "hostname": host})) == f"process {done.pid} on {host} is gone"
+    assert stale_reason(record({"pid": str(me), "hostname": host, "pid_start": process_start_time(me)})) is None
+    assert stale_reason(record({"pid": str(me), "hostname": host, "pid_start": "1"})) is not None  # pid reused
+    assert stale_reason(record({"pid": str(done.pid), "hostname": "elsewhere"})) is None  # cannot be checked here
+    assert stale_reason(record({})) is None
+    assert stale_reason(record({"pid": str(done.pid), "hostname": host}, status="FINISHED")) is None
+    assert process_alive(me) and not process_alive(done.pid)
