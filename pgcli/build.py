@@ -228,6 +228,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             eval_every=cfg.eval.every,
             checkpoint_dir=ctx.output_dir / "checkpoints",
             checkpoint_every=cfg.checkpoint_every,
+            checkpoint_keep=cfg.checkpoint_keep,
             best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
             progress=cfg.progress,
         )
