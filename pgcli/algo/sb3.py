@@ -269,8 +269,12 @@ class SB3Trainer:
         remaining = total_steps - self.model.num_timesteps  # a loaded checkpoint continues its step count
         if remaining > 0:
             # reset_num_timesteps=False: num_timesteps and the schedules' progress continue from a loaded model
-            self.model.learn(remaining, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
-                             reset_num_timesteps=False)  # fmt: skip
+            try:
+                self.model.learn(remaining, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
+                                 reset_num_timesteps=False)  # fmt: skip
+            except ValueError:  # SB3's torch distributions reject non-finite parameters in the middle of an update
+                self.check_parameters(monitor)  # a DivergenceError when that is the cause
+                raise
             self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
             self.check_parameters(monitor)
             monitor.update(self.model.num_timesteps, self)
