@@ -136,7 +136,7 @@ def read_file(file: Path, reader: Callable[[Path], T]) -> T:
     try:
         return reader(file)
     except Exception as exc:  # any parse error of a damaged file: torch, zip, numpy and json all raise their own
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]  # the first sentence
         raise PgcliError(f"cannot read checkpoint file {file}: truncated or corrupt ({type(exc).__name__}: "
                          f"{reason})") from exc  # fmt: skip
 
@@ -183,8 +183,9 @@ def load_checkpoint(
             try:
                 obj.load_state_dict(payload[name])
             except (KeyError, RuntimeError, ValueError) as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                raise PgcliError(f"checkpoint file {file} does not fit this trainer ({name}: {first})") from exc
+                lines = [line.strip() for line in str(exc).strip().splitlines()] or [""]
+                detail = lines[1] if len(lines) > 1 else lines[0]  # torch: a header line, then one line per key
+                raise PgcliError(f"checkpoint file {file} does not fit this trainer ({name}: {detail[:200]})") from exc
     return load_training_state(path, env)
 
 
