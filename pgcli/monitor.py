@@ -12,12 +12,12 @@ Metric keys are the same for every algorithm; ``step`` is always environment ste
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from shutil import rmtree
 from typing import Any, Protocol
 
 import numpy as np
@@ -263,9 +263,9 @@ def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step_<n>`` checkpoints, and temporary directories a crash left behind."""
     steps = sorted((step, p) for p in checkpoint_dir.iterdir() if (step := checkpoint_step(p)) is not None)
     for _, path in steps[:-keep]:
-        shutil.rmtree(path, ignore_errors=True)
+        rmtree(path, ignore_errors=True)
     for leftover in checkpoint_dir.glob(".step_*.tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+        rmtree(leftover, ignore_errors=True)
 
 
 def _progress_bar(total: int) -> Any:
