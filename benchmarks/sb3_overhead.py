@@ -120,7 +120,7 @@ PROBES: list[tuple[Any, str, str]] = [
     (gymnasium.vector.SyncVectorEnv, "step", "  env: SyncVectorEnv.step"),
     (pgcli_env.VecNormalize, "step", "  env: VecNormalize.step"),
     (pgcli_sb3._MonitorCallback, "_on_step", "callback._on_step (episodes -> logger)"),
-    (pgcli_sb3._MonitorCallback, "_on_rollout_end", "callback._on_rollout_end (monitor.update)"),
+    (pgcli_sb3._MonitorCallback, "_on_rollout_start", "callback._on_rollout_start (monitor.update)"),
     (pgcli_sb3._MonitorWriter, "write", "SB3 logger -> pgcli logger"),
     (pgcli_monitor.TrainingMonitor, "_advance_bar", "  progress bar (tqdm)"),
     (pgcli_tracking.MLflowBackend, "flush", "  MLflow log_batch flushes"),

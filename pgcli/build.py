@@ -224,6 +224,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 eval_every=cfg.eval.every,
                 checkpoint_dir=ctx.output_dir / "checkpoints",
                 checkpoint_every=cfg.checkpoint_every,
+                checkpoint_keep=cfg.checkpoint_keep,
                 best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
                 progress=cfg.progress,
                 stop=run.stop,

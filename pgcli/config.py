@@ -563,8 +563,10 @@ class TrainConfig:
     """MLflow experiment (None: the env's config name, e.g. 'cartpole')."""
     run_name: str | None = None
     """MLflow run name (None: '<algo>-<env>-s<seed>')."""
-    checkpoint_every: int = 0
-    """Save a checkpoint every this many env steps (0: only the final model)."""
+    checkpoint_every: int = 50_000
+    """Save a checkpoint every this many env steps into <run dir>/checkpoints/step_<n> (0: only the final model)."""
+    checkpoint_keep: int = 3
+    """Keep the newest this many checkpoints in the run directory (0: all); best_model/ and model/ are kept apart."""
     progress: bool = True
     """Show a progress bar."""
     n_seeds: int = 1
@@ -574,6 +576,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
         _require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
+        _require(self.checkpoint_keep >= 0, "checkpoint_keep", self.checkpoint_keep, ">= 0", "0 keeps every checkpoint")
         _require(self.seed >= 0, "seed", self.seed, ">= 0")
         _require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
         if type(self.algo) not in ALGO_CONFIGS.values():

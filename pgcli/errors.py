@@ -11,3 +11,16 @@ class ConfigError(PgcliError, ValueError):
     """A config value breaks a rule. Raised before any env or MLflow run exists; exit status 2."""
 
     exit_code = 2
+
+
+class DivergenceError(PgcliError):
+    """Training produced a non-finite loss, gradient, parameter or observation (issue 8, divergence guard).
+
+    Raised by the trainers' once-per-update checks (``pgcli.algo.guard``) before the bad state reaches a checkpoint,
+    so the last checkpoint on disk is the last good one; the run ends FAILED.
+    """
+
+    def __init__(self, quantity: str, step: int, value: str, last_checkpoint: str | None = None) -> None:
+        self.quantity, self.step, self.value, self.last_checkpoint = quantity, step, value, last_checkpoint
+        where = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+        super().__init__(f"non-finite {quantity} at env step {step} ({value}); {where}")

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from shutil import rmtree
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,6 +34,7 @@ from pgcli.env import (
     make_vec_env,
     normalizer_state,
 )
+from pgcli.errors import DivergenceError
 from pgcli.run import StopRequest
 from pgcli.tracking import MetricLogger
 
@@ -57,7 +59,10 @@ class Trainer(Agent, Protocol):
         """Train until at least ``total_steps`` env steps; returns the env steps actually taken."""
         ...
 
-    def load(self, path: Path) -> None: ...
+    def load(self, path: Path) -> None:
+        """Restore a ``save`` directory: networks, optimizers, counters, normalisation statistics, RNG states and,
+        when the env has as many sub-envs as the saved one, its episodes in progress (docs/checkpoints.md)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -123,6 +128,7 @@ class TrainingMonitor:
         eval_every: int,
         checkpoint_dir: Path | None,
         checkpoint_every: int = 0,
+        checkpoint_keep: int = 0,
         best_dir: Path | None = None,
         progress: bool = True,
         window: int = 100,
@@ -141,6 +147,9 @@ class TrainingMonitor:
         self._last_eval_step: int | None = None
         self._next_eval = eval_every if eval_every > 0 else None
         self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
+        self.checkpoint_keep = checkpoint_keep
+        self.last_checkpoint: Path | None = None
+        """The newest complete checkpoint (named by DivergenceError as the last good one)."""
         self._eval_seconds = 0.0
         self._start = time.perf_counter()
         self._start_step = 0
@@ -199,7 +208,10 @@ class TrainingMonitor:
         tmp.write_text(json.dumps(self.state_dict(step)))
         os.replace(tmp, path / MONITOR_STATE_FILE)
         self._last_ckpt_step = step
+        self.last_checkpoint = path
         self.logger.log_artifact(path, f"checkpoints/step_{step}")
+        if self.checkpoint_keep > 0:
+            prune_checkpoints(self.checkpoint_dir, self.checkpoint_keep)
         return path
 
     def _stop_if_requested(self, step: int, agent: Agent) -> None:
@@ -208,6 +220,11 @@ class TrainingMonitor:
             if self._last_ckpt_step != step:
                 self.save_checkpoint(step, agent)
             self.stop.stop_now()
+
+    def diverged(self, quantity: str, step: int, value: str) -> DivergenceError:
+        """The error that stops a run whose ``quantity`` became non-finite (``pgcli.algo.guard``)."""
+        last = None if self.last_checkpoint is None else str(self.last_checkpoint)
+        return DivergenceError(quantity, step, value, last)
 
     def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
         """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean`` and
@@ -290,6 +307,7 @@ class TrainingMonitor:
             self.best_eval = EvalResult(np.asarray(state["best_returns"]), np.asarray(state["best_lengths"]))
             self.best_step = state.get("best_step")
         self._last_logged_step = self._last_ckpt_step = step
+        self.last_checkpoint = checkpoint  # what a divergence error names until the next checkpoint
         self._start, self._start_step, self._eval_seconds = time.perf_counter(), step, 0.0
         self._advance_bar(step, None)
 
@@ -317,6 +335,21 @@ class TrainingMonitor:
         if self.last_eval is not None:
             postfix["eval"] = f"{self.last_eval.mean:.1f}"
         self._bar.set_postfix(postfix, refresh=False)
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The env step of a ``step_<n>`` checkpoint directory (None for any other name)."""
+    prefix, _, number = path.name.partition("_")
+    return int(number) if prefix == "step" and number.isdigit() else None
+
+
+def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest ``step_<n>`` checkpoints, and temporary directories a crash left behind."""
+    steps = sorted((step, p) for p in checkpoint_dir.iterdir() if (step := checkpoint_step(p)) is not None)
+    for _, path in steps[:-keep]:
+        rmtree(path, ignore_errors=True)
+    for leftover in checkpoint_dir.glob(".step_*.tmp-*"):
+        rmtree(leftover, ignore_errors=True)
 
 
 def _progress_bar(total: int) -> Any:

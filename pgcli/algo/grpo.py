@@ -37,6 +37,7 @@ from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
+from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
 from pgcli.monitor import TrainingMonitor
@@ -246,10 +247,13 @@ class GRPO:
             batch = collect_groups(self.env, self.policy, group_seeds=seeds, group_size=self.cfg.group_size,
                                    device=self.device)  # fmt: skip
             self.steps += batch.env_steps
+            check_finite(monitor, self.steps, observation=batch.obs, reward=batch.rewards)  # [E, L, ...] episodes
             monitor.add_episodes(self.steps, batch.returns, batch.lengths)
             # 2. group-relative advantages; 3. clipped policy epochs
             stats = self._update(batch)
             stats["train/collect_efficiency"] = sum(batch.lengths) / batch.env_steps
+            losses = ("train/policy_loss", "train/loss", "train/grad_norm") if "train/loss" in stats else ()
+            check_update(monitor, self.steps, stats, losses, params=self.policy.parameters())
             monitor.log(self.steps, stats)
             monitor.update(self.steps, agent=self)
         return self.steps
@@ -280,6 +284,7 @@ class GRPO:
                 ref_logp = evaluate_steps(self.ref_policy, obs, actions, mask)[0]
 
         totals: dict[str, float] = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "low", "high"), 0.0)
+        grad_norms: list[Tensor] = []
         n_minibatches = 0
         for _ in range(cfg.n_iterations):  # mu policy updates per batch
             for mb in torch.randperm(len(episodes), device=self.device).split(cfg.batch_size):
@@ -289,7 +294,7 @@ class GRPO:
                 loss = out.loss_policy + out.loss_kl + out.loss_entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm))
                 self.optimizer.step()
                 n_minibatches += 1
                 totals["policy_loss"] += out.loss_policy.item()
@@ -315,6 +320,7 @@ class GRPO:
             "train/clip_fraction": mean["low"] + mean["high"],
             "train/approx_kl": approx_kl,
             "train/n_episodes_used": float(len(episodes)),
+            "train/grad_norm": float(torch.stack(grad_norms).mean()),  # before clipping, mean over minibatches
         }
         if self.ref_policy is not None:
             stats["train/kl_ref"] = mean["kl_ref"]
@@ -327,11 +333,15 @@ class GRPO:
         return {"policy": self.policy, "optimizer": self.optimizer, "ref_policy": self.ref_policy}
 
     def save(self, path: Path) -> Path:
-        """``path/model.pt`` (policy, reference, optimizer) and ``path/normalizer.npz`` when the env normalises."""
-        return save_checkpoint(path, self.env, {**self._stateful(), "steps": self.steps})
+        """``path/model.pt`` (policy, reference, optimizer), ``normalizer.npz`` when the env normalises, and
+        ``state.json`` (env steps, updates, the group-seed generator, RNG and env states; pgcli.algo.checkpoint)."""
+        values = {"steps": self.steps, "n_updates": self.n_updates, "seed_rng": self.seed_rng.bit_generator.state}
+        return save_checkpoint(path, self.env, self._stateful(), values)
 
     def load(self, path: Path) -> None:
-        self.steps = int(load_checkpoint(path, self.env, self.device, self._stateful())["steps"])
+        values = load_checkpoint(path, self.env, self.device, self._stateful()).values
+        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
+        self.seed_rng.bit_generator.state = values["seed_rng"]  # every batch resets the env with seeds from here
 
     def close(self) -> None:
         self.env.close()

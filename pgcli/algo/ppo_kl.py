@@ -26,6 +26,7 @@ from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
+from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
@@ -114,19 +115,23 @@ class PPOKL:
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=1e-5)
         self.beta = cfg.beta_init
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0  # env steps so far; restored by load(), so learn() continues a checkpoint
+        self.steps = 0
+        """Env steps taken (continues across a checkpoint)."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        cfg, step = self.cfg, self.steps
-        while step < total_steps:
-            batch = self.collector.collect(self.policy, self.value, monitor, step)
-            step += batch.n_samples
-            self.steps = step
+        cfg = self.cfg
+        while self.steps < total_steps:
+            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
+            self.steps += batch.n_samples
+            step = self.steps
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
-            monitor.log(step, self._update(batch, advantages.flatten(), returns.flatten()))
+            stats = self._update(batch, advantages.flatten(), returns.flatten())
+            check_update(monitor, step, stats, ("train/policy_loss", "train/kl_penalty", "train/value_loss",
+                                                "train/grad_norm"), params=self.params)  # fmt: skip
+            monitor.log(step, stats)
             monitor.update(step, self)
-        return step
+        return self.steps
 
     def _update(self, batch: Rollout, advantages: Tensor, returns: Tensor) -> dict[str, float]:
         """Steps 2-3: epochs of minibatch Adam on the penalised objective, then the beta rule."""
@@ -140,6 +145,7 @@ class PPOKL:
                 p.expand(obs.shape[0], -1) if p.dim() == 1 else p for p in detach_params(policy.dist_params(obs))
             )
         history: dict[str, list[Tensor]] = {}
+        grad_norms: list[Tensor] = []
         for _ in range(cfg.n_epochs):
             for mb in minibatches(obs, actions, old_log_probs, advantages, returns, *old, batch_size=cfg.batch_size):
                 mb_obs, mb_actions, mb_old_log_probs, mb_adv, mb_returns, *mb_old = mb
@@ -148,7 +154,7 @@ class PPOKL:
                                     vf_coef=cfg.vf_coef)  # fmt: skip
                 self.optimizer.zero_grad(set_to_none=True)
                 (terms.loss_policy + terms.loss_kl + terms.loss_entropy + terms.loss_value).backward()
-                torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
                 self.optimizer.step()
                 for key, term in terms._asdict().items():
                     history.setdefault(key, []).append(term.detach())
@@ -168,6 +174,7 @@ class PPOKL:
             "train/beta": beta_used,
             "train/beta_next": self.beta,
             "train/explained_variance": explained_variance(batch.values.flatten(), returns),
+            "train/grad_norm": float(torch.stack(grad_norms).mean()),  # before clipping, mean over minibatches
         }
 
     # -- Trainer interface -------------------------------------------------------------------------------------------
@@ -178,12 +185,15 @@ class PPOKL:
         return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
 
     def save(self, path: Path) -> Path:
-        """``path/model.pt`` (networks, optimizer, beta) and ``path/normalizer.npz`` when the env normalises."""
-        return save_checkpoint(path, self.env, {**self._stateful(), "beta": self.beta, "steps": self.steps})
+        """``path/model.pt`` (networks, optimizer), ``normalizer.npz`` when the env normalises, and ``state.json``
+        (env steps, the adaptive beta, RNG and env states; pgcli.algo.checkpoint)."""
+        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps, "beta": self.beta})
 
     def load(self, path: Path) -> None:
-        payload = load_checkpoint(path, self.env, self.device, self._stateful())
-        self.beta, self.steps = float(payload["beta"]), int(payload.get("steps", 0))
+        restored = load_checkpoint(path, self.env, self.device, self._stateful())
+        self.steps, self.beta = int(restored.values["steps"]), float(restored.values["beta"])
+        if restored.obs is not None:
+            self.collector.last_obs = restored.obs
 
     def close(self) -> None:
         self.env.close()

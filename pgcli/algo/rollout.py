@@ -26,6 +26,7 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
 from pgcli.monitor import TrainingMonitor
 
@@ -87,7 +88,8 @@ class RolloutCollector:
         self._rewards_np, self._terminated_np, self._dones_np = (
             self.rewards.numpy(), self.terminated.numpy(), self.dones.numpy()
         )  # fmt: skip
-        self._last_obs, _ = env.reset(seed=seed)
+        self.last_obs, _ = env.reset(seed=seed)
+        """The observation batch the next rollout starts from (a checkpoint restores it with the env's episodes)."""
 
     @torch.no_grad()
     def collect(
@@ -110,7 +112,8 @@ class RolloutCollector:
         """
         device = self.device
         obs_np, final_obs_np = self._obs_np, self._final_obs_np
-        obs_np[0] = self._last_obs
+        obs_np[0] = self.last_obs
+        start_step = step
         n_envs, obs_rows, action_rows = self.env.num_envs, self._obs_rows, self._action_rows
         on_cpu = device.type == "cpu"
         for t in range(self.n_steps):
@@ -126,7 +129,11 @@ class RolloutCollector:
                 for i in np.flatnonzero(info["_final_obs"]):
                     final_obs_np[t, i] = info["final_obs"][i]
                 monitor.episodes(step, info)
-        self._last_obs = obs_np[self.n_steps].copy()
+        self.last_obs = obs_np[self.n_steps].copy()
+        # divergence guard: one check per rollout, before any of it reaches the networks
+        check_steps(monitor, "observation", self.obs, first_step=start_step)  # row t: returned by step t
+        check_steps(monitor, "final observation", self.final_obs, first_step=start_step + n_envs)  # by step t + 1
+        check_steps(monitor, "reward", self.rewards, first_step=start_step + n_envs)
         return self._finish(policy, value_fn)
 
     def _finish(self, policy: Policy, value_fn: Callable[[Tensor], Tensor]) -> Rollout:

@@ -4,6 +4,11 @@ SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.env.make
 normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
 SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
 episode statistics, evaluation, checkpoints and progress go through the shared :class:`~pgcli.monitor.TrainingMonitor`.
+
+The monitor's per-update bookkeeping runs after each of SB3's updates (at the start of the next rollout, and once
+after ``learn``), so a checkpoint holds the updated model and an exact place to continue from: SB3's ``model.zip``
+(policy, optimizer, ``num_timesteps``, schedule progress, last observation) plus pgcli's ``state.json`` (RNG states,
+the env's episodes in progress) and ``normalizer.npz`` (pgcli.algo.checkpoint).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import VecEnv
 
+from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
+from pgcli.algo.guard import check_update, describe
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
-from pgcli.env import load_saved_normalizer, save_normalizer
 from pgcli.monitor import TrainingMonitor
 
 ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
@@ -44,6 +50,8 @@ SB3_KEYS: dict[str, str | None] = {
     "train/is_line_search_success": "train/line_search_success",
     "train/policy_objective": "train/surrogate",
 }
+GUARDED_KEYS = ("train/loss", "train/policy_loss", "train/value_loss")
+"""SB3 losses (pgcli names) the divergence guard checks whenever SB3 dumps its logger."""
 MIN_STEPS_PER_DUMP = 2048
 """SB3 dumps its logger every ``log_interval`` updates; pick it so a dump covers at least this many env steps."""
 
@@ -198,6 +206,7 @@ class _MonitorWriter(KVWriter):
             if name is None:
                 continue
             metrics[name] = -float(value) if key == "train/entropy_loss" else float(value)
+        check_update(self.monitor, step, metrics, [k for k in GUARDED_KEYS if k in metrics], params=())
         self.monitor.log(step, metrics)
 
     def close(self) -> None:
@@ -205,13 +214,24 @@ class _MonitorWriter(KVWriter):
 
 
 class _MonitorCallback(BaseCallback):
-    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each rollout."""
+    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each update (when the
+    next rollout starts; the trainer does it once more after the last update)."""
 
     def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer) -> None:
         super().__init__()
         self.monitor, self.agent = monitor, agent
+        self.n_rollouts = 0
+
+    def _on_rollout_start(self) -> None:
+        self.agent.check_parameters(self.monitor)
+        if self.n_rollouts > 0:  # an update happened since the last rollout
+            self.monitor.update(self.model.num_timesteps, self.agent)
+        self.n_rollouts += 1
 
     def _on_step(self) -> bool:
+        new_obs = self.locals["new_obs"]
+        if not np.isfinite(new_obs).all():  # before SB3's policy sees it (its distributions reject nan)
+            raise self.monitor.diverged("observation", self.num_timesteps, describe(torch.as_tensor(new_obs)))
         returns, lengths = [], []
         for info in self.locals["infos"]:
             ep = info.get("episode")
@@ -221,9 +241,6 @@ class _MonitorCallback(BaseCallback):
         if returns:
             self.monitor.add_episodes(self.num_timesteps, returns, lengths)
         return True
-
-    def _on_rollout_end(self) -> None:
-        self.monitor.update(self.num_timesteps, self.agent)
 
 
 class SB3Trainer:
@@ -249,27 +266,43 @@ class SB3Trainer:
         self.model.set_logger(Logger(folder=None, output_formats=[_MonitorWriter(monitor)]))
         steps_per_update = self.cfg.n_steps * self.vec.num_envs
         log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
-        done = int(self.model.num_timesteps)  # > 0 after load(): continue its step count and schedules
-        self.model.learn(total_steps - done, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
-                         reset_num_timesteps=done == 0)  # fmt: skip
-        self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
+        remaining = total_steps - self.model.num_timesteps  # a loaded checkpoint continues its step count
+        if remaining > 0:
+            # reset_num_timesteps=False: num_timesteps and the schedules' progress continue from a loaded model
+            try:
+                self.model.learn(remaining, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
+                                 reset_num_timesteps=False)  # fmt: skip
+            except ValueError:  # SB3's torch distributions reject non-finite parameters in the middle of an update
+                self.check_parameters(monitor)  # a DivergenceError when that is the cause
+                raise
+            self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
+            self.check_parameters(monitor)
+            monitor.update(self.model.num_timesteps, self)
         return int(self.model.num_timesteps)
+
+    def check_parameters(self, monitor: TrainingMonitor) -> None:
+        """Divergence guard: the policy's parameters after an update (one check on all of them)."""
+        check_update(monitor, int(self.model.num_timesteps), {}, (), params=self.model.policy.parameters())
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         actions, _ = self.model.predict(obs, deterministic=deterministic)
         return actions
 
     def save(self, path: Path) -> Path:
-        """``path/model.zip`` (SB3 format) and ``path/normalizer.npz`` when the env normalises."""
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save(path / "model.zip")
-        save_normalizer(self.env, path)
+        """``path/model.zip`` (SB3 format: policy, optimizer, step counters), ``normalizer.npz`` when the env
+        normalises, and ``state.json`` (RNG and env states); written atomically."""
+        with atomic_dir(path) as tmp:
+            self.model.save(tmp / "model.zip")
+            save_training_state(tmp, self.env, {})
         return path
 
     def load(self, path: Path) -> None:
-        self.model = self.algo_cls.load(path / "model.zip", env=self.vec, device=self.device)
-        self.model._last_obs = None  # type: ignore[assignment]  # the new env was never stepped: reset it first
-        load_saved_normalizer(self.env, path)
+        """Load a :meth:`save` directory. SB3's zip is read by SB3's own loader, which unpickles: load only zips
+        written by your own runs (docs/checkpoints.md)."""
+        self.model = read_file(path / "model.zip", lambda f: self.algo_cls.load(f, env=self.vec, device=self.device))
+        restored = load_training_state(path, self.env)  # after SB3's load, which reseeds the global RNGs
+        if restored.obs is not None:
+            self.model._last_obs = restored.obs  # type: ignore[assignment]  # continue the episodes in progress
 
     def close(self) -> None:
         self.vec.close()

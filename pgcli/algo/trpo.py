@@ -38,6 +38,7 @@ from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
+from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
@@ -120,20 +121,23 @@ class TRPO:
         self.value = make_value(env.single_observation_space, model).to(device)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0  # env steps so far; restored by load(), so learn() continues a checkpoint
+        self.steps = 0
+        """Env steps taken (continues across a checkpoint)."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        cfg, step = self.cfg, self.steps
-        while step < total_steps:
-            batch = self.collector.collect(self.policy, self.value, monitor, step)
-            step += batch.n_samples
-            self.steps = step
+        cfg = self.cfg
+        while self.steps < total_steps:
+            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
+            self.steps += batch.n_samples
+            step = self.steps
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
+            check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
+                         params=[*self.policy.parameters(), *self.value.parameters()])  # fmt: skip
             monitor.log(step, stats)
             monitor.update(step, self)
-        return step
+        return self.steps
 
     def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
         """Steps 2-5: surrogate gradient, CG on Fisher-vector products, trust-region step, line search."""
@@ -189,6 +193,7 @@ class TRPO:
             "train/line_search_steps": float(n_backtracks),
             "train/cg_residual": cg_residual,
             "train/step_size": float(full_step.norm()),
+            "train/grad_norm": float(grad.norm()),
             "train/entropy": before.entropy.item(),
         }
 
@@ -209,11 +214,15 @@ class TRPO:
         return {"policy": self.policy, "value": self.value, "vf_optimizer": self.vf_optimizer}
 
     def save(self, path: Path) -> Path:
-        """``path/model.pt`` (policy, value network, critic optimizer) and ``path/normalizer.npz`` when normalising."""
-        return save_checkpoint(path, self.env, {**self._stateful(), "steps": self.steps})
+        """``path/model.pt`` (policy, value network, critic optimizer), ``normalizer.npz`` when normalising, and
+        ``state.json`` (env steps, RNG and env states; pgcli.algo.checkpoint)."""
+        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps})
 
     def load(self, path: Path) -> None:
-        self.steps = int(load_checkpoint(path, self.env, self.device, self._stateful()).get("steps", 0))
+        restored = load_checkpoint(path, self.env, self.device, self._stateful())
+        self.steps = int(restored.values["steps"])
+        if restored.obs is not None:
+            self.collector.last_obs = restored.obs
 
     def close(self) -> None:
         self.env.close()

@@ -23,6 +23,7 @@ from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
+from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
@@ -70,20 +71,23 @@ class VPG:
         self.pi_optimizer = torch.optim.Adam(self.policy.actor_parameters(), lr=cfg.learning_rate)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0  # env steps so far; restored by load(), so learn() continues a checkpoint
+        self.steps = 0
+        """Env steps taken (continues across a checkpoint)."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        cfg, step = self.cfg, self.steps
-        while step < total_steps:
-            batch = self.collector.collect(self.policy, self.value, monitor, step)
-            step += batch.n_samples
-            self.steps = step
+        cfg = self.cfg
+        while self.steps < total_steps:
+            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
+            self.steps += batch.n_samples
+            step = self.steps
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
+            check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
+                         params=[*self.policy.parameters(), *self.value.parameters()])  # fmt: skip
             monitor.log(step, stats)
             monitor.update(step, self)
-        return step
+        return self.steps
 
     def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
         """Step 2: one clipped Adam step on the REINFORCE loss over the whole batch."""
@@ -128,11 +132,15 @@ class VPG:
                 "vf_optimizer": self.vf_optimizer}  # fmt: skip
 
     def save(self, path: Path) -> Path:
-        """``path/model.pt`` (networks and optimizers) and ``path/normalizer.npz`` when the env normalises."""
-        return save_checkpoint(path, self.env, {**self._stateful(), "steps": self.steps})
+        """``path/model.pt`` (networks and optimizers), ``normalizer.npz`` when the env normalises, and
+        ``state.json`` (env steps, RNG and env states; pgcli.algo.checkpoint)."""
+        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps})
 
     def load(self, path: Path) -> None:
-        self.steps = int(load_checkpoint(path, self.env, self.device, self._stateful()).get("steps", 0))
+        restored = load_checkpoint(path, self.env, self.device, self._stateful())
+        self.steps = int(restored.values["steps"])
+        if restored.obs is not None:
+            self.collector.last_obs = restored.obs
 
     def close(self) -> None:
         self.env.close()

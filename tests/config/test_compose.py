@@ -120,6 +120,7 @@ BAD_OVERRIDES = [
     (["algo.clip_range=1"], ["algo.clip_range", "(0, 1)", "1.0"]),
     (["env.n_envs=0"], ["env.n_envs", ">= 1", "0"]),
     (["total_steps=0"], ["total_steps", ">= 1", "0"]),
+    (["checkpoint_keep=-1"], ["checkpoint_keep", ">= 0", "-1", "0 keeps every checkpoint"]),
     (["env.id=CartPole-v9"], ["env.id", "CartPole-v9", "registered gymnasium", "CartPole-v1"]),
     (["algo=nope"], ["algo", "nope", "available", "ppo", "a2c"]),
     (["env=hoper"], ["env", "hoper", "available", "hopper"]),

@@ -122,7 +122,7 @@ def test_save_load_round_trip_keeps_networks_and_observation_statistics(trainer_
     fresh = make(trainer_cls, cfg, "Pendulum-v1", normalize_obs=True, normalize_reward=True)
     fresh.load(saved)
     loaded = find_normalizer(fresh.env)
-    assert loaded.obs_rms.count == stats.count and not loaded.training  # frozen for evaluation
+    assert loaded.obs_rms.count == stats.count and loaded.training  # as saved: a resumed run keeps learning them
     assert (loaded.obs_rms.mean == stats.mean).all() and (loaded.obs_rms.var == stats.var).all()
     for name in ("policy", "value"):
         a, b = getattr(trainer, name).state_dict(), getattr(fresh, name).state_dict()

@@ -1,0 +1,133 @@
+"""Exact continuation from a checkpoint (issue 8, item 1), at the trainer level, on real gymnasium envs.
+
+For each trainer: train 2 updates straight, versus 1 update + ``save`` + ``load`` into a trainer freshly built with
+another seed (so that everything that matters has to come from the checkpoint) + 1 update. Parameters, optimizer
+states, counters and the env's episodes in progress must be bit-identical: the RNG streams (python, numpy, torch,
+each sub-env's ``np_random``), the normalisation statistics and the in-progress episodes are all restored.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pgcli.algo.grpo import GRPO
+from pgcli.algo.ppo_kl import PPOKL
+from pgcli.algo.sb3 import SB3Trainer
+from pgcli.algo.trpo import TRPO
+from pgcli.algo.vpg import VPG
+from pgcli.build import seed_everything
+from pgcli.config import EnvConfig, GRPOConfig, ModelConfig, PPOConfig, PPOKLConfig, TRPOConfig, VPGConfig
+from pgcli.env import env_state, find_normalizer, make_vec_env
+from pgcli.monitor import TrainingMonitor
+from pgcli.tracking import RunLogger
+
+CPU = torch.device("cpu")
+MODEL = ModelConfig(pi_hidden_sizes=[16], vf_hidden_sizes=[16])
+N_ENVS = 2
+
+CASES = {
+    "trpo-pendulum": (TRPO, TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32), "Pendulum-v1"),
+    "vpg-cartpole": (VPG, VPGConfig(n_steps=64, n_critic_updates=2, batch_size=32), "CartPole-v1"),
+    "ppo_kl-pendulum": (PPOKL, PPOKLConfig(n_steps=64, n_epochs=2, batch_size=32), "Pendulum-v1"),
+    "grpo-cartpole": (
+        GRPO,
+        GRPOConfig(group_size=2, n_groups=2, batch_size=2, beta=0.04, ref_update_interval=1, max_grad_norm=0.5),
+        "CartPole-v1",
+    ),
+    "sb3_ppo-pendulum": (
+        SB3Trainer,
+        PPOConfig(n_steps=64, batch_size=32, n_epochs=2, lr_schedule="linear", clip_range_schedule="linear"),
+        "Pendulum-v1",
+    ),
+}
+
+
+def build(case: str, seed: int):
+    """As pgcli.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the trainer."""
+    trainer_cls, cfg, env_id = CASES[case]
+    seed_everything(seed)
+    env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True), seed=seed,
+                       gamma=cfg.gamma)  # fmt: skip
+    return trainer_cls(cfg, env=env, model=MODEL, seed=seed, device=CPU)
+
+
+def train(trainer, total_steps: int, checkpoint_dir: Path) -> None:
+    """``learn`` under a real TrainingMonitor that checkpoints after every update (checkpoint_every=1)."""
+    monitor = TrainingMonitor(RunLogger(checkpoint_dir.parent), total_steps=total_steps, evaluator=None, eval_every=0,
+                              checkpoint_dir=checkpoint_dir, checkpoint_every=1, progress=False)  # fmt: skip
+    trainer.learn(total_steps, monitor)
+
+
+def module_states(trainer) -> dict[str, dict]:
+    if isinstance(trainer, SB3Trainer):
+        return {"policy": trainer.model.policy.state_dict(), "optimizer": trainer.model.policy.optimizer.state_dict()}
+    return {name: obj.state_dict() for name, obj in trainer._stateful().items() if obj is not None}
+
+
+def assert_identical(a, b, path: str = "") -> None:
+    """Nested state dicts equal bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            assert_identical(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def steps_of(trainer) -> int:
+    return int(trainer.model.num_timesteps) if isinstance(trainer, SB3Trainer) else trainer.steps
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_update_save_load_one_update_equals_two_updates(case: str, tmp_path: Path):
+    probe = build(case, seed=3)
+    train(probe, 1, tmp_path / "probe")  # stops at the first update boundary
+    one_update = steps_of(probe)
+    probe.close()
+
+    # straight: 2 updates (a budget one step past the first update), checkpointing after each
+    straight = build(case, seed=3)
+    train(straight, one_update + 1, tmp_path / "straight")
+    two_updates = steps_of(straight)
+    assert two_updates > one_update
+
+    # resumed: a trainer built with another seed, the process RNGs moved on, then the first checkpoint loaded
+    resumed = build(case, seed=11)
+    random.random(), np.random.rand(), torch.rand(3)
+    resumed.load(tmp_path / "straight" / f"step_{one_update}")
+    assert steps_of(resumed) == one_update
+    assert find_normalizer(resumed.env).training  # resume keeps learning the normalisation statistics
+    train(resumed, one_update + 1, tmp_path / "resumed")
+
+    assert steps_of(resumed) == two_updates
+    assert_identical(module_states(straight), module_states(resumed))
+    assert_identical(find_normalizer(straight.env).state_dict(), find_normalizer(resumed.env).state_dict())
+    # the envs are in the same place: simulator states, counters, RNGs, return accumulator, last observations
+    state_a, state_b = env_state(straight.env), env_state(resumed.env)
+    for sub in state_a["sub_envs"] + state_b["sub_envs"]:  # all but the episodes' wall-clock durations
+        sub["wrappers"] = [
+            [name, {k: v for k, v in (st or {}).items() if k != "elapsed_s"}] for name, st in sub["wrappers"]
+        ]
+    assert state_a == state_b
+    if isinstance(straight, PPOKL):
+        assert straight.beta == resumed.beta != CASES[case][1].beta_init
+    if isinstance(straight, GRPO):
+        assert straight.n_updates == resumed.n_updates == 2
+    if isinstance(straight, SB3Trainer):
+        assert straight.model._current_progress_remaining == resumed.model._current_progress_remaining < 1.0
+        assert straight.model._n_updates == resumed.model._n_updates
+    straight.close()
+    resumed.close()

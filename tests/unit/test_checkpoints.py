@@ -1,0 +1,188 @@
+"""pgcli.algo.checkpoint and the monitor's checkpoint cadence: atomic writes, keeping the last K, one-line errors on
+damaged files, no unpickling of arbitrary objects, and loading into an env of another size (evaluation)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pgcli.algo.checkpoint import atomic_dir, rng_state, set_rng_state
+from pgcli.algo.sb3 import SB3Trainer
+from pgcli.algo.trpo import TRPO
+from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TRPOConfig
+from pgcli.env import find_normalizer, make_vec_env
+from pgcli.errors import PgcliError
+from pgcli.monitor import TrainingMonitor, prune_checkpoints
+from pgcli.tracking import RunLogger
+
+CPU = torch.device("cpu")
+MODEL = ModelConfig(pi_hidden_sizes=[8], vf_hidden_sizes=[8])
+
+
+def trpo(n_envs: int = 2) -> TRPO:
+    env = make_vec_env(EnvConfig(id="Pendulum-v1", n_envs=n_envs, normalize_obs=True), seed=0)
+    return TRPO(TRPOConfig(n_steps=32, n_critic_updates=1, batch_size=32), env=env, model=MODEL, seed=0, device=CPU)
+
+
+def monitor(tmp_path: Path, **kwargs) -> TrainingMonitor:
+    return TrainingMonitor(RunLogger(tmp_path), total_steps=10**5, evaluator=None, eval_every=0, progress=False,
+                           checkpoint_dir=tmp_path / "checkpoints", **kwargs)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TRPO checkpoint after one update on Pendulum."""
+    trainer = trpo()
+    trainer.learn(1, monitor(tmp_path_factory.mktemp("run")))
+    return trainer.save(tmp_path_factory.mktemp("ckpt") / "step_64")
+
+
+def copy_of(saved: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(saved, tmp_path / "ckpt"))
+
+
+# -- writing ---------------------------------------------------------------------------------------------------------
+def test_a_checkpoint_holds_model_normalizer_and_plain_state(saved: Path):
+    assert sorted(p.name for p in saved.iterdir()) == ["model.pt", "normalizer.npz", "state.json"]
+    state = json.loads((saved / "state.json").read_text())
+    assert state["trainer"] == {"steps": 64}
+    assert set(state["rng"]) == {"python", "numpy", "torch", "cuda"}
+    assert state["env"]["n_envs"] == 2 and len(state["env"]["sub_envs"]) == 2
+    assert state["env"]["sub_envs"][0]["sim"]["state"]["dtype"]  # Pendulum's (theta, theta_dot), exact dtype
+
+
+def test_atomic_dir_never_leaves_a_partial_checkpoint_under_its_name(tmp_path: Path):
+    target = tmp_path / "step_100"
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "model.pt").write_bytes(b"half a model")
+        raise RuntimeError("crash mid-write")
+    assert list(tmp_path.iterdir()) == []  # neither the target nor the temporary directory
+
+    with atomic_dir(target) as tmp:
+        (tmp / "model.pt").write_bytes(b"v1")
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "model.pt").write_bytes(b"v2, half")
+        raise RuntimeError("crash while replacing")
+    assert [p.name for p in tmp_path.iterdir()] == ["step_100"] and (target / "model.pt").read_bytes() == b"v1"
+
+    with atomic_dir(target) as tmp:  # replacing a complete checkpoint swaps it whole
+        (tmp / "other").write_bytes(b"v3")
+    assert sorted(p.name for p in target.iterdir()) == ["other"]
+    assert [p.name for p in tmp_path.iterdir()] == ["step_100"]
+
+
+def test_prune_keeps_the_newest_by_step_not_by_name_and_removes_crash_leftovers(tmp_path: Path):
+    for step in (900, 1000, 10000, 200):
+        (tmp_path / f"step_{step}").mkdir()
+    (tmp_path / ".step_20000.tmp-0123abcd").mkdir()  # a write interrupted by SIGKILL
+    (tmp_path / "notes").mkdir()
+    prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "step_1000", "step_10000"]
+
+
+def test_monitor_keeps_the_last_k_checkpoints_and_not_best_or_final(tmp_path: Path):
+    trainer = trpo()
+    (tmp_path / "best_model").mkdir()
+    mon = monitor(tmp_path, checkpoint_every=64, checkpoint_keep=2)
+    trainer.learn(5 * 64, mon)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_256", "step_320"]
+    assert mon.last_checkpoint == tmp_path / "checkpoints" / "step_320"
+    assert (tmp_path / "best_model").is_dir()
+
+    everything = monitor(tmp_path / "all", checkpoint_every=64, checkpoint_keep=0)
+    trpo().learn(3 * 64, everything)
+    assert len(list((tmp_path / "all" / "checkpoints").iterdir())) == 3
+
+
+# -- reading damaged files -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("file", "damage"),
+    [
+        ("model.pt", "truncate"),
+        ("model.pt", "garbage"),
+        ("state.json", "truncate"),
+        ("normalizer.npz", "garbage"),
+        ("state.json", "delete"),
+    ],
+)
+def test_a_damaged_checkpoint_is_a_one_line_error_naming_the_file(saved: Path, tmp_path: Path, file: str, damage: str):
+    ckpt = copy_of(saved, tmp_path)
+    path = ckpt / file
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00not a checkpoint\xff" * 10)
+    else:
+        path.unlink()
+    with pytest.raises(PgcliError) as caught:
+        trpo().load(ckpt)
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message
+    assert ("missing" if damage == "delete" else "truncated or corrupt") in message
+
+
+def test_a_checkpoint_of_another_model_size_is_a_one_line_error(saved: Path):
+    env = make_vec_env(EnvConfig(id="Pendulum-v1", n_envs=2, normalize_obs=True), seed=0)
+    bigger = TRPO(TRPOConfig(n_steps=32), env=env, model=ModelConfig(pi_hidden_sizes=[16]), seed=0, device=CPU)
+    with pytest.raises(PgcliError, match=r"model\.pt does not fit this trainer \(policy: "):
+        bigger.load(saved)
+
+
+class Payload:
+    """Any class: unpickling it would run code chosen by whoever wrote the file."""
+
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_loading_never_unpickles_arbitrary_objects(saved: Path, tmp_path: Path, capsys):
+    ckpt = copy_of(saved, tmp_path)
+    payload = torch.load(ckpt / "model.pt", weights_only=True)
+    payload["policy"] = Payload()
+    torch.save(payload, ckpt / "model.pt")
+    with pytest.raises(PgcliError, match="truncated or corrupt"):
+        trpo().load(ckpt)
+    assert "unpickled!" not in capsys.readouterr().out
+
+    ckpt = copy_of(saved, tmp_path / "npz")
+    np.savez(ckpt / "normalizer.npz", **{"obs_rms.mean": np.array([Payload()], dtype=object)})  # pickled inside
+    with pytest.raises(PgcliError, match=r"normalizer\.npz: truncated or corrupt"):
+        trpo().load(ckpt)
+    assert "unpickled!" not in capsys.readouterr().out
+
+
+def test_sb3_checkpoint_damaged_zip_is_a_one_line_error(tmp_path: Path):
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=1), seed=0)
+    trainer = SB3Trainer(PPOConfig(n_steps=32, batch_size=32), env=env, model=MODEL, seed=0, device=CPU)
+    ckpt = trainer.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["model.zip", "state.json"]
+    (ckpt / "model.zip").write_bytes((ckpt / "model.zip").read_bytes()[:100])
+    with pytest.raises(PgcliError, match=r"model\.zip: truncated or corrupt"):
+        trainer.load(ckpt)
+
+
+# -- what load restores ----------------------------------------------------------------------------------------------
+def test_loading_into_an_env_of_another_size_keeps_its_episodes_and_freezes_the_statistics(saved: Path):
+    evaluation = trpo(n_envs=1)  # e.g. an evaluation env: one sub-env
+    before = evaluation.collector.last_obs.copy()
+    evaluation.load(saved)
+    assert evaluation.steps == 64
+    assert not find_normalizer(evaluation.env).training  # statistics loaded, frozen
+    np.testing.assert_array_equal(evaluation.collector.last_obs, before)  # its own episodes, untouched
+
+
+def test_rng_state_round_trips_through_json():
+    state = json.loads(json.dumps(rng_state()))
+    expected = (np.random.rand(3), torch.rand(3), random.random())
+    np.random.rand(5), torch.rand(5)
+    set_rng_state(state)
+    got = (np.random.rand(3), torch.rand(3), random.random())
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert torch.equal(got[1], expected[1]) and got[2] == expected[2]
