@@ -12,6 +12,7 @@ import platform
 import random
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ class RunContext:
     overrides: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
+    trial: int | None = None
+    """Optuna trial number when the run is one seed of a search trial (named ``...-t<trial>-s<seed>``)."""
+    on_eval: Callable[[int, float], None] | None = None
+    """The monitor's evaluation hook: a search trial reports to its study there (and is pruned)."""
 
 
 @dataclass
@@ -161,10 +166,11 @@ def open_logger(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str]) -> Any:
     backend = None
     if cfg.tracking.backend == "mlflow":
         target = resolve_tracking_target(cfg.tracking)
+        trial = "" if ctx.trial is None else f"-t{ctx.trial}"
         backend = MLflowBackend(
             target,
             experiment=cfg.experiment or ctx.env_name,
-            run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}-s{cfg.seed}",
+            run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}{trial}-s{cfg.seed}",
             tags=tags,
             parent_run_id=ctx.parent_run_id,
             flush_every_s=cfg.tracking.flush_every_s,
@@ -195,6 +201,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
 
     from pgcli.env import make_vec_env, reward_threshold
     from pgcli.monitor import Evaluator, TrainingMonitor
+    from pgcli.study import TrialPruned
     from pgcli.tracking import resolve_tracking_target
 
     device = select_device(cfg.hardware)
@@ -230,6 +237,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             checkpoint_every=cfg.checkpoint_every,
             best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
             progress=cfg.progress,
+            on_eval=ctx.on_eval,
         )
         try:
             logger.log_params(config_params(cfg, ctx))
@@ -248,6 +256,10 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
+        raise
+    except TrialPruned as exc:  # stopped by the search's pruner: KILLED, as a run cut short, and tagged why
+        status = "KILLED"
+        logger.set_tags({"pruned": "true", "pruned_at_step": str(exc.step)})
         raise
     except Exception as exc:
         logger.set_tags(error_tags(exc))

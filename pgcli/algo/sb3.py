@@ -205,11 +205,12 @@ class _MonitorWriter(KVWriter):
 
 
 class _MonitorCallback(BaseCallback):
-    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each rollout."""
+    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each update."""
 
     def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer) -> None:
         super().__init__()
         self.monitor, self.agent = monitor, agent
+        self._updated_at = 0
 
     def _on_step(self) -> bool:
         returns, lengths = [], []
@@ -222,8 +223,19 @@ class _MonitorCallback(BaseCallback):
             self.monitor.add_episodes(self.num_timesteps, returns, lengths)
         return True
 
-    def _on_rollout_end(self) -> None:
-        self.monitor.update(self.num_timesteps, self.agent)
+    # SB3 trains between a rollout's end and the next rollout's start, so the monitor's after-update bookkeeping
+    # (evaluation included) runs at the next rollout's start and at training end: an evaluation at the final step
+    # then sees the final update, as the saved model does, instead of the policy one update earlier.
+    def _on_rollout_start(self) -> None:
+        self._after_update()
+
+    def _on_training_end(self) -> None:
+        self._after_update()
+
+    def _after_update(self) -> None:
+        if self.num_timesteps > self._updated_at:
+            self._updated_at = self.num_timesteps
+            self.monitor.update(self.num_timesteps, self.agent)
 
 
 class SB3Trainer:

@@ -96,22 +96,22 @@ def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
 
 
 @pytest.mark.parametrize("reopen", [False, True])
-def test_a_prepared_optuna_storage_opens_with_the_garbage_collector_off(tmp_path, reopen: bool) -> None:
-    # Optuna 2.10's own alembic stamp leaves a connection holding SQLite's write lock until the garbage collector
-    # frees it; with the collector off that is "database is locked" (the CI failure of session 1). Prepared storage
-    # must open, run trials and reopen (a resumed study) without Optuna stamping anything.
+def test_an_optuna_storage_opens_and_reopens_with_the_garbage_collector_off(tmp_path, reopen: bool) -> None:
+    # Regression (session 1's CI failure): Optuna 2.10 stamped its alembic version on a connection it never
+    # committed, which held SQLite's write lock until the garbage collector freed it; with the collector off the
+    # next open failed with "database is locked". The storage pgcli opens (a directory that does not exist yet, as
+    # for outputs/optuna.db on a fresh checkout) must open, run trials and reopen (a resumed study) with it off.
     import gc
 
     optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
-    from pgcli.sweep import prepare_optuna_storage
+    from pgcli.study import open_storage
 
     url = f"sqlite:///{tmp_path}/not/yet/there/optuna.db"
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(2 if reopen else 1):
-            prepare_optuna_storage(url)
-            storage = optuna.storages.RDBStorage(url)
+            storage = open_storage(url)
             study = optuna.create_study(storage=storage, study_name="s", load_if_exists=True)
             study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0), n_trials=2)
             storage.engine.dispose()
