@@ -113,12 +113,6 @@ class OptunaSearchConfig:
                 f"hydra.sweeper.pruner={self.pruner} needs a storage: the jobs report their evaluations through it "
                 "(e.g. hydra.sweeper.storage=sqlite:///outputs/optuna.db)"
             )
-        budget = sorted(set(BUDGET_KEYS) & set(self.params))
-        if budget:
-            raise ConfigError(
-                f"hydra.sweeper.params sets {', '.join(budget)}: that is the study's budget, not a search dimension; "
-                f"set it outside the search space ({budget[0]}=...)"
-            )
 
 
 def _one_of(key: str, value: str, options: tuple[str, ...]) -> None:
@@ -151,12 +145,32 @@ class SearchSpace:
         except HydraException as exc:
             raise ConfigError(f"cannot parse the search space: {str(exc).splitlines()[0]}") from None
         distributions, fixed = {}, []
-        for override in parsed:
+        for i, override in enumerate(parsed):
+            key = override.get_key_element()
+            if key in BUDGET_KEYS and (i < len(params) or override.is_sweep_override()):
+                raise ConfigError(
+                    f"the search space sets {key}: that is the study's budget, the same for every trial; set it "
+                    f"as a plain override ({key}=...), outside hydra.sweeper.params"
+                )
             if override.is_sweep_override():
-                distributions[override.get_key_element()] = distribution(override)
+                distributions[key] = distribution(override)
             else:
                 fixed.append(override.input_line or "")
+        if not distributions:
+            raise ConfigError("the Optuna search has no search space: set hydra.sweeper.params or key=choice(...)")
         return cls(distributions, fixed)
+
+    def size(self) -> int | None:
+        """How many distinct points the space has (None: a continuous dimension makes it infinite)."""
+        n = 1
+        for d in self.distributions.values():
+            if hasattr(d, "choices"):
+                n *= len(d.choices)
+            elif d.step is not None and not getattr(d, "log", False):
+                n *= round((d.high - d.low) / d.step) + 1
+            else:
+                return None
+        return n
 
     def trial_overrides(self, params: Mapping[str, Any]) -> list[str]:
         """A trial's job overrides: the fixed ones, then its sampled values."""

@@ -5,8 +5,8 @@ sampler seed so a resumed study re-runs the same hyperparameters, ranks trials o
 cannot prune (the trial never reaches the job). This one, per batch of ``n_jobs`` trials:
 
 1. asks the study for new trials (:meth:`OptunaSweeper._ask`): the sampler is seeded with ``seed`` + the trials
-   already in the study, and a parameter set that a trial of the study already ran is recorded as a copy of it
-   (Optuna's FAQ: its value, user attr ``duplicate_of``) and the sampler asked again, unless ``allow_duplicates``;
+   already in the study, and a parameter set that a trial of the study already ran is recorded as a pruned copy
+   (user attr ``duplicate_of``; Optuna's FAQ) and the sampler asked again, unless ``allow_duplicates``;
 2. launches one job per trial with the sampled overrides plus the trial's identity in ``hydra.job.env_set``, so the
    job (in this process, a joblib worker or a Ray worker) can report its periodic evaluations to the study and be
    pruned (:class:`pgcli.study.TrialLink`);
@@ -27,6 +27,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
@@ -62,6 +63,7 @@ class OptunaSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
+        self.n_duplicates = 0
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -103,8 +105,11 @@ class OptunaSweeper(Sweeper):
                 if trial is None:
                     break
                 trials.append(trial)
+            if self.n_duplicates:
+                log.info(f"{self.n_duplicates} samples repeated earlier trials: recorded as pruned copies, not run")
+                self.n_duplicates = 0
             if not trials:
-                log.warning("Every new sample repeats a trial of the study: the search space looks exhausted")
+                log.warning("The search space is exhausted: every new sample repeats a trial of the study")
                 break
             overrides = [
                 [*space.trial_overrides(t.params), *trial_env(study.study_name, t.number, t._trial_id)] for t in trials
@@ -126,29 +131,33 @@ class OptunaSweeper(Sweeper):
     # ---------------------------------------------------------------------------------------------------------------
 
     def _ask(self, study: Any, space: SearchSpace) -> Any:
-        """A new trial whose parameters no trial of the study ran (or is running); None if none could be found."""
+        """A new trial whose parameters no trial of the study ran or is running; None once the space is exhausted.
+
+        A repeated sample is told PRUNED with user attr ``duplicate_of`` (Optuna's FAQ: a pruned repeat also steers
+        TPE away from the point) and the sampler is asked again.
+        """
         import optuna
 
+        if self.settings.allow_duplicates:
+            return study.ask(space.distributions)
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
         for _ in range(MAX_DUPLICATES_IN_A_ROW):
-            trial = study.ask(space.distributions)
-            if self.settings.allow_duplicates or not trial.params:
-                return trial
-            states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
-            same = [
-                t
+            ran = {
+                t.number: t.params
                 for t in study.get_trials(deepcopy=False, states=states)
-                if t.number != trial.number and t.params == trial.params and "duplicate_of" not in t.user_attrs
-            ]
-            if not same:
+                if "duplicate_of" not in t.user_attrs
+            }
+            size = space.size()
+            if size is not None and len({_key(p) for p in ran.values()}) >= size:
+                return None  # every point has run
+            trial = study.ask(space.distributions)
+            original = next((n for n, params in ran.items() if params == trial.params), None)
+            if original is None:
                 return trial
-            # Optuna's FAQ: a repeated point gets the earlier trial's result, without running it again.
-            original = same[0]
-            trial.set_user_attr("duplicate_of", original.number)
-            if original.state == optuna.trial.TrialState.COMPLETE:
-                study.tell(trial, original.value)
-            else:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            log.info(f"Trial {trial.number} repeats trial {original.number}'s parameters: not run, sampling again")
+            trial.set_user_attr("duplicate_of", original)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            log.debug(f"Trial {trial.number} repeats trial {original}'s parameters: recorded, not run")
+            self.n_duplicates += 1
         return None
 
     @staticmethod
@@ -156,12 +165,13 @@ class OptunaSweeper(Sweeper):
         """Tell the study how the trial's job ended; False when it failed."""
         import optuna
 
+        # A pruned job raised TrialPruned; read it without JobReturn.return_value, which reports it as an error.
+        if ret.status == JobStatus.FAILED and isinstance(ret._return_value, TrialPruned):
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            log.info(str(ret._return_value))
+            return True
         try:
             value = float(ret.return_value)  # re-raises the job's exception when it failed
-        except TrialPruned as exc:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            log.info(str(exc))
-            return True
         except Exception as exc:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             log.warning(
@@ -180,14 +190,16 @@ class OptunaSweeper(Sweeper):
         import optuna
 
         assert self.config is not None
-        states = [t.state for t in study.get_trials(deepcopy=False)]
+        trials = study.get_trials(deepcopy=False)
+        ran = [t.state for t in trials if "duplicate_of" not in t.user_attrs]
         results: dict[str, Any] = {
             "name": "optuna",
             "study_name": study.study_name,
-            "n_trials": len(states),
-            "n_complete": states.count(optuna.trial.TrialState.COMPLETE),
-            "n_pruned": states.count(optuna.trial.TrialState.PRUNED),
-            "n_failed": states.count(optuna.trial.TrialState.FAIL),
+            "n_trials": len(ran),
+            "n_complete": ran.count(optuna.trial.TrialState.COMPLETE),
+            "n_pruned": ran.count(optuna.trial.TrialState.PRUNED),
+            "n_failed": ran.count(optuna.trial.TrialState.FAIL),
+            "n_duplicates": len(trials) - len(ran),
         }
         if results["n_complete"]:
             best = study.best_trial
@@ -201,3 +213,7 @@ class OptunaSweeper(Sweeper):
 
 def _rounded(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
