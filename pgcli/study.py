@@ -185,13 +185,15 @@ def distribution(override: Any) -> Any:
     """An Optuna distribution for one Hydra sweep override.
 
     ``choice(a, b)`` is categorical; ``range(start, stop, step)`` is an int (or stepped float) range over the same
-    values as Hydra's (``stop`` excluded); ``interval(low, high)`` is uniform (int when both bounds are ints);
-    ``tag(log, interval(...))`` is log-uniform. ``shuffle(...)`` is categorical.
+    values as Hydra's (``stop`` excluded); ``interval(low, high)`` is uniform over floats, ``int(interval(...))``
+    over ints; ``tag(log, ...)`` makes an interval log-uniform. ``shuffle(...)`` is categorical.
     """
-    from hydra.core.override_parser.types import IntervalSweep, RangeSweep, Transformer
+    from hydra.core.override_parser.types import Glob, IntervalSweep, RangeSweep, Transformer
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     key, value = override.get_key_element(), override.value()
+    if isinstance(value, Glob):
+        raise ConfigError(f"search space: {override.input_line} is not supported (use choice, range or interval)")
     if override.is_choice_sweep() or (isinstance(value, RangeSweep) and value.shuffle):
         return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
     if isinstance(value, RangeSweep):
