@@ -20,6 +20,12 @@ def test_every_preset_file_is_covered() -> None:
     assert {p.stem for p in (Path(CONF_DIR) / "hparams_search").glob("*.yaml")} == set(PRESETS)
 
 
+@pytest.fixture(autouse=True)
+def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # check_search reads the study in outputs/optuna.db when it exists: not this checkout's own
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_composes_into_an_optuna_search(name: str) -> None:
     register_configs()
