@@ -393,7 +393,8 @@ class TrialLink:
     pruner: Any
     max_step: int
     """Cumulative env steps of the trial's last evaluation (n_seeds * total_steps): pruning then would save nothing."""
-    _trial: Any = None
+    _trial: Any = field(default=None, repr=False)
+    """The opened ``optuna.trial.Trial`` (on the first report)."""
 
     @classmethod
     def from_job(cls, sweeper: Any, *, n_seeds: int, total_steps: int, eval_every: int) -> TrialLink | None:

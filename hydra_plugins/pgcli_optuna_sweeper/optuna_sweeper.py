@@ -111,6 +111,8 @@ class OptunaSweeper(Sweeper):
             if not trials:
                 log.warning("The search space is exhausted: every new sample repeats a trial of the study")
                 break
+            # The storage's trial id is what optuna.trial.Trial(study, trial_id) takes in the job; Optuna exposes it
+            # only as Trial._trial_id.
             overrides = [
                 [*space.trial_overrides(t.params), *trial_env(study.study_name, t.number, t._trial_id)] for t in trials
             ]
