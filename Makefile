@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
 	# uv resolves and installs the rest ~5x faster than pip; the installed torch already satisfies torch>=2.1.
 	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[$(EXTRAS)]"
+	# hydra-optuna-sweeper (and its Optuna 2.10) is retired: pgcli ships hydra/sweeper=optuna itself. An older .venv
+	# still has it, and both plugins would claim hydra/sweeper=optuna.
+	$(VENV)/bin/uv pip uninstall -q --python $(PY) hydra-optuna-sweeper 2>/dev/null || true
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep and ray extras

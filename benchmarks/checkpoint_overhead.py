@@ -38,7 +38,7 @@ import torch
 
 from pgcli import tracking as pgcli_tracking
 from pgcli.build import RunContext, train, trainer_class
-from pgcli.cli import compose_train_config
+from pgcli.compose import compose_train_config
 from pgcli.config import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -12,6 +12,7 @@ import platform
 import random
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +63,10 @@ class RunContext:
     overrides: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
+    trial: int | None = None
+    """Optuna trial number when the run is one seed of a search trial (named ``...-t<trial>-s<seed>``)."""
+    on_eval: Callable[[int, float], None] | None = None
+    """The monitor's evaluation hook: a search trial reports to its study there (and is pruned)."""
 
 
 @dataclass
@@ -177,10 +182,11 @@ def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id
 
     if cfg.tracking.backend != "mlflow":
         return None
+    trial = "" if ctx.trial is None else f"-t{ctx.trial}"
     return MLflowBackend(
         resolve_tracking_target(cfg.tracking),
         experiment=cfg.experiment or ctx.env_name,
-        run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}-s{cfg.seed}",
+        run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}{trial}-s{cfg.seed}",
         tags=tags,
         parent_run_id=ctx.parent_run_id,
         flush_every_s=cfg.tracking.flush_every_s,
@@ -228,6 +234,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
                 progress=cfg.progress,
                 stop=run.stop,
+                on_eval=ctx.on_eval,
             )
         )
         run.start(trainer, monitor)

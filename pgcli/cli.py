@@ -106,7 +106,12 @@ def _train_command(args: list[str]) -> int:
 
         return resume_command(args)
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
-        validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
+        multirun = any(a in ("-m", "--multirun") for a in args)
+        validate_overrides(_task_overrides(args), multirun=multirun)
+        if multirun:
+            from pgcli.study import check_search
+
+            check_search(_task_overrides(args))  # an Optuna search: settings, search space, the study's budget
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
@@ -185,6 +190,7 @@ def run_train(cfg: DictConfig) -> float:
 
     from pgcli.build import RunContext, train
     from pgcli.run import PARENT_RUN_ENV
+    from pgcli.study import TrialLink
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -193,6 +199,13 @@ def run_train(cfg: DictConfig) -> float:
     returns = []
     try:
         run_cfg = to_train_config(cfg)
+        # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
+        # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
+        trial = TrialLink.from_job(
+            hc.sweeper, n_seeds=run_cfg.n_seeds, total_steps=run_cfg.total_steps, eval_every=run_cfg.eval.every
+        )
+        if trial is not None:
+            sweep_tags["trial"] = str(trial.number)
         # n_seeds > 1 (hyperparameter search): seeds seed..seed+n-1 one after another, each its own run under
         # <output_dir>/seed<k>; the job returns their mean, so the sweeper never optimises the seed.
         for seed in range(run_cfg.seed, run_cfg.seed + run_cfg.n_seeds):
@@ -205,6 +218,8 @@ def run_train(cfg: DictConfig) -> float:
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
                 extra_tags=sweep_tags,
+                trial=trial.number if trial else None,
+                on_eval=trial.reporter(offset=(seed - run_cfg.seed) * run_cfg.total_steps) if trial else None,
             )
             from pgcli.console import print_budget_note, print_summary
 

@@ -7,6 +7,10 @@ A trainer (ours or the SB3 adapter) reports three things to the :class:`Training
 - ``update(step, agent)`` after each update: the monitor logs ``rollout/*`` and ``time/sps``, moves the progress bar,
   and evaluates or checkpoints ``agent`` when their cadence is due.
 
+After each evaluation the monitor calls its ``on_eval`` hook, if any, with the evaluation's scheduled step and mean
+return: an Optuna trial reports it to its study there, and the hook raises to stop a pruned trial
+(:class:`pgcli.study.TrialLink`; the monitor itself knows nothing of Optuna).
+
 Metric keys are the same for every algorithm; ``step`` is always environment steps.
 """
 
@@ -17,7 +21,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from shutil import rmtree
@@ -134,6 +138,7 @@ class TrainingMonitor:
         window: int = 100,
         log_every_steps: int = 1000,
         stop: StopRequest | None = None,
+        on_eval: Callable[[int, float], None] | None = None,
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
@@ -158,6 +163,8 @@ class TrainingMonitor:
         self._last_ckpt_step: int | None = None
         self.stop = stop
         self._bar = _progress_bar(total_steps) if progress else None
+        self.on_eval = on_eval
+        """Called with (scheduled step, mean return) after each evaluation; may raise to stop training."""
 
     # -- called by trainers ------------------------------------------------------------------------------------------
     def episodes(self, step: int, info: Mapping[str, Any]) -> None:
@@ -185,7 +192,9 @@ class TrainingMonitor:
         if self._last_logged_step is None or step - self._last_logged_step >= self.log_every_steps:
             self._log_rollout_stats(step)
         if self._next_eval is not None and step >= self._next_eval:
-            self.evaluate(step, agent)
+            # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
+            # steps (other n_steps) report comparable steps to on_eval.
+            self.evaluate(step, agent, scheduled=min(step - step % self.eval_every, self.total_steps))
             while self._next_eval <= step:
                 self._next_eval += self.eval_every
         if self._next_ckpt is not None and step >= self._next_ckpt and self.checkpoint_dir is not None:
@@ -226,9 +235,10 @@ class TrainingMonitor:
         last = None if self.last_checkpoint is None else str(self.last_checkpoint)
         return DivergenceError(quantity, step, value, last)
 
-    def evaluate(self, step: int, agent: Agent) -> EvalResult | None:
+    def evaluate(self, step: int, agent: Agent, scheduled: int | None = None) -> EvalResult | None:
         """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean`` and
-        ``eval/best_return_mean``; save the agent to ``best_dir`` when this is the best evaluation so far."""
+        ``eval/best_return_mean``; save the agent to ``best_dir`` when this is the best evaluation so far; then call
+        ``on_eval`` with ``scheduled`` (default ``step``)."""
         if self.evaluator is None:
             return None
         t0 = time.perf_counter()
@@ -246,6 +256,8 @@ class TrainingMonitor:
         )  # fmt: skip
         log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, result.mean, result.std,
                  len(result.returns))  # fmt: skip
+        if self.on_eval is not None:
+            self.on_eval(step if scheduled is None else scheduled, result.mean)
         return result
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:
@@ -254,7 +266,7 @@ class TrainingMonitor:
         if self._last_logged_step != step:
             self._log_rollout_stats(step)
         if self.evaluator is not None and self._last_eval_step != step:
-            self.evaluate(step, agent)
+            self.evaluate(step, agent, scheduled=self.total_steps)
         self._advance_bar(step, None)
         self.close()
         return self.last_eval

@@ -60,10 +60,18 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+class StoppedEarly(Exception):
+    """Training was stopped on purpose before its budget (a search's pruner, ``pgcli.study.TrialPruned``): not an
+    error; the run ends KILLED, as a run cut short, with :meth:`tags` saying why."""
+
+    def tags(self) -> dict[str, str]:
+        return {}
+
+
 def final_status(exc: BaseException | None, missing: Sequence[str] = ()) -> str:
-    """How a run ends: KILLED on an interrupt, FAILED on an exception or when something could not be written,
-    else FINISHED. The one place that maps outcomes to MLflow statuses."""
-    if isinstance(exc, KeyboardInterrupt):
+    """How a run ends: KILLED on an interrupt or an early stop, FAILED on an exception or when something could not
+    be written, else FINISHED. The one place that maps outcomes to MLflow statuses."""
+    if isinstance(exc, (KeyboardInterrupt, StoppedEarly)):
         return KILLED
     if exc is not None or missing:
         return FAILED
@@ -404,6 +412,8 @@ class Run:
             exc, missing = again, ["metrics.csv, learning_curve.png, buffered metrics: interrupted while writing"]
         status = final_status(exc, missing)
         tags = error_tags(exc) if status == FAILED and exc is not None else {}
+        if isinstance(exc, StoppedEarly):
+            tags = exc.tags()
         if missing:
             tags["error"] = (f"{tags['error']}; " if tags else "") + "not written: " + "; ".join(missing)
             _say(f"pgcli: the run ends {status}: not written: " + "; ".join(missing))

@@ -53,6 +53,8 @@ class SweepOutcome:
     n_jobs: int
     failed: list[str] = field(default_factory=list)
     """One description per failed job: '#<num> <overrides>: <error>'."""
+    n_pruned: int = 0
+    """Runs an Optuna pruner stopped (KILLED with tag pruned=true; not failures)."""
 
     @property
     def ok(self) -> bool:
@@ -155,23 +157,26 @@ class SweepCallback(Callback):
                         store.end(child.run_id, KILLED)
                 children = sorted(store.children(parent), key=_job_order)
             rows = drop_common_overrides([child_row(c, self.final_metric) for c in children])
-            failed = [_describe_failure(r) for r in rows if r["status"] != "FINISHED"]
+            failed = [_describe_failure(r) for r in rows if r["status"] not in ("FINISHED", "PRUNED")]
+            n_pruned = sum(r["status"] == "PRUNED" for r in rows)
             job_nums = {r["job"] for r in rows}
             missing = [n for n in sweep_job_numbers(self.sweep_dir) if str(n) not in job_nums]
             failed += [f"#{n}: no MLflow run (the job failed before training started)" for n in missing]
             n_jobs = len(job_nums | {str(n) for n in missing})
             final = sweep_status(status, len(failed))
-            self._log_summary(parent_id, rows, n_jobs, len(failed))
+            self._log_summary(parent_id, rows, n_jobs, len(failed), n_pruned)
         except BaseException:
             store.end(parent_id, sweep_status(status, n_failed_jobs=1))
             raise
         store.end(parent_id, final)
-        self.outcome = SweepOutcome(parent_id, final, n_jobs, failed)
+        self.outcome = SweepOutcome(parent_id, final, n_jobs, failed, n_pruned)
         print(format_table(rows), file=sys.stderr)
         print(summary_line(self.outcome), file=sys.stderr)
         return self.outcome
 
-    def _log_summary(self, parent_id: str, rows: list[dict[str, str]], n_jobs: int, n_failed: int) -> None:
+    def _log_summary(
+        self, parent_id: str, rows: list[dict[str, str]], n_jobs: int, n_failed: int, n_pruned: int
+    ) -> None:
         store, out = self.store, self.sweep_dir
         assert out is not None
         out.mkdir(parents=True, exist_ok=True)
@@ -180,7 +185,7 @@ class SweepCallback(Callback):
             writer = csv.DictWriter(f, fieldnames=list(CHILD_COLUMNS))
             writer.writeheader()
             writer.writerows(rows)
-        metrics: dict[str, float] = {"sweep/n_jobs": n_jobs, "sweep/n_failed": n_failed}
+        metrics: dict[str, float] = {"sweep/n_jobs": n_jobs, "sweep/n_failed": n_failed, "sweep/n_pruned": n_pruned}
         returns = [float(r["final_return"]) for r in rows if r["status"] == "FINISHED" and r["final_return"]]
         if returns:
             metrics["sweep/best_return"] = max(returns)
@@ -220,47 +225,16 @@ def limit_threads(n: int) -> None:
 
 
 def prepare_optuna_storage(storage: str | None) -> None:
-    """Make an Optuna RDB storage usable before the sweeper opens it.
+    """Make an Optuna storage URL openable: SQLite creates the database file but not its directory
+    (``sqlite:///outputs/optuna.db`` before anything ran).
 
-    - SQLite creates the database file but not its directory (``sqlite:///outputs/optuna.db`` before any job ran).
-    - Optuna 2.10 (the newest hydra-optuna-sweeper allows) stamps its alembic schema version on a connection it
-      never closes or commits. Under SQLAlchemy 2 (which MLflow requires) that connection keeps SQLite's write lock
-      until the garbage collector happens to free it: the stamp is lost, and the next open fails with "database is
-      locked" or a bare AssertionError, depending on timing. So the tables, the version row and the alembic stamp
-      are written here on connections that commit and close, and Optuna finds nothing left to initialise. Optuna's
-      own ``_VersionManager`` is never built here: its constructor runs the faulty stamp.
+    Optuna 2.10 (held by the former hydra-optuna-sweeper) also needed its tables and alembic stamp written here: it
+    stamped the schema on a connection it never committed, which under SQLAlchemy 2 held SQLite's write lock until
+    the garbage collector freed it ("database is locked"). Optuna >= 3 stamps in a committed transaction; the
+    regression test (tests/unit/test_sweep.py) opens, fills and reopens a study with the garbage collector off.
     """
-    if not storage:
-        return
-    if storage.startswith("sqlite:///"):
+    if storage and storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    import alembic.config
-    import alembic.migration
-    import alembic.script
-    import optuna.storages._rdb as rdb
-    import sqlalchemy
-    from optuna import version
-    from optuna.storages._rdb import models
-    from sqlalchemy.orm import Session
-
-    engine = sqlalchemy.create_engine(storage)
-    try:
-        models.BaseModel.metadata.create_all(engine)
-        with Session(engine) as session, session.begin():
-            if models.VersionInfoModel.find(session) is None:
-                session.add(
-                    models.VersionInfoModel(schema_version=models.SCHEMA_VERSION, library_version=version.__version__)
-                )
-        with engine.begin() as conn:
-            context = alembic.migration.MigrationContext.configure(conn)
-            if context.get_current_revision() is None:
-                here = Path(rdb.__file__).parent
-                config = alembic.config.Config(str(here / "alembic.ini"))
-                config.set_main_option("script_location", str(here / "alembic"))
-                script = alembic.script.ScriptDirectory.from_config(config)
-                context.stamp(script, "head")
-    finally:
-        engine.dispose()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -269,6 +243,7 @@ def prepare_optuna_storage(storage: str | None) -> None:
 
 CHILD_COLUMNS = {
     "job": "job",
+    "trial": "trial",
     "run_name": "run",
     "status": "status",
     "seed": "seed",
@@ -330,8 +305,9 @@ def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, s
     value = child.metrics.get(final_metric)
     return {
         "job": child.tags.get("sweep_job", ""),
+        "trial": child.tags.get("trial", ""),
         "run_name": child.name,
-        "status": child.status,
+        "status": "PRUNED" if child.tags.get("pruned") == "true" else child.status,
         "seed": child.tags.get("seed", ""),
         "overrides": child.tags.get("hydra_overrides", ""),
         "final_return": "" if value is None or math.isnan(value) else f"{value:.2f}",
@@ -348,8 +324,11 @@ def drop_common_overrides(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def format_table(rows: list[dict[str, str]]) -> str:
-    """The children as a Markdown table (the ``error`` column only when a job failed)."""
-    columns = [c for c in CHILD_COLUMNS if c != "error" or any(r["error"] for r in rows)]
+    """The children as a Markdown table (``trial`` only for an Optuna search, ``error`` only when a job failed);
+    floats in the overrides are rounded to 4 significant digits (``children.csv`` keeps them exact)."""
+    optional = ("trial", "error")
+    columns = [c for c in CHILD_COLUMNS if c not in optional or any(r.get(c) for r in rows)]
+    rows = [{**r, "overrides": round_overrides(r["overrides"])} for r in rows]
     lines = [
         "| " + " | ".join(CHILD_COLUMNS[c] for c in columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
@@ -363,9 +342,33 @@ def summary_line(outcome: SweepOutcome) -> str:
     head = f"pgcli: sweep {outcome.status.lower()}: {outcome.n_jobs} job{'' if outcome.n_jobs == 1 else 's'}"
     if outcome.failed:
         return f"{head}, {len(outcome.failed)} failed: " + "; ".join(outcome.failed)
+    if outcome.n_pruned and outcome.status == "FINISHED":
+        return (
+            f"{head}, {outcome.n_pruned} pruned, the others finished; compare them: "
+            f"pgcli compare --parent {outcome.parent_run_id}"
+        )
     if outcome.status != "FINISHED":
         return f"{head} (parent run {outcome.parent_run_id} ended {outcome.status})"
     return f"{head}, all finished; compare them: pgcli compare --parent {outcome.parent_run_id}"
+
+
+def round_overrides(overrides: str) -> str:
+    """``algo.learning_rate=0.000312345678 seed=1`` -> ``algo.learning_rate=0.0003123 seed=1`` (floats only)."""
+    out = []
+    for item in overrides.split():
+        key, sep, value = item.partition("=")
+        if sep and any(c in value for c in ".eE") and _is_float(value):
+            item = f"{key}={float(value):.4g}"
+        out.append(item)
+    return " ".join(out)
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def sweep_job_numbers(sweep_dir: Path | None) -> list[int]:

@@ -338,3 +338,31 @@ def test_a_stop_request_checkpoints_at_the_update_and_raises(tmp_path: Path):
     assert info.value.exit_code == 143 and stop.clean
     assert [a for _, a in logger.artifacts] == ["checkpoints/step_160"]  # saved although checkpoint_every=0
     assert (tmp_path / "checkpoints" / "step_160" / "monitor.json").is_file()
+
+
+def test_on_eval_gets_each_evaluation_at_its_scheduled_step(tmp_path: Path):
+    # A search trial reports evaluations to its study through this hook; the step is the scheduled one (a multiple
+    # of eval_every, total_steps for the final one), so trials whose updates end at different env steps report at
+    # the same steps and a pruner can compare them.
+    seen: list[tuple[int, float]] = []
+    monitor = make_monitor(RecordingLogger(), tmp_path, total_steps=450, on_eval=lambda s, v: seen.append((s, v)))
+    for step in range(60, 481, 60):  # updates every 60 env steps; training stops at 480 >= 450
+        monitor.update(step, RowPolicy())
+    monitor.finish(480, RowPolicy())
+    assert seen == [(100, 15.0), (200, 15.0), (300, 15.0), (400, 15.0), (450, 15.0)]  # evaluated at 120 ... 480
+
+
+def test_on_eval_raising_stops_training_there(tmp_path: Path):
+    class Stop(Exception):
+        pass
+
+    def stop_at_200(step: int, value: float) -> None:
+        if step == 200:
+            raise Stop
+
+    logger = RecordingLogger()
+    monitor = make_monitor(logger, tmp_path, on_eval=stop_at_200)
+    with pytest.raises(Stop):
+        for step in range(50, 1001, 50):
+            monitor.update(step, RowPolicy())
+    assert logger.steps_of("eval/return_mean") == [100, 200]  # the evaluation that decided it is logged

@@ -89,3 +89,34 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b.detach()))
+
+
+def test_the_monitor_sees_each_update_after_it_is_applied():
+    # SB3 trains between one rollout's end and the next one's start: the monitor's bookkeeping (evaluation included)
+    # must come after the update, or an evaluation at the final step scores the policy one update old (the objective
+    # of a search trial, and the reported final return, would then miss the last update).
+    import torch
+
+    from pgcli.algo.sb3 import SB3Trainer
+    from pgcli.config import PPOConfig
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, int]] = []
+
+        def update(self, step: int, agent: SB3Trainer) -> None:
+            self.seen.append((step, agent.model._n_updates))
+
+        def log(self, step: int, metrics: dict[str, float]) -> None:
+            pass
+
+        def add_episodes(self, step: int, returns: list[float], lengths: list[int]) -> None:
+            pass
+
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
+    trainer = SB3Trainer(PPOConfig(n_steps=32, batch_size=32, n_epochs=1), env=env, model=ModelConfig(), seed=0,
+                         device=torch.device("cpu"))  # fmt: skip
+    recorder = Recorder()
+    assert trainer.learn(192, recorder) == 192  # type: ignore[arg-type]
+    assert recorder.seen == [(64, 1), (128, 2), (192, 3)]  # (env steps, updates applied) at each call
+    trainer.close()

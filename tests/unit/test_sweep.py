@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hydra_plugins.pgcli_ray_launcher.ray_launcher import is_loopback, loopback_only, worker_env
-from pgcli.sweep import SweepOutcome, drop_common_overrides, format_table, summary_line
+from pgcli.sweep import SweepOutcome, child_row, drop_common_overrides, format_table, round_overrides, summary_line
 
 
 def row(job: str, overrides: str, status: str = "FINISHED", error: str = "") -> dict[str, str]:
@@ -36,6 +36,48 @@ def test_summary_line_names_the_failed_jobs() -> None:
     assert not bad.ok
     assert summary_line(bad) == "pgcli: sweep failed: 4 jobs, 1 failed: #3 seed=3: FAILED (ValueError: nan)"
     assert "ended KILLED" in summary_line(SweepOutcome("p1", "KILLED", 2))
+
+
+def test_optuna_trials_show_their_number_pruned_status_and_rounded_values() -> None:
+    from types import SimpleNamespace
+
+    def child(job: str, trial: str, lr: str, pruned: bool) -> SimpleNamespace:
+        tags = {
+            "sweep_job": job,
+            "trial": trial,
+            "seed": "0",
+            "hydra_overrides": f"env=pendulum algo.learning_rate={lr}",
+        }
+        if pruned:
+            tags["pruned"] = "true"
+        status = "KILLED" if pruned else "FINISHED"
+        return SimpleNamespace(tags=tags, name=f"ppo-pendulum-t{trial}-s0", status=status,
+                               metrics={"eval/return_mean": -170.123456})  # fmt: skip
+
+    children = [child("0", "4", "0.000312345678", False), child("1", "6", "1.234567e-05", True)]
+    rows = drop_common_overrides([child_row(c) for c in children])
+    assert [r["status"] for r in rows] == ["FINISHED", "PRUNED"] and [r["trial"] for r in rows] == ["4", "6"]
+    assert rows[0]["overrides"] == "algo.learning_rate=0.000312345678"  # children.csv keeps the exact value
+    table = format_table(rows).splitlines()
+    assert table[0] == "| job | trial | run | status | seed | overrides | final return |"
+    assert table[2] == "| 0 | 4 | ppo-pendulum-t4-s0 | FINISHED | 0 | algo.learning_rate=0.0003123 | -170.12 |"
+    assert "| PRUNED |" in table[3] and "algo.learning_rate=1.235e-05" in table[3]
+    assert child_row(child("2", "", "0.1", False))["trial"] == ""  # a grid sweep has no trial column
+    assert "| trial |" not in format_table([child_row(child("2", "", "0.1", False))])
+
+
+def test_round_overrides_rounds_floats_only() -> None:
+    assert round_overrides("a=0.123456789 b=3 c=1e-07 env=Pendulum-v1 d=true e=x.y") == (
+        "a=0.1235 b=3 c=1e-07 env=Pendulum-v1 d=true e=x.y"
+    )
+
+
+def test_summary_line_counts_pruned_runs_apart_from_failures() -> None:
+    outcome = SweepOutcome("p1", "FINISHED", 5, [], n_pruned=2)
+    assert outcome.ok
+    assert summary_line(outcome) == (
+        "pgcli: sweep finished: 5 jobs, 2 pruned, the others finished; compare them: pgcli compare --parent p1"
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,22 +138,22 @@ def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
 
 
 @pytest.mark.parametrize("reopen", [False, True])
-def test_a_prepared_optuna_storage_opens_with_the_garbage_collector_off(tmp_path, reopen: bool) -> None:
-    # Optuna 2.10's own alembic stamp leaves a connection holding SQLite's write lock until the garbage collector
-    # frees it; with the collector off that is "database is locked" (the CI failure of session 1). Prepared storage
-    # must open, run trials and reopen (a resumed study) without Optuna stamping anything.
+def test_an_optuna_storage_opens_and_reopens_with_the_garbage_collector_off(tmp_path, reopen: bool) -> None:
+    # Regression (session 1's CI failure): Optuna 2.10 stamped its alembic version on a connection it never
+    # committed, which held SQLite's write lock until the garbage collector freed it; with the collector off the
+    # next open failed with "database is locked". The storage pgcli opens (a directory that does not exist yet, as
+    # for outputs/optuna.db on a fresh checkout) must open, run trials and reopen (a resumed study) with it off.
     import gc
 
     optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
-    from pgcli.sweep import prepare_optuna_storage
+    from pgcli.study import open_storage
 
     url = f"sqlite:///{tmp_path}/not/yet/there/optuna.db"
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(2 if reopen else 1):
-            prepare_optuna_storage(url)
-            storage = optuna.storages.RDBStorage(url)
+            storage = open_storage(url)
             study = optuna.create_study(storage=storage, study_name="s", load_if_exists=True)
             study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0), n_trials=2)
             storage.engine.dispose()

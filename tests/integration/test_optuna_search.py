@@ -1,0 +1,112 @@
+"""Real `pgcli train -m hydra/sweeper=optuna` searches: a study resumed without repeating a parameter set, a second
+budget refused, a bad trial pruned on its periodic evaluation (reported from a joblib worker process), and trial
+runs named and tagged by trial number. The study (SQLite) and the MLflow store are read back; learning quality is
+not asserted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Store, run_pgcli
+
+optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
+
+TINY = ["algo=ppo", "env=pendulum", "n_seeds=1", "algo.n_steps=32", "eval.episodes=2", "progress=false",
+        "tracking.log_model=false"]  # fmt: skip
+STORAGE = "sqlite:///outputs/optuna.db"
+
+
+@pytest.fixture
+def store(migrated_store: Store) -> Store:
+    return migrated_store
+
+
+def search(store: Store, workdir: Path, study: str, *overrides: str) -> Any:
+    args = ["train", "-m", f"tracking.uri={store.uri}", *TINY, "hydra/sweeper=optuna",
+            f"hydra.sweeper.storage={STORAGE}", f"hydra.sweeper.study_name={study}", *overrides]  # fmt: skip
+    return run_pgcli(args, cwd=workdir, timeout=400)
+
+
+def load(workdir: Path, study: str) -> Any:
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}")
+
+
+def runs(store: Store) -> list[Any]:
+    return [r for r in store.runs("pendulum") if r.data.tags.get("pgcli_role") != "sweep"]
+
+
+def test_a_resumed_study_runs_new_parameter_sets_and_refuses_another_budget(store: Store, workdir: Path) -> None:
+    # 8 points; 3 trials, then 3 more on resume. Sampling with replacement would repeat one of them with
+    # probability 1 - 8*7*6*5*4*3/8**6 = 0.92 (and the former preset's fixed sampler seed replayed all three).
+    space = ["algo.gamma=choice(0.9,0.95,0.99,0.999)", "algo.gae_lambda=choice(0.9,0.95)"]
+    settings = ["total_steps=128", "eval.every=0", "hydra.sweeper.sampler=random", "hydra.sweeper.seed=0",
+                "hydra.sweeper.n_trials=3"]  # fmt: skip
+    for _ in range(2):
+        proc = search(store, workdir, "resume", *settings, *space)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    study = load(workdir, "resume")
+    ran = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    assert len(ran) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in ran)
+    points = [(t.params["algo.gamma"], t.params["algo.gae_lambda"]) for t in ran]
+    assert len(set(points)) == 6, points
+    assert study.user_attrs["budget"] == {"total_steps": 128, "n_seeds": 1, "eval.episodes": 2}
+
+    # every trial is one MLflow run named and tagged with its trial number, with the trial's parameters
+    children = runs(store)
+    assert sorted(int(r.data.tags["trial"]) for r in children) == sorted(t.number for t in ran)
+    for run in children:
+        trial = study.trials[int(run.data.tags["trial"])]
+        assert run.info.run_name == f"ppo-pendulum-t{trial.number}-s0"
+        assert float(run.data.params["algo.gamma"]) == trial.params["algo.gamma"]
+        assert float(run.data.params["algo.gae_lambda"]) == trial.params["algo.gae_lambda"]
+        assert run.data.metrics["eval/return_mean"] == pytest.approx(trial.value)
+
+    # the same study with another budget: one line, exit 2, nothing run or created
+    n_trials, n_runs = len(study.trials), len(store.runs("pendulum"))
+    proc = search(store, workdir, "resume", *settings, *space, "total_steps=256")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"pgcli: error: study 'resume' in {STORAGE} was run with total_steps=128 n_seeds=1 eval.episodes=2; this "
+        "search has total_steps=256 n_seeds=1 eval.episodes=2: trials with different budgets cannot be ranked "
+        "together; use the study's budget or another study (hydra.sweeper.study_name=resume_2)"
+    ]
+    assert len(load(workdir, "resume").trials) == n_trials and len(store.runs("pendulum")) == n_runs
+
+
+def test_a_trial_whose_evaluation_is_bad_is_pruned(store: Store, workdir: Path) -> None:
+    # Deterministic: two enqueued trials. Trial 0 caps Pendulum's episodes at 50 steps (return >= 50 * -16.3);
+    # trial 1 at 1000 steps, so an untrained policy's return is far below trial 0's at the first evaluation, and
+    # the median pruner (active after 1 completed trial) stops it there. The joblib launcher runs each job in a
+    # worker process: the evaluations reach the study through its storage.
+    (workdir / "outputs").mkdir()
+    study = optuna.create_study(study_name="prune", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}",
+                                direction="maximize")  # fmt: skip
+    study.enqueue_trial({"env.max_episode_steps": 50})
+    study.enqueue_trial({"env.max_episode_steps": 1000})
+    pruning = ["hydra.sweeper.pruner=median", "hydra.sweeper.pruner_startup_trials=1"]
+    joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"]
+    proc = search(store, workdir, "prune", "total_steps=384", "eval.every=128", "hydra.sweeper.n_trials=2", *pruning,
+                  *joblib, "env.max_episode_steps=choice(50,1000)")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    good, bad = load(workdir, "prune").trials
+    assert good.state == optuna.trial.TrialState.COMPLETE and sorted(good.intermediate_values) == [128, 256, 384]
+    assert bad.state == optuna.trial.TrialState.PRUNED and list(bad.intermediate_values) == [128]
+    assert bad.intermediate_values[128] < good.intermediate_values[128]
+
+    by_trial = {r.data.tags["trial"]: r for r in runs(store)}
+    assert by_trial["0"].info.status == "FINISHED" and "pruned" not in by_trial["0"].data.tags
+    pruned = by_trial["1"]
+    assert pruned.info.status == "KILLED" and pruned.data.tags["pruned"] == "true"
+    assert pruned.data.tags["pruned_at_step"] == "128" and "error" not in pruned.data.tags
+    assert pruned.info.run_name == "ppo-pendulum-t1-s0"
+
+    # the summary: a pruned trial is neither a failure nor a finished run
+    assert re.search(r"\| 1 \| 1 \| ppo-pendulum-t1-s0 \| PRUNED \|", proc.stderr)
+    assert "pgcli: sweep finished: 2 jobs, 1 pruned, the others finished" in proc.stderr
+    assert "Error executing job" not in proc.stderr
