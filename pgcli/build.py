@@ -49,10 +49,13 @@ class RunContext:
 
     algo_name: str
     env_name: str
+    """The env label (pgcli.labels.env_label): experiment, run name and ``tags.env``."""
     output_dir: Path
     overrides: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
     extra_tags: dict[str, str] = field(default_factory=dict)
+    preset: str = "none"
+    """The preset the config was composed with (``conf/preset/<name>.yaml``), or 'none'."""
 
 
 @dataclass
@@ -115,6 +118,7 @@ def run_tags(cfg: TrainConfig, ctx: RunContext, device: Any) -> dict[str, str]:
         "algo": ctx.algo_name,
         "env": ctx.env_name,
         "env_id": cfg.env.id,
+        "preset": ctx.preset,
         "seed": str(cfg.seed),
         "device": str(device),
         "output_dir": str(ctx.output_dir),
@@ -150,7 +154,7 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     from pgcli.tracking import flatten
 
     params = flatten(asdict(cfg))
-    params["algo"], params["env"] = ctx.algo_name, ctx.env_name
+    params["algo"], params["env"], params["preset"] = ctx.algo_name, ctx.env_name, ctx.preset
     return params
 
 

@@ -105,7 +105,11 @@ def _train_command(args: list[str]) -> int:
     if "-h" in args or "--help" in args:
         return _train_help(_task_overrides(args))
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
-        validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
+        from pgcli.labels import stale_preset_overrides
+
+        multirun = any(a in ("-m", "--multirun") for a in args)
+        args = [*args, *stale_preset_overrides(_task_overrides(args), multirun=multirun, conf_dir=CONF_DIR)]
+        validate_overrides(_task_overrides(args), multirun=multirun)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
     sys.argv = ["pgcli train", *args]
     from pgcli.sweep import close_sweep
@@ -297,6 +301,7 @@ def run_train(cfg: Any) -> float:
     from hydra.types import RunMode
 
     from pgcli.build import RunContext, train
+    from pgcli.labels import env_label, preset_label
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -312,7 +317,8 @@ def run_train(cfg: Any) -> float:
             output_dir = Path(hc.runtime.output_dir)
             ctx = RunContext(
                 algo_name=hc.runtime.choices["algo"],
-                env_name=hc.runtime.choices["env"],
+                env_name=env_label(run_cfg.env.id, hc.runtime.choices["env"], CONF_DIR),
+                preset=preset_label(hc.runtime.choices),
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
