@@ -586,6 +586,9 @@ def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
+    from pgcli.labels import register_resolver
+
+    register_resolver()  # ${pgcli.env_label:...} in hydra.run.dir
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for name, schema in ALGO_CONFIGS.items():

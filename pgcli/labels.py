@@ -50,6 +50,23 @@ def env_label(env_id: str, env_choice: str | None, conf_dir: str) -> str:
     return same[0] if same else env_id.rpartition(":")[2]
 
 
+def register_resolver() -> None:
+    """``${pgcli.env_label:<env id>,<env choice>}`` for ``hydra.run.dir``: the env label, '/' made '-' (idempotent).
+
+    Only the single-run directory uses it: a sweep's job directories are resolved in launcher worker processes, which
+    do not register pgcli's resolvers, so they keep the group choice (and the job number).
+    """
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("pgcli.env_label", _dir_label, replace=True)
+
+
+def _dir_label(env_id: str, env_choice: str) -> str:
+    from pgcli.cli import CONF_DIR
+
+    return env_label(str(env_id), str(env_choice), CONF_DIR).replace("/", "-")
+
+
 def preset_label(choices: Mapping[str, Any]) -> str:
     """The preset a job was composed with (Hydra's ``runtime.choices``), or ``none``."""
     return str(choices.get("preset") or NO_PRESET)
