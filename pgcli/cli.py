@@ -318,7 +318,7 @@ def run_train(cfg: Any) -> float:
             ctx = RunContext(
                 algo_name=hc.runtime.choices["algo"],
                 env_name=env_label(run_cfg.env.id, hc.runtime.choices["env"], CONF_DIR),
-                preset=preset_label(hc.runtime.choices),
+                preset=preset_label(hc.runtime.choices, CONF_DIR),
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,

@@ -67,9 +67,19 @@ def _dir_label(env_id: str, env_choice: str) -> str:
     return env_label(str(env_id), str(env_choice), CONF_DIR).replace("/", "-")
 
 
-def preset_label(choices: Mapping[str, Any]) -> str:
-    """The preset a job was composed with (Hydra's ``runtime.choices``), or ``none``."""
-    return str(choices.get("preset") or NO_PRESET)
+def applied_preset(choices: Mapping[str, Any], conf_dir: str) -> str | None:
+    """The preset a job was composed with, from Hydra's ``runtime.choices``, or None.
+
+    The choice of the optional ``preset: ${algo}_${env}`` entry is recorded even when no such file exists (a2c_acrobot),
+    so the file decides.
+    """
+    preset = choices.get("preset")
+    return str(preset) if preset and Path(conf_dir, "preset", f"{preset}.yaml").is_file() else None
+
+
+def preset_label(choices: Mapping[str, Any], conf_dir: str) -> str:
+    """The ``preset`` tag and param of a run: the applied preset's name, or ``none``."""
+    return applied_preset(choices, conf_dir) or NO_PRESET
 
 
 def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: str, echo: bool = True) -> list[str]:
@@ -100,7 +110,7 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: st
     stale: list[tuple[str, str, str]] = []  # (preset, env choice, env id in use)
     for cfg in composed:
         choices = cfg.hydra.runtime.choices
-        preset, choice = choices.get("preset"), choices.get("env")
+        preset, choice = applied_preset(choices, conf_dir), choices.get("env")
         if preset is not None and cfg.env.id != env_option_ids(conf_dir).get(choice):
             stale.append((preset, choice, cfg.env.id))
     if not stale:
