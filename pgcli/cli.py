@@ -108,8 +108,10 @@ def _train_command(args: list[str]) -> int:
         from pgcli.labels import stale_preset_overrides
 
         multirun = any(a in ("-m", "--multirun") for a in args)
-        args = [*args, *stale_preset_overrides(_task_overrides(args), multirun=multirun, conf_dir=CONF_DIR)]
+        preset_drop = stale_preset_overrides(_task_overrides(args), multirun=multirun, conf_dir=CONF_DIR)
+        args = [*args, *preset_drop.overrides]
         validate_overrides(_task_overrides(args), multirun=multirun)
+        preset_drop.announce()
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
     sys.argv = ["pgcli train", *args]
     from pgcli.sweep import close_sweep

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,23 @@ def preset_label(choices: Mapping[str, Any], conf_dir: str) -> str:
     return applied_preset(choices, conf_dir) or NO_PRESET
 
 
-def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: str, echo: bool = True) -> list[str]:
-    """``["~preset"]`` when the command line overrides ``env.id`` away from the id its preset was tuned for, else ``[]``.
+@dataclass
+class PresetDrop:
+    """What :func:`stale_preset_overrides` decided: overrides to add and the notices that say why."""
+
+    overrides: list[str] = field(default_factory=list)
+    """``["~preset"]`` or nothing."""
+    notices: list[str] = field(default_factory=list)
+    """One line per dropped (preset, env id), for stderr."""
+
+    def announce(self) -> None:
+        """Print the notices on stderr (after validation passed, so an error stays the only line)."""
+        for line in self.notices:
+            print(line, file=sys.stderr)
+
+
+def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: str) -> PresetDrop:
+    """``~preset`` when the command line overrides ``env.id`` away from the id its preset was tuned for.
 
     Each job of the command line is composed (only when ``env.id`` is overridden) to learn its preset and env choice.
     An explicit ``preset=...`` or ``~preset`` wins; a command line that does not compose returns ``[]`` and is left
@@ -93,7 +109,6 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: st
         overrides: the command line's ``key=value`` overrides.
         multirun: ``-m``: a sweep's jobs are expanded as validation expands them.
         conf_dir: pgcli's ``conf/`` directory.
-        echo: print the one-line notice on stderr.
 
     Raises:
         ConfigError: a sweep over ``env.id`` where some jobs keep their preset's id and others do not (one Hydra
@@ -102,11 +117,11 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: st
     task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     keys = {_key(o) for o in task}
     if "env.id" not in keys or "preset" in keys:
-        return []
+        return PresetDrop()
     try:
         composed = [_compose(conf_dir, job) for job in _jobs(task, multirun=multirun)]
     except Exception:
-        return []
+        return PresetDrop()
     stale: list[tuple[str, str, str]] = []  # (preset, env choice, env id in use)
     for cfg in composed:
         choices = cfg.hydra.runtime.choices
@@ -114,22 +129,22 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool, conf_dir: st
         if preset is not None and cfg.env.id != env_option_ids(conf_dir).get(choice):
             stale.append((preset, choice, cfg.env.id))
     if not stale:
-        return []
+        return PresetDrop()
     if len(stale) < len(composed):
         raise ConfigError(
             f"this sweep's env.id values keep env={stale[0][1]}'s id in some jobs and not in others, so preset "
             f"{stale[0][0]} would apply to only some; sweep env=<option>,... instead, or add ~preset"
         )
-    if echo:
-        for preset, choice, env_id in dict.fromkeys(stale):
-            same = [name for name, option_id in env_option_ids(conf_dir).items() if option_id == env_id]
-            hint = f"; env={same[0]} has this env's own settings" if same else ""
-            print(
-                f"pgcli: env.id={env_id} replaces env={choice}'s {env_option_ids(conf_dir)[choice]}, so preset "
-                f"{preset} (tuned for {env_option_ids(conf_dir)[choice]}) is not applied{hint}",
-                file=sys.stderr,
-            )
-    return ["~preset"]
+    notices = []
+    for preset, choice, env_id in dict.fromkeys(stale):
+        tuned_for = env_option_ids(conf_dir)[choice]
+        same = [name for name, option_id in env_option_ids(conf_dir).items() if option_id == env_id]
+        hint = f"; env={same[0]} has this env's own settings" if same else ""
+        notices.append(
+            f"pgcli: env.id={env_id} replaces env={choice}'s {tuned_for}, so preset {preset} (tuned for {tuned_for}) "
+            f"is not applied{hint}"
+        )
+    return PresetDrop(["~preset"], notices)
 
 
 def _jobs(task: list[str], *, multirun: bool) -> list[list[str]]:

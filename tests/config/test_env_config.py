@@ -93,7 +93,9 @@ def test_env_label_prefers_the_chosen_option_among_several_with_one_id(tmp_path:
 
 
 def stale(overrides: list[str], multirun: bool = False) -> list[str]:
-    return stale_preset_overrides(overrides, multirun=multirun, conf_dir=CONF_DIR)
+    drop = stale_preset_overrides(overrides, multirun=multirun, conf_dir=CONF_DIR)
+    drop.announce()
+    return drop.overrides
 
 
 def test_overriding_env_id_drops_the_groups_preset_and_says_so(capsys: pytest.CaptureFixture[str]):
