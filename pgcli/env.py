@@ -46,13 +46,14 @@ def wrap_env(env: gym.Env, cfg: EnvConfig) -> gym.Env:
     obs_space, action_space = env.observation_space, env.action_space
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) != 1:
         env = gym.wrappers.FlattenObservation(env)
-    bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(
-        action_space.high
-    ).all()
-    if cfg.rescale_actions and bounded:
+    if cfg.rescale_actions and isinstance(action_space, gym.spaces.Box) and _bounded(action_space):
         ones = np.ones(action_space.shape, dtype=np.float32)
         env = gym.wrappers.RescaleAction(env, min_action=-ones, max_action=ones)
     return env
+
+
+def _bounded(space: gym.spaces.Box) -> bool:
+    return bool(np.isfinite(space.low).all() and np.isfinite(space.high).all())
 
 
 def make_vec_env(

@@ -198,7 +198,9 @@ def algos_taking(table: dict[str, tuple[type[spaces.Space], ...]], space: spaces
 
 def _unsupported(kind: str, env_id: str, space: spaces.Space, algo: str, able: list[str], fix: str) -> ConfigError:
     can = f"algo={', '.join(able)} can" if able else f"no pgcli algorithm can; {fix}"
-    return ConfigError(f"env.id {env_id!r} has a {describe_space(space)} {kind} space, which algo={algo} cannot take; {can}")
+    return ConfigError(
+        f"env.id {env_id!r} has a {describe_space(space)} {kind} space, which algo={algo} cannot take; {can}"
+    )
 
 
 _PROBED: dict[str, tuple[spaces.Space, spaces.Space] | None] = {}

@@ -32,11 +32,12 @@ NO_PRESET = "none"
 @functools.lru_cache(maxsize=8)
 def env_option_ids(conf_dir: str) -> dict[str, str]:
     """``{option name: gymnasium id}`` of every ``conf/env/*.yaml`` option, sorted by name."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     ids = {}
     for path in sorted(Path(conf_dir, "env").glob("*.yaml")):
-        env_id = OmegaConf.load(path).get("id")
+        option = OmegaConf.load(path)
+        env_id = option.get("id") if isinstance(option, DictConfig) else None
         if isinstance(env_id, str):
             ids[path.stem] = env_id
     return ids

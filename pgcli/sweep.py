@@ -96,7 +96,6 @@ class SweepCallback(Callback):
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         overrides = [str(o) for o in config.hydra.overrides.task]
         swept = swept_keys(config)
-        choices = config.hydra.runtime.choices
         experiment = config.get("experiment") or (SWEEP_EXPERIMENT if swept & {"env", "env.id"} else env_label(config))
         parent = self.store.create_run(
             experiment,

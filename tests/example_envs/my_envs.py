@@ -24,8 +24,6 @@ from gymnasium import spaces
 class MyTargetEnv(gym.Env):
     """Reach a target on a line: the smallest env with both a discrete and a continuous version."""
 
-    metadata = {"render_modes": []}
-
     def __init__(self, continuous: bool = False, step_size: float = 0.1, tolerance: float = 0.05) -> None:
         self.continuous, self.step_size, self.tolerance = continuous, step_size, tolerance
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)

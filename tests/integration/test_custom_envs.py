@@ -40,7 +40,9 @@ def test_env_id_override_trains_that_env_without_the_groups_preset_and_is_labell
     # plain PPO defaults, none of ppo_cartpole's values (linear schedules, gae_lambda 0.8, 20 epochs, batch 256)
     assert params["algo.lr_schedule"] == "constant" and params["algo.gae_lambda"] == "0.95"
     assert params["algo.n_epochs"] == "10" and params["algo.batch_size"] == "64"
-    assert [d.name[-len("_ppo_acrobot_s0") :] for d in (workdir / "outputs" / "runs").glob("*/*")] == ["_ppo_acrobot_s0"]
+    assert [d.name[-len("_ppo_acrobot_s0") :] for d in (workdir / "outputs" / "runs").glob("*/*")] == [
+        "_ppo_acrobot_s0"
+    ]
 
 
 def test_the_preset_a_run_was_trained_with_is_recorded(store: Store, workdir: Path):
@@ -52,9 +54,7 @@ def test_the_preset_a_run_was_trained_with_is_recorded(store: Store, workdir: Pa
     assert run.data.params["algo.ent_coef"] == "0.0" and run.data.params["algo.n_steps"] == "5"  # a2c_cartpole.yaml
 
 
-@pytest.mark.parametrize(
-    "algo_args", [["algo=ppo"], ["algo=trpo", "+env.kwargs.continuous=true"]], ids=lambda a: a[0]
-)
+@pytest.mark.parametrize("algo_args", [["algo=ppo"], ["algo=trpo", "+env.kwargs.continuous=true"]], ids=lambda a: a[0])
 def test_module_env_with_a_wrapper_list_trains_and_is_labelled_by_its_id(
     algo_args: list[str], store: Store, workdir: Path
 ):
@@ -74,7 +74,7 @@ def test_module_env_with_a_wrapper_list_trains_and_is_labelled_by_its_id(
 BAD_ENV_INPUT = [
     (["env.wrappers=[{_target_: gymnasium.wrappers.FrameStackObservation, stack: 4}]"],
      "env.wrappers[0] gymnasium.wrappers.FrameStackObservation: "),
-    (["env.wrappers=[{_target_: gymnasium.wrappers.NoSuchWrapper}]"], "env.wrappers[0] gymnasium.wrappers.NoSuchWrapper"),
+    (["env.wrappers=[{_target_: gymnasium.wrappers.NoSuchWrapper}]"], "env.wrappers[0] gymnasium.wrappers.NoSuch"),
     (["env.id=my_missing_pkg.envs:MyTarget-v0"], "cannot import module 'my_missing_pkg.envs'"),
     (["algo=trpo", "env.id=tests.example_envs.odd_spaces:MultiBinaryAction-v0"],
      "MultiBinary(3) action space, which algo=trpo cannot take; algo=ppo, a2c, sb3_trpo can"),
