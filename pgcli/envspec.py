@@ -141,12 +141,18 @@ def check_wrapper(index: int, spec: Any) -> tuple[Any, dict[str, Any]]:
         signature = inspect.signature(wrapper)
     except (TypeError, ValueError):  # some builtins have no signature: the probe env still calls it
         return wrapper, args
+    named = [p.name for p in list(signature.parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    accepts = f"it takes: {', '.join(named)}" if named else "it takes no arguments besides the env"
+    if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        for name in args:
+            if name not in named:
+                close = difflib.get_close_matches(name, named, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
+                raise ConfigError(f"{key} {target}: no argument {name!r} ({hint}{accepts})")
     try:
         signature.bind(None, **args)  # None stands for the env, the first argument
     except TypeError as exc:
-        params = [p for p in list(signature.parameters)[1:] if p not in ("args", "kwargs")]
-        accepts = ", ".join(params) if params else "no arguments besides the env"
-        raise ConfigError(f"{key} {target}: {exc} (it takes: {accepts})") from None
+        raise ConfigError(f"{key} {target}: {exc} ({accepts})") from None
     return wrapper, args
 
 

@@ -92,9 +92,11 @@ def test_a_module_that_fails_on_import_is_named_with_its_error(tmp_path: Path, m
         ({"_target_": "FrameStackObservation"}, ["not a dotted path"]),
         ({"_target_": "gymnasium.wrappers.__doc__"}, ["is not callable"]),
         ({"_target_": "gymnasium.wrappers.FrameStackObservation", "stack": 4},
-         ["stack_size", "it takes: stack_size, padding_type"]),
+         ["no argument 'stack' (did you mean stack_size? it takes: stack_size, padding_type)"]),
         ({"_target_": "gymnasium.wrappers.FrameStackObservation", "stack_size": 4, "size": 2},
-         ["unexpected keyword argument 'size'"]),
+         ["no argument 'size'"]),
+        ({"_target_": "gymnasium.wrappers.FrameStackObservation"}, ["missing a required argument: 'stack_size'"]),
+        ({"_target_": "gymnasium.wrappers.FlattenObservation", "x": 1}, ["it takes no arguments besides the env"]),
     ],
     ids=lambda v: str(v)[:60],
 )  # fmt: skip
