@@ -10,6 +10,7 @@ Importing this module registers ``MyTarget-v0``, so pgcli can name it as ``modul
 The task: a point on a line starts at a random position and must reach a random target. Observation: (position,
 target) in [-1, 1]; actions: left / stay / right, or one continuous velocity in [-1, 1] with ``continuous=True``.
 Reward: minus the distance to the target each step, +1 on reaching it (which ends the episode); 50 steps at most.
+A policy that heads straight for the target scores about -2, a random one about -30 (solved: -3).
 """
 
 from __future__ import annotations
@@ -48,4 +49,4 @@ class MyTargetEnv(gym.Env):
         return self._obs(), (1.0 if reached else -distance), reached, False, {}
 
 
-gym.register(id="MyTarget-v0", entry_point=f"{__name__}:MyTargetEnv", max_episode_steps=50, reward_threshold=0.0)
+gym.register(id="MyTarget-v0", entry_point=f"{__name__}:MyTargetEnv", max_episode_steps=50, reward_threshold=-3.0)

@@ -45,6 +45,20 @@ def test_env_id_override_trains_that_env_without_the_groups_preset_and_is_labell
     ]
 
 
+def test_a_sweep_on_an_env_id_is_one_tree_in_that_envs_experiment(store: Store, workdir: Path):
+    args = ["train", "-m", "env.id=Acrobot-v1", "seed=0,1", "algo.n_steps=16", *TINY, f"tracking.uri={store.uri}"]
+    proc = run_pgcli(args, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(notices(proc.stderr)) == 1  # once for the sweep, not per job
+    runs = store.runs("acrobot")
+    parent = next(r for r in runs if r.data.tags.get("pgcli_role") == "sweep")
+    children = [r for r in runs if r is not parent]
+    assert parent.data.tags["env"] == "acrobot" and len(children) == 2
+    assert {(c.info.run_name, c.data.tags["preset"]) for c in children} == {("ppo-acrobot-s0", "none"),
+                                                                            ("ppo-acrobot-s1", "none")}  # fmt: skip
+    assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
+
+
 def test_the_preset_a_run_was_trained_with_is_recorded(store: Store, workdir: Path):
     proc = run_pgcli(["train", "algo=a2c", *TINY, f"tracking.uri={store.uri}"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -41,7 +41,7 @@ def test_module_env_id_imports_the_module_that_registers_it():
     assert registered_id("CartPole-v1") == "CartPole-v1"
     assert registered_id(MY_TARGET) == "MyTarget-v0"
     assert "tests.example_envs.my_envs" in sys.modules and "MyTarget-v0" in gym.registry
-    assert reward_threshold(EnvConfig(id=MY_TARGET)) == 0.0  # from the module's registration
+    assert reward_threshold(EnvConfig(id=MY_TARGET)) == -3.0  # from the module's registration
 
 
 def test_a_module_in_the_working_directory_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
