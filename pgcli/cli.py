@@ -136,7 +136,9 @@ def _train_help(overrides: list[str]) -> int:
 
     from pgcli.help import train_help
 
-    cfg = compose_dictconfig(overrides)
+    from pgcli.labels import stale_preset_overrides
+
+    cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False, conf_dir=CONF_DIR).overrides)
     to_train_config(cfg)  # a bad override gets its one-line error, not a help page
     print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
     return 0
