@@ -135,7 +135,6 @@ def _train_help(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from pgcli.help import train_help
-
     from pgcli.labels import stale_preset_overrides
 
     cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False, conf_dir=CONF_DIR).overrides)
