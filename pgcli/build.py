@@ -59,6 +59,7 @@ class RunContext:
 
     algo_name: str
     env_name: str
+    """The env label (pgcli.labels.env_label): experiment, run name and ``tags.env``."""
     output_dir: Path
     overrides: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
@@ -67,6 +68,8 @@ class RunContext:
     """Optuna trial number when the run is one seed of a search trial (named ``...-t<trial>-s<seed>``)."""
     on_eval: Callable[[int, float], None] | None = None
     """The monitor's evaluation hook: a search trial reports to its study there (and is pruned)."""
+    preset: str = "none"
+    """The preset the config was composed with (``conf/preset/<name>.yaml``), or 'none'."""
 
 
 @dataclass
@@ -136,6 +139,7 @@ def run_tags(cfg: TrainConfig, ctx: RunContext, device: torch.device) -> dict[st
         "algo": ctx.algo_name,
         "env": ctx.env_name,
         "env_id": cfg.env.id,
+        "preset": ctx.preset,
         "seed": str(cfg.seed),
         "device": str(device),
         "output_dir": str(ctx.output_dir),
@@ -171,7 +175,7 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     from pgcli.tracking import flatten
 
     params = flatten(asdict(cfg))
-    params["algo"], params["env"] = ctx.algo_name, ctx.env_name
+    params["algo"], params["env"], params["preset"] = ctx.algo_name, ctx.env_name, ctx.preset
     params["planned_steps"] = cfg.planned_steps  # total_steps rounded up to whole rollouts (None for GRPO)
     return params
 

@@ -106,12 +106,17 @@ def _train_command(args: list[str]) -> int:
 
         return resume_command(args)
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
+        from pgcli.labels import stale_preset_overrides
+
         multirun = any(a in ("-m", "--multirun") for a in args)
+        preset_drop = stale_preset_overrides(_task_overrides(args), multirun=multirun, conf_dir=CONF_DIR)
+        args = [*args, *preset_drop.overrides]
         validate_overrides(_task_overrides(args), multirun=multirun)
         if multirun:
             from pgcli.study import check_search
 
             check_search(_task_overrides(args))  # an Optuna search: settings, search space, the study's budget
+        preset_drop.announce()
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
@@ -139,8 +144,9 @@ def _train_help(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from pgcli.help import train_help
+    from pgcli.labels import stale_preset_overrides
 
-    cfg = compose_dictconfig(overrides)
+    cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False, conf_dir=CONF_DIR).overrides)
     to_train_config(cfg)  # a bad override gets its one-line error, not a help page
     print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
     return 0
@@ -189,6 +195,7 @@ def run_train(cfg: DictConfig) -> float:
     from hydra.types import RunMode
 
     from pgcli.build import RunContext, train
+    from pgcli.labels import env_label, preset_label
     from pgcli.run import PARENT_RUN_ENV
     from pgcli.study import TrialLink
 
@@ -213,7 +220,8 @@ def run_train(cfg: DictConfig) -> float:
             output_dir = Path(hc.runtime.output_dir)
             ctx = RunContext(
                 algo_name=hc.runtime.choices["algo"],
-                env_name=hc.runtime.choices["env"],
+                env_name=env_label(run_cfg.env.id, hc.runtime.choices["env"], CONF_DIR),
+                preset=preset_label(hc.runtime.choices, CONF_DIR),
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,

@@ -426,7 +426,7 @@ class EnvConfig:
     """A gymnasium environment, vectorised, with the wrappers every trainer sees."""
 
     id: str = MISSING
-    """Gymnasium id, e.g. CartPole-v1 or Hopper-v5."""
+    """Gymnasium id, e.g. CartPole-v1 or Hopper-v5, or module.path:EnvId-v0 (the module is imported to register it)."""
     n_envs: int = 8
     """Parallel environments in the vector env."""
     max_episode_steps: int | None = None
@@ -445,6 +445,8 @@ class EnvConfig:
     """Return at which the task counts as solved (reported in the summary; None: the registered threshold)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for gymnasium.make."""
+    wrappers: list[dict[str, Any]] = field(default_factory=list)
+    """Gymnasium wrappers for each sub-env, innermost first: {_target_: module.Wrapper, arg: value, ...}."""
 
     def __post_init__(self) -> None:
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, ">= 1")
@@ -452,14 +454,11 @@ class EnvConfig:
             _require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
         _positive("env.clip_obs", self.clip_obs)
         _positive("env.clip_reward", self.clip_reward)
-        import gymnasium  # light (~0.1 s); the registry knows every id without importing MuJoCo
+        from pgcli.envspec import check_wrapper, registered_id  # light: gymnasium, no env is made here
 
-        if self.id not in gymnasium.registry:
-            import difflib
-
-            close = difflib.get_close_matches(self.id, list(gymnasium.registry), n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else "see gymnasium.pprint_registry()"
-            raise ConfigError(f"env.id {self.id!r} is not a registered gymnasium environment; {hint}")
+        registered_id(self.id)
+        for index, spec in enumerate(self.wrappers):
+            check_wrapper(index, spec)
 
 
 @dataclass
@@ -581,6 +580,9 @@ class TrainConfig:
         _require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
+        from pgcli.envspec import check_train_config  # probes one throwaway env for its spaces
+
+        check_train_config(self)
 
     @property
     def steps_per_rollout(self) -> int | None:
@@ -599,6 +601,9 @@ def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
+    from pgcli.labels import register_resolver
+
+    register_resolver()  # ${pgcli.env_label:...} in hydra.run.dir
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for name, schema in ALGO_CONFIGS.items():

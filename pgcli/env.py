@@ -4,8 +4,9 @@ A pgcli env is a gymnasium ``VectorEnv`` in *same-step* autoreset mode: when a s
 the first observation of the next episode and puts the true final observation in ``info["final_obs"]`` (masked by
 ``info["_final_obs"]``), which is what bootstrapping a truncated episode needs. Per sub-env the wrappers are::
 
-    gym.make(id, max_episode_steps) -> RecordEpisodeStatistics (raw return/length) -> RescaleAction([-1, 1])
-        -> EpisodeState (snapshots of the episode in progress, for checkpoints)
+    gym.make(id, max_episode_steps, **kwargs) -> RecordEpisodeStatistics (raw return/length) -> env.wrappers
+    -> FlattenObservation (Box observations of rank != 1) -> RescaleAction([-1, 1], bounded Box actions)
+    -> EpisodeState (snapshots of the episode in progress, for checkpoints)
 
 and over the vector env an optional :class:`VecNormalize` (running observation / return statistics, as SB3's
 VecNormalize), whose state is saved with the model and frozen for evaluation.
@@ -30,18 +31,38 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from pgcli.config import EnvConfig
+from pgcli.envspec import apply_wrappers, registered_id
 
 EVAL_SEED_OFFSET = 10_000
 """Evaluation envs are seeded with seed + this, so they never replay the training episodes."""
 
 
-def _make_single(cfg: EnvConfig) -> gym.Env:
-    env = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))
+def make_env(cfg: EnvConfig) -> gym.Env:
+    """One sub-env: ``gymnasium.make`` (a ``module:EnvId`` id imports its module first) wrapped by :func:`wrap_env`."""
+    registered_id(cfg.id)  # imports the module of a `module:EnvId` id (also from the working directory)
+    return wrap_env(gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs)), cfg)
+
+
+def wrap_env(env: gym.Env, cfg: EnvConfig) -> gym.Env:
+    """The wrappers every trainer sees, innermost first.
+
+    RecordEpisodeStatistics comes first, so returns are the env's own (as rl-baselines3-zoo's Monitor records them),
+    then ``env.wrappers``; a Box observation of rank != 1 (a frame stack) is flattened for the MLPs; bounded Box
+    actions are rescaled to [-1, 1].
+    """
     env = gym.wrappers.RecordEpisodeStatistics(env)
-    if cfg.rescale_actions and isinstance(env.action_space, gym.spaces.Box):
-        ones = np.ones(env.action_space.shape, dtype=np.float32)
+    env = apply_wrappers(env, cfg.wrappers)
+    obs_space, action_space = env.observation_space, env.action_space
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) != 1:
+        env = gym.wrappers.FlattenObservation(env)
+    if cfg.rescale_actions and isinstance(action_space, gym.spaces.Box) and _bounded(action_space):
+        ones = np.ones(action_space.shape, dtype=np.float32)
         env = gym.wrappers.RescaleAction(env, min_action=-ones, max_action=ones)
     return EpisodeState(env)
+
+
+def _bounded(space: gym.spaces.Box) -> bool:
+    return bool(np.isfinite(space.low).all() and np.isfinite(space.high).all())
 
 
 def make_vec_env(
@@ -62,7 +83,7 @@ def make_vec_env(
         gamma: discount used by return-based reward normalisation.
     """
     n = cfg.n_envs if n_envs is None else n_envs
-    fns = [lambda: _make_single(cfg) for _ in range(n)]
+    fns = [lambda: make_env(cfg) for _ in range(n)]
     venv: VectorEnv
     if vectorization == "async":
         venv = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -422,7 +443,7 @@ def reward_threshold(cfg: EnvConfig) -> float | None:
     """The configured or registered return at which the task counts as solved."""
     if cfg.reward_threshold is not None:
         return cfg.reward_threshold
-    return gym.spec(cfg.id).reward_threshold
+    return gym.spec(registered_id(cfg.id)).reward_threshold
 
 
 def save_normalizer(env: VectorEnv, path: Path) -> None:

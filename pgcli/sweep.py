@@ -101,8 +101,7 @@ class SweepCallback(Callback):
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         overrides = [str(o) for o in config.hydra.overrides.task]
         swept = swept_keys(config)
-        choices = config.hydra.runtime.choices
-        experiment = config.get("experiment") or (SWEEP_EXPERIMENT if "env" in swept else str(choices.env))
+        experiment = config.get("experiment") or (SWEEP_EXPERIMENT if swept & {"env", "env.id"} else env_label(config))
         parent = self.store.create_run(
             experiment,
             run_name=f"sweep-{self.sweep_dir.parent.name}-{self.sweep_dir.name}",
@@ -279,10 +278,19 @@ def parent_tags(config: DictConfig, overrides: list[str], swept: set[str], sweep
         "pgcli_version": pgcli.__version__,
         **git_state(),
     }
-    for key in ("algo", "env"):
-        if key not in swept:
-            tags[key] = str(config.hydra.runtime.choices[key])
+    if "algo" not in swept:
+        tags["algo"] = str(config.hydra.runtime.choices.algo)
+    if not swept & {"env", "env.id"}:
+        tags["env"] = env_label(config)
     return tags
+
+
+def env_label(config: DictConfig) -> str:
+    """The env label of a sweep whose env is fixed (pgcli.labels.env_label: follows ``env.id``, not ``env=``)."""
+    from pgcli.compose import CONF_DIR
+    from pgcli.labels import env_label as label
+
+    return label(str(config.env.id), config.hydra.runtime.choices.env, CONF_DIR)
 
 
 def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> dict[str, str]:
