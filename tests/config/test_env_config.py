@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.cli import CONF_DIR, compose_train_config
+from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 from pgcli.labels import env_label, env_option_ids, stale_preset_overrides
 

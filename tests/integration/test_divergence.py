@@ -144,7 +144,7 @@ def store(migrated_store: Store) -> Store:
 @pytest.mark.parametrize(("algo", "name"), [("trpo", "trpo"), ("ppo", "sb3_ppo")])
 def test_diverged_run_ends_failed_naming_the_quantity(algo: str, name: str, store: Store, tmp_path: Path):
     from pgcli.build import RunContext, train
-    from pgcli.cli import compose_train_config
+    from pgcli.compose import compose_train_config
 
     cfg = compose_train_config([f"algo={algo}", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
                                 "checkpoint_every=128", f"tracking.uri={store.uri}", "total_steps=100000",
