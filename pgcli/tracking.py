@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
+from pgcli.redact import redact_mapping
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
@@ -103,7 +104,7 @@ class MLflowBackend:
 
         quiet_mlflow_logs()
         self.client = MlflowClient(tracking_uri=target.uri)
-        run_tags = dict(tags)
+        run_tags = redact_mapping(tags)  # no URI credentials or secret-named values in the store (issue 10)
         if parent_run_id:
             # A child lives in its parent's experiment (MLflow nests runs only within one experiment), so a sweep over
             # env=a,b still shows as one tree.
@@ -147,14 +148,14 @@ class MLflowBackend:
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)) for k, v in params.items()]
+        items = [Param(k, str(v)) for k, v in redact_mapping(params).items()]
         for i in range(0, len(items), PARAM_BATCH_LIMIT):
             with_retry(self.client.log_batch, self.run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        tag_list = [RunTag(k, str(v)) for k, v in tags.items()]
+        tag_list = [RunTag(k, str(v)) for k, v in redact_mapping(tags).items()]
         with_retry(self.client.log_batch, self.run_id, tags=tag_list, synchronous=True)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
@@ -341,7 +342,7 @@ class RunStore:
     ) -> RunRecord:
         """Start a run (RUNNING) in ``experiment``, creating the experiment if needed."""
         experiment_id = get_or_create_experiment(self.client, experiment, artifact_root)
-        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=redact_mapping(tags))
         return self.get(run.info.run_id)
 
     def get(self, run_id: str) -> RunRecord:
@@ -350,14 +351,15 @@ class RunStore:
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)) for k, v in params.items()]
+        items = [Param(k, str(v)) for k, v in redact_mapping(params).items()]
         for i in range(0, len(items), PARAM_BATCH_LIMIT):
             with_retry(self.client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        with_retry(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+        tag_list = [RunTag(k, str(v)) for k, v in redact_mapping(tags).items()]
+        with_retry(self.client.log_batch, run_id, tags=tag_list, synchronous=True)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
