@@ -177,7 +177,7 @@ def check_sqlite_store(uri: str) -> None:
             "point tracking.uri or tracking.store_dir at another file"
         )
     tables = sqlite_tables(path)
-    if tables and not MLFLOW_TABLES <= tables:
+    if tables and not tables >= MLFLOW_TABLES:
         listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise PgcliError(
             f"tracking store {path} is another application's SQLite database (tables: {listed}), not an MLflow "
@@ -230,7 +230,9 @@ def check_writable_dir(path: Path, *, what: str, min_free: int = MIN_FREE_BYTES)
             raise PgcliError(f"{what} {shown} is on a full disk; free some space or choose another path") from None
         reason = {errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS:
                   "read-only file system"}.get(exc.errno or 0, "cannot create files there")  # fmt: skip
-        raise PgcliError(f"{what} {shown} is not writable ({reason}); choose another path or fix its permissions") from None
+        raise PgcliError(
+            f"{what} {shown} is not writable ({reason}); choose another path or fix its permissions"
+        ) from None
     free = shutil.disk_usage(where).free
     if free < min_free:
         raise PgcliError(
