@@ -59,8 +59,13 @@ def policy_kwargs(model: ModelConfig) -> dict[str, Any]:
 
 
 def _schedule(value: float, kind: str) -> float | Callable[[float], float]:
-    """SB3 schedules take progress_remaining (1 -> 0); 'linear' is rl-baselines3-zoo's lin_<value>."""
-    return value if kind == "constant" else (lambda progress: progress * value)
+    """SB3 schedules take progress_remaining (1 -> 0); 'linear' is rl-baselines3-zoo's lin_<value>.
+
+    progress_remaining = 1 - num_timesteps / total_timesteps goes below 0 on the last update when the last rollout
+    overshoots total_steps (SB3 finishes every rollout it starts), which made the learning rate and clip range
+    negative there (issue 10); the schedule stops at its final value, 0.
+    """
+    return value if kind == "constant" else (lambda progress: max(progress, 0.0) * value)
 
 
 def _ppo(cfg: PPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
@@ -205,11 +210,22 @@ class _MonitorWriter(KVWriter):
 
 
 class _MonitorCallback(BaseCallback):
-    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each rollout."""
+    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each rollout, and SB3's
+    ``train/*`` diagnostics every ``dump_every`` updates at the env step of the update they describe."""
 
-    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer) -> None:
+    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer, dump_every: int) -> None:
         super().__init__()
-        self.monitor, self.agent = monitor, agent
+        self.monitor, self.agent, self.dump_every = monitor, agent, dump_every
+        self.n_updates = 0
+
+    def _on_rollout_start(self) -> None:
+        # SB3 updates between two rollouts and records train/* there, so they belong to this step. SB3's own dump
+        # comes before the update: it logged them one rollout late, and the last update twice at one step (issue 10).
+        if self.num_timesteps == 0:
+            return
+        self.n_updates += 1
+        if self.n_updates % self.dump_every == 0:
+            self.agent.model.logger.dump(self.num_timesteps)
 
     def _on_step(self) -> bool:
         returns, lengths = [], []
@@ -249,8 +265,10 @@ class SB3Trainer:
         self.model.set_logger(Logger(folder=None, output_formats=[_MonitorWriter(monitor)]))
         steps_per_update = self.cfg.n_steps * self.vec.num_envs
         log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
-        self.model.learn(total_steps, callback=_MonitorCallback(monitor, self), log_interval=log_interval)
-        self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
+        callback = _MonitorCallback(monitor, self, dump_every=log_interval)
+        # log_interval=None: SB3 never dumps (the callback does); its time/* and rollout/* keys are the monitor's
+        self.model.learn(total_steps, callback=callback, log_interval=None)  # type: ignore[arg-type]
+        self.model.logger.dump(self.model.num_timesteps)  # the last update's train/*: no rollout start follows it
         return int(self.model.num_timesteps)
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
