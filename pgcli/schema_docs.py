@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,10 @@ def field_docs(schema: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(schema))
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
-                docs[node.target.id] = " ".join(str(following.value.value).split())
+    for node, following in itertools.pairwise(body):
+        documented = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and documented:
+            docs[node.target.id] = " ".join(str(following.value.value).split())  # type: ignore[attr-defined]
     return docs
 
 
