@@ -659,6 +659,7 @@ class TrackingConfig:
     """Log the final model as an artifact."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "tracking")
         _choice("tracking.backend", self.backend, ("mlflow", "off"))
         _positive("tracking.flush_every_s", self.flush_every_s)
         _at_most("tracking.flush_every_s", self.flush_every_s, 3600, "a crash loses up to this much; typical: 5")
