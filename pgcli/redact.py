@@ -61,19 +61,23 @@ def redact_tree(node: Any, key: str = "") -> Any:
     return redact_text(node) if isinstance(node, str) else node
 
 
+def redact_yaml_file(path: Path) -> bool:
+    """Rewrite a YAML file with secrets masked, if it has any; returns whether it changed."""
+    from omegaconf import OmegaConf
+
+    loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    clean = redact_tree(loaded)
+    if clean == loaded:
+        return False
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(clean)))
+    return True
+
+
 def redact_hydra_dir(hydra_dir: Path) -> list[Path]:
     """Rewrite the ``*.yaml`` files Hydra saved in a run's ``.hydra/`` with secrets masked; returns those changed.
 
     Hydra writes ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` before the job starts, and they are logged as
     the run's ``hydra`` artifact at the end, so masking them here covers both the run directory and the store.
     """
-    from omegaconf import OmegaConf
-
-    changed = []
-    for path in sorted(hydra_dir.glob("*.yaml")) if hydra_dir.is_dir() else []:
-        loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        clean = redact_tree(loaded)
-        if clean != loaded:
-            path.write_text(OmegaConf.to_yaml(OmegaConf.create(clean)))
-            changed.append(path)
-    return changed
+    paths = sorted(hydra_dir.glob("*.yaml")) if hydra_dir.is_dir() else []
+    return [path for path in paths if redact_yaml_file(path)]

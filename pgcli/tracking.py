@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
-from pgcli.redact import redact_mapping
+from pgcli.redact import redact_mapping, redact_text
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
@@ -102,7 +102,7 @@ class MLflowBackend:
     ) -> None:
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs()
+        quiet_mlflow_logs(target.uri)
         self.client = MlflowClient(tracking_uri=target.uri)
         run_tags = redact_mapping(tags)  # no URI credentials or secret-named values in the store (issue 10)
         if parent_run_id:
@@ -171,10 +171,15 @@ class MLflowBackend:
             with_retry(self.client.set_terminated, self.run_id, status=status)
 
 
-def quiet_mlflow_logs() -> None:
-    """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean."""
+def quiet_mlflow_logs(uri: str | None = None) -> None:
+    """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean.
+
+    MLflow also prints "View run <name> at: <uri>/#/..." for a server, with any credentials in the URI: off then.
+    """
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    if uri is not None and redact_text(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def with_retry(fn: Callable[..., T], *args: Any, timeout_s: float = 60.0, **kwargs: Any) -> T:
@@ -333,7 +338,7 @@ class RunStore:
     def __init__(self, uri: str) -> None:
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs()
+        quiet_mlflow_logs(uri)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
 

@@ -226,14 +226,17 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Places]:
     con.close()
     (root / "a_directory.db").mkdir()
     (root / "a_file").write_text("x")
-    readonly_skip = make_readonly_dir(root / "readonly")
-    full_skip = make_full_dir(root / "full")
-    yield Places(root, closed_port(), None if readonly_skip else root / "readonly", readonly_skip,
-                 None if full_skip else root / "full", full_skip)  # fmt: skip
-    for name in ("readonly", "full"):
-        if os.path.ismount(root / name):
-            subprocess.run(["umount", str(root / name)], check=False)
-    (root / "readonly").chmod(0o755)
+    try:
+        readonly_skip = make_readonly_dir(root / "readonly")
+        full_skip = make_full_dir(root / "full")
+        yield Places(root, closed_port(), None if readonly_skip else root / "readonly", readonly_skip,
+                     None if full_skip else root / "full", full_skip)  # fmt: skip
+    finally:  # never leave a mount behind, even when making the directories failed half-way
+        for name in ("readonly", "full"):
+            if os.path.ismount(root / name):
+                subprocess.run(["umount", str(root / name)], check=False)
+        if (root / "readonly").is_dir():
+            (root / "readonly").chmod(0o755)
 
 
 @dataclass
