@@ -64,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `pgcli train --help | head`: the reader left early; stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 128 + signal.SIGPIPE
+    except Exception as exc:  # a bug or an unforeseen fault: one line, the traceback only when asked for
+        if debug_requested():
+            raise
+        return _fail(unexpected_error(exc))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -87,10 +91,6 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("pgcli: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug or an unforeseen fault: one line, the traceback only when asked for
-        if debug_requested():
-            raise
-        return _fail(unexpected_error(exc))
 
 
 def _fail(exc: PgcliError) -> int:
