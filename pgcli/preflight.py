@@ -28,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError, PgcliError
@@ -252,11 +253,10 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
     Sweep overrides (``seed=0,1``) are left out: the tracking store and the root of the output directory are the same
     for every job of a sweep unless the sweep varies them, which only the jobs themselves can then report.
     """
-    from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from pgcli.cli import CONF_DIR, describe_config_error
+    from pgcli.cli import describe_config_error
     from pgcli.config import register_configs
     from pgcli.tracking import resolve_tracking_target
 
@@ -264,16 +264,28 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
     fixed = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
     register_configs()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            cfg = compose("train", overrides=fixed, return_hydra_config=True)
-        output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
-        tracking: TrackingConfig = OmegaConf.to_object(cfg.tracking)  # type: ignore[assignment]
-    except PgcliError:
-        raise
-    except Exception as exc:
-        raise ConfigError(describe_config_error(exc)) from None
+        cfg = _compose_with_hydra(fixed)
+    except Exception:
+        # a hydra.* override this compose cannot take (a sweeper's own keys): Hydra itself judges those; the task
+        # overrides were validated already, so the store is still checked, against the default output directory
+        try:
+            cfg = _compose_with_hydra([o for o in fixed if not o.lstrip("+~").startswith("hydra")])
+        except Exception as exc:
+            raise ConfigError(describe_config_error(exc)) from None
+    output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
+    tracking: TrackingConfig = OmegaConf.to_object(cfg.tracking)  # type: ignore[assignment]
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if tracking.backend != "mlflow":
         return StorePlan(None, None, Path(str(output)), key)
     target = resolve_tracking_target(tracking)
     return StorePlan(target.uri, target.artifact_root, Path(str(output)), key)
+
+
+def _compose_with_hydra(overrides: list[str]) -> Any:
+    """The composed config with Hydra's own node (``hydra.run.dir`` and friends resolved)."""
+    from hydra import compose, initialize_config_dir
+
+    from pgcli.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
+        return compose("train", overrides=overrides, return_hydra_config=True)
