@@ -248,6 +248,8 @@ class Fault:
     needs: str = ""
     """'readonly' or 'full': skipped where the test cannot make that directory."""
     env: Callable[[Places], dict[str, str]] | None = None
+    cwd: Callable[[Places], Path | None] | None = None
+    """Where pgcli starts (default: a fresh empty directory)."""
 
 
 FAULTS = [
@@ -291,6 +293,7 @@ FAULTS = [
         "read-only store dir", lambda p: [f"tracking.store_dir={p.readonly}/store"], 1, "is not writable", "readonly"
     ),
     Fault("read-only run dir", lambda p: [f"hydra.run.dir={p.readonly}/run"], 1, "is not writable", "readonly"),
+    Fault("read-only working directory", lambda p: [], 1, "is not writable", "readonly", cwd=lambda p: p.readonly),
     Fault("full store dir", lambda p: [f"tracking.store_dir={p.full}/store"], 1, "full disk", "full"),
     Fault("full run dir", lambda p: [f"hydra.run.dir={p.full}/run"], 1, "full disk", "full"),
     Fault(
@@ -316,7 +319,7 @@ def fault_results(places: Places, tmp_path_factory: pytest.TempPathFactory) -> d
     def run(case: Fault) -> tuple[object, ...]:
         if case.needs and getattr(places, case.needs) is None:
             return ("skip", getattr(places, f"{case.needs}_skip"))
-        cwd = tmp_path_factory.mktemp("work")
+        cwd = (case.cwd(places) if case.cwd else None) or tmp_path_factory.mktemp("work")
         env = case.env(places) if case.env else {}
         proc = run_pgcli(["train", "progress=false", "total_steps=64", *case.args(places)], cwd=cwd, timeout=120, **env)
         return (proc, cwd)
