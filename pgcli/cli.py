@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `pgcli train --help | head`: the reader left early; stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 128 + signal.SIGPIPE
+    except Exception as exc:  # a bug or an unforeseen fault: one line, the traceback only when asked for
+        if debug_requested():
+            raise
+        return _fail(unexpected_error(exc))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -85,8 +89,21 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _fail(exc: PgcliError) -> int:
-    print(f"pgcli: error: {exc}", file=sys.stderr)
+    from pgcli.redact import redact_text
+
+    print(f"pgcli: error: {redact_text(str(exc))}", file=sys.stderr)
     return exc.exit_code
+
+
+def debug_requested() -> bool:
+    """``PGCLI_DEBUG=1`` (or Hydra's ``HYDRA_FULL_ERROR=1``): show tracebacks instead of one-line errors."""
+    return any(os.environ.get(name, "") not in ("", "0") for name in ("PGCLI_DEBUG", "HYDRA_FULL_ERROR"))
+
+
+def unexpected_error(exc: BaseException) -> PgcliError:
+    """An exception pgcli did not foresee as a one-line PgcliError (exit 1) naming its type and first line."""
+    lines = str(exc).strip().splitlines()
+    return PgcliError(f"{type(exc).__name__}: {lines[0] if lines else ''} (PGCLI_DEBUG=1 for the traceback)")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -116,6 +133,10 @@ def _train_command(args: list[str]) -> int:
             from pgcli.study import check_search
 
             check_search(_task_overrides(args))  # an Optuna search: settings, search space, the study's budget
+        if not any(a in ("--cfg", "-c") for a in args):  # nothing is written when only the config is printed
+            from pgcli.preflight import check_train_environment, plan_from_overrides
+
+            check_train_environment(plan_from_overrides(_task_overrides(args), multirun=multirun))
         preset_drop.announce()
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
@@ -205,6 +226,9 @@ def run_train(cfg: DictConfig) -> float:
     sweep_tags = {"sweep_job": str(hc.job.num), "sweep_dir": str(Path(hc.sweep.dir).resolve())} if multirun else {}
     returns = []
     try:
+        from pgcli.redact import redact_hydra_dir
+
+        redact_hydra_dir(Path(hc.runtime.output_dir) / ".hydra")  # before they are logged as artifacts (issue 10)
         run_cfg = to_train_config(cfg)
         # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
         # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
@@ -239,8 +263,11 @@ def run_train(cfg: DictConfig) -> float:
     except PgcliError as exc:
         if multirun:
             raise  # the launcher records the failed job; the sweep goes on
-        print(f"pgcli: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(_fail(exc))
+    except Exception as exc:  # Hydra would print it with a traceback; the MLflow run has already ended FAILED
+        if multirun or debug_requested():
+            raise
+        sys.exit(_fail(unexpected_error(exc)))
     return sum(returns) / len(returns)
 
 
@@ -280,7 +307,9 @@ def _ui_command(args: list[str]) -> int:
         raise ConfigError("tracking=off has no run store to show; drop the tracking override")
     target = resolve_tracking_target(run_cfg.tracking)
     if target.uri.startswith(("http://", "https://")):
-        print(f"pgcli: runs are on a tracking server; open {target.uri} in a browser")
+        from pgcli.redact import redact_text
+
+        print(f"pgcli: runs are on a tracking server; open {redact_text(target.uri)} in a browser")
         return 0
     # One worker and no job runner: ~5 s to healthy instead of ~11 s with MLflow's 4 workers + 7 huey consumers
     # on a 2-core machine (measured on this project's reference machine).

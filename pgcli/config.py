@@ -11,7 +11,7 @@ This module must stay light (no torch, SB3 or MLflow imports): ``pgcli --help`` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from omegaconf import MISSING
@@ -20,6 +20,18 @@ from pgcli.errors import ConfigError
 
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "leaky_relu")
 SCHEDULES = ("constant", "linear")
+# Sane bounds (issue 10): values past these are typos (1e300, an extra zero) that would otherwise run for ever, exhaust
+# memory or diverge at once; each error names the bound and a typical value.
+MAX_LEARNING_RATE = 1.0
+MAX_TOTAL_STEPS = 10**12
+MAX_N_ENVS = 1024
+MAX_ROLLOUT = 10**7
+"""n_steps * n_envs: one rollout of more steps than this does not fit in memory with its tensors."""
+MAX_EPOCHS = 1000
+MAX_WIDTH = 16384
+MAX_SEED = 2**32 - 1
+"""numpy's legacy seeding (SB3, np.random.seed) takes seeds below 2**32."""
+MAX_CG_RESIDUAL_TOL = 1e-6
 
 
 def _require(ok: bool, key: str, value: object, rule: str, hint: str = "") -> None:
@@ -30,6 +42,68 @@ def _require(ok: bool, key: str, value: object, rule: str, hint: str = "") -> No
 
 def _positive(key: str, value: float, hint: str = "") -> None:
     _require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, key, value, "> 0", hint)
+
+
+def _finite_fields(obj: Any, prefix: str) -> None:
+    """Reject nan and inf in every float field of ``obj``: nan fails every comparison and inf passes ``>= 0``, so
+    range rules alone let them through to the optimiser (issue 10)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}.{f.name} must be a finite number (got {value})")
+
+
+def _learning_rate(key: str, value: float, hint: str) -> None:
+    _positive(key, value, hint)
+    _require(
+        value <= MAX_LEARNING_RATE, key, value, f"<= {MAX_LEARNING_RATE:g}", f"a step size above 1 diverges; {hint}"
+    )
+
+
+def _at_most(key: str, value: float, bound: float, hint: str = "") -> None:
+    _require(value <= bound, key, value, f"<= {bound:g}", hint)
+
+
+def _trust_region(key: str, value: float) -> None:
+    """A mean-KL radius: > 0, and at most 1 nat (past that the "trust region" no longer restrains the step)."""
+    _positive(key, value, "typical: 0.01")
+    _at_most(key, value, 1.0, "a KL radius above 1 nat no longer restrains the policy step; typical: 0.01")
+
+
+def _sde_sample_freq(value: int) -> None:
+    _require(value >= -1, "algo.sde_sample_freq", value, ">= -1", "-1 or 0: sample the gSDE noise once per rollout")
+
+
+def _rollout_rules(
+    algo: Any,
+    n_envs: int,
+    *,
+    minibatch: bool = True,
+    needs_two_samples: bool = False,
+    sub_sampling: tuple[str, int] | None = None,
+) -> None:
+    """Cross-group rules on the rollout ``algo.n_steps * env.n_envs`` (called from :class:`TrainConfig`).
+
+    Args:
+        algo: an algo config with ``n_steps`` (and ``batch_size`` when ``minibatch``).
+        n_envs: ``env.n_envs``.
+        minibatch: whether ``algo.batch_size`` counts samples of the rollout (it must then fit in it).
+        needs_two_samples: SB3 standardises advantages over the rollout and asserts ``n_steps * n_envs > 1``.
+        sub_sampling: (key, k) of a Fisher sub-sampling factor: every k-th sample of a shorter rollout is one sample.
+    """
+    rollout = algo.n_steps * n_envs
+    size = f"algo.n_steps * env.n_envs = {algo.n_steps} * {n_envs} = {rollout}"
+    hint = "a rollout this large does not fit in memory; typical: 2048 * 8"
+    _require(rollout <= MAX_ROLLOUT, "algo.n_steps * env.n_envs", rollout, f"<= {MAX_ROLLOUT:g}", hint)
+    if needs_two_samples:
+        hint = "one sample has no standard deviation (SB3 asserts this); raise algo.n_steps or env.n_envs"
+        _require(rollout > 1, "algo.n_steps * env.n_envs", rollout, "> 1 with algo.normalize_advantage=true", hint)
+    if minibatch:
+        hint = "a minibatch cannot be larger than the rollout; lower algo.batch_size or raise algo.n_steps"
+        _require(algo.batch_size <= rollout, "algo.batch_size", algo.batch_size, f"<= {size}", hint)
+    if sub_sampling is not None:
+        key, k = sub_sampling
+        _require(k <= rollout, key, k, f"<= {size}", "every k-th sample of a shorter rollout is a single sample")
 
 
 def _unit_open(key: str, value: float, hint: str = "") -> None:
@@ -93,11 +167,16 @@ class PPOConfig:
     """Resample the gSDE noise every n steps (-1: once per rollout)."""
 
     def __post_init__(self) -> None:
-        _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
+        _finite_fields(self, "algo")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        if self.normalize_advantage:  # SB3 asserts it (DLR-RM/stable-baselines3#440): a minibatch of 1 has no std
+            _require(self.batch_size > 1, "algo.batch_size", self.batch_size, "> 1 with algo.normalize_advantage=true",
+                     "a one-sample minibatch has no standard deviation")  # fmt: skip
         _require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
+        _at_most("algo.n_epochs", self.n_epochs, MAX_EPOCHS, "typical: 10")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _unit_open("algo.clip_range", self.clip_range, "typical: 0.2")
@@ -107,6 +186,11 @@ class PPOConfig:
         _positive("algo.max_grad_norm", self.max_grad_norm)
         if self.target_kl is not None:
             _positive("algo.target_kl", self.target_kl)
+        _sde_sample_freq(self.sde_sample_freq)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs`` (the rollout is n_steps * n_envs samples)."""
+        _rollout_rules(self, n_envs, needs_two_samples=self.normalize_advantage)
 
 
 @dataclass
@@ -143,7 +227,8 @@ class A2CConfig:
     """Resample the gSDE noise every n steps (-1: once per rollout)."""
 
     def __post_init__(self) -> None:
-        _positive("algo.learning_rate", self.learning_rate, "typical: 7e-4")
+        _finite_fields(self, "algo")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 7e-4")
         _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
@@ -152,6 +237,11 @@ class A2CConfig:
         _require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.rms_prop_eps", self.rms_prop_eps)
+        _sde_sample_freq(self.sde_sample_freq)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs``: A2C standardises advantages over the whole rollout."""
+        _rollout_rules(self, n_envs, minibatch=False, needs_two_samples=self.normalize_advantage)
 
 
 @dataclass
@@ -192,18 +282,29 @@ class SB3TRPOConfig:
     """Resample the gSDE noise every n steps (-1: once per rollout)."""
 
     def __post_init__(self) -> None:
-        _positive("algo.learning_rate", self.learning_rate)
+        _finite_fields(self, "algo")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 1e-3")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _require(self.cg_max_steps >= 1, "algo.cg_max_steps", self.cg_max_steps, ">= 1")
+        _at_most("algo.cg_max_steps", self.cg_max_steps, MAX_EPOCHS, "typical: 15")
         _require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0")
         _unit_open("algo.line_search_shrinking_factor", self.line_search_shrinking_factor)
         _require(self.line_search_max_iter >= 1, "algo.line_search_max_iter", self.line_search_max_iter, ">= 1")
+        _at_most("algo.line_search_max_iter", self.line_search_max_iter, MAX_EPOCHS, "typical: 10")
         _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
-        _positive("algo.target_kl", self.target_kl, "typical: 0.01")
+        _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
+        _trust_region("algo.target_kl", self.target_kl)
         _require(self.sub_sampling_factor >= 1, "algo.sub_sampling_factor", self.sub_sampling_factor, ">= 1")
+        _sde_sample_freq(self.sde_sample_freq)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs`` (sb3-contrib asserts a rollout of more than one sample)."""
+        _rollout_rules(
+            self, n_envs, needs_two_samples=True, sub_sampling=("algo.sub_sampling_factor", self.sub_sampling_factor)
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -249,18 +350,32 @@ class TRPOConfig:
     """Minibatch size of the value-network updates."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "algo")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _positive("algo.target_kl", self.target_kl, "typical: 0.01")
+        _trust_region("algo.target_kl", self.target_kl)
         _require(self.cg_iters >= 1, "algo.cg_iters", self.cg_iters, ">= 1")
+        _at_most("algo.cg_iters", self.cg_iters, MAX_EPOCHS, "typical: 15")
+        # CG stops before its first iteration when the squared gradient norm (~1e-2 on CartPole) is below the
+        # tolerance: the direction is zero, the line search finds no improvement, and every update silently keeps
+        # the old policy (measured: line_search_success 0 on every update at 1.0; issue 10).
+        _require(0 <= self.cg_residual_tol <= MAX_CG_RESIDUAL_TOL, "algo.cg_residual_tol", self.cg_residual_tol,
+                 f"in [0, {MAX_CG_RESIDUAL_TOL:g}]", "a larger tolerance can stop CG before its first step, making "
+                 "every update a no-op; typical: 1e-10")  # fmt: skip
         _require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0", "typical: 0.1")
         _require(self.fvp_sub_sampling >= 1, "algo.fvp_sub_sampling", self.fvp_sub_sampling, ">= 1")
         _unit_open("algo.backtrack_coeff", self.backtrack_coeff, "typical: 0.8")
         _require(self.backtrack_iters >= 1, "algo.backtrack_iters", self.backtrack_iters, ">= 1")
-        _positive("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
+        _at_most("algo.backtrack_iters", self.backtrack_iters, MAX_EPOCHS, "typical: 10")
+        _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
         _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
+        _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs``: the critic's minibatches and the Fisher sub-sampling."""
+        _rollout_rules(self, n_envs, sub_sampling=("algo.fvp_sub_sampling", self.fvp_sub_sampling))
 
 
 @dataclass
@@ -291,15 +406,21 @@ class VPGConfig:
     """Global gradient-norm clip of the policy step."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "algo")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
-        _positive("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
+        _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
         _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
+        _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs``: the critic's minibatches."""
+        _rollout_rules(self, n_envs)
 
 
 @dataclass
@@ -334,17 +455,23 @@ class PPOKLConfig:
     """Global gradient-norm clip."""
 
     def __post_init__(self) -> None:
-        _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
+        _finite_fields(self, "algo")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         _require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
+        _at_most("algo.n_epochs", self.n_epochs, MAX_EPOCHS, "typical: 10")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _positive("algo.kl_target", self.kl_target, "typical: 0.01")
+        _trust_region("algo.kl_target", self.kl_target)
         _positive("algo.beta_init", self.beta_init)
         _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
         _require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs``: the minibatches."""
+        _rollout_rules(self, n_envs)
 
 
 @dataclass
@@ -391,9 +518,12 @@ class GRPOConfig:
     """Entropy bonus coefficient."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "algo")
         _require(self.group_size >= 2, "algo.group_size", self.group_size, ">= 2",
                  "a group needs at least 2 episodes to normalise within")  # fmt: skip
+        _at_most("algo.group_size", self.group_size, MAX_N_ENVS * 4, "typical: 8 (TRL num_generations)")
         _require(self.n_groups >= 1, "algo.n_groups", self.n_groups, ">= 1")
+        _at_most("algo.n_groups", self.n_groups, MAX_N_ENVS * 4, "typical: 4")
         _choice("algo.advantage", self.advantage, ("outcome", "process", "step_baseline"))
         _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _gamma("algo.gamma", self.gamma)
@@ -402,14 +532,18 @@ class GRPOConfig:
             _positive("algo.epsilon_high", self.epsilon_high, "DAPO recommends 0.28")
         _choice("algo.loss_agg", self.loss_agg, ("seq_mean", "token_mean", "constant"))
         _require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
+        _at_most("algo.n_iterations", self.n_iterations, MAX_EPOCHS, "typical: 4")
         n_episodes = self.group_size * self.n_groups
         _require(1 <= self.batch_size <= n_episodes, "algo.batch_size", self.batch_size,
                  f"in [1, group_size * n_groups = {n_episodes}]", "it counts episodes per minibatch")  # fmt: skip
-        _positive("algo.learning_rate", self.learning_rate, "typical: 3e-4")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
         _require(self.ref_update_interval >= 0, "algo.ref_update_interval", self.ref_update_interval, ">= 0")
         _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+
+    def check_rollout(self, n_envs: int) -> None:
+        """Rules that involve ``env.n_envs``: none (a batch is whole episodes, collected n_envs at a time)."""
 
 
 ALGO_CONFIGS: dict[str, type] = {
@@ -449,7 +583,9 @@ class EnvConfig:
     """Gymnasium wrappers for each sub-env, innermost first: {_target_: module.Wrapper, arg: value, ...}."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "env")
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, ">= 1")
+        _at_most("env.n_envs", self.n_envs, MAX_N_ENVS, "one process steps them all; typical: 8")
         if self.max_episode_steps is not None:
             _require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
         _positive("env.clip_obs", self.clip_obs)
@@ -480,8 +616,12 @@ class ModelConfig:
         for key, sizes in (("model.pi_hidden_sizes", self.pi_hidden_sizes),
                            ("model.vf_hidden_sizes", self.vf_hidden_sizes)):  # fmt: skip
             _require(all(int(s) >= 1 for s in sizes), key, list(sizes), "a list of positive widths")
+            _require(all(int(s) <= MAX_WIDTH for s in sizes), key, list(sizes), f"widths <= {MAX_WIDTH}",
+                     "typical: [64, 64]")  # fmt: skip
         _choice("model.activation", self.activation, ACTIVATIONS)
         _require(math.isfinite(self.log_std_init), "model.log_std_init", self.log_std_init, "finite")
+        _require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]",
+                 "the initial std is exp(log_std_init) in units of the [-1, 1] action range; typical: 0")  # fmt: skip
 
 
 @dataclass
@@ -498,6 +638,7 @@ class HardwareConfig:
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         _require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
+        _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
         _choice("hardware.vec_env", self.vec_env, ("sync", "async"))
 
 
@@ -517,8 +658,10 @@ class TrackingConfig:
     """Log the final model as an artifact."""
 
     def __post_init__(self) -> None:
+        _finite_fields(self, "tracking")
         _choice("tracking.backend", self.backend, ("mlflow", "off"))
         _positive("tracking.flush_every_s", self.flush_every_s)
+        _at_most("tracking.flush_every_s", self.flush_every_s, 3600, "a crash loses up to this much; typical: 5")
 
 
 @dataclass
@@ -540,7 +683,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _require(self.every >= 0, "eval.every", self.every, ">= 0")
         _require(self.episodes >= 1, "eval.episodes", self.episodes, ">= 1")
+        _at_most("eval.episodes", self.episodes, 100_000, "typical: 10")
         _require(self.n_envs >= 1, "eval.n_envs", self.n_envs, ">= 1")
+        _at_most("eval.n_envs", self.n_envs, MAX_N_ENVS, "typical: 1")
 
 
 @dataclass
@@ -574,12 +719,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
+        _at_most("total_steps", self.total_steps, MAX_TOTAL_STEPS, "at 10k steps/s that is over 3 years; typical: 1e6")
         _require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
         _require(self.checkpoint_keep >= 0, "checkpoint_keep", self.checkpoint_keep, ">= 0", "0 keeps every checkpoint")
         _require(self.seed >= 0, "seed", self.seed, ">= 0")
         _require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
+        _at_most("n_seeds", self.n_seeds, 1000, "typical: 3 to 10")
+        last = self.seed + self.n_seeds - 1
+        _require(last <= MAX_SEED, "seed + n_seeds - 1", last, f"<= 2**32 - 1 = {MAX_SEED}", "numpy seeds are 32-bit")
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
+        self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
         from pgcli.envspec import check_train_config  # probes one throwaway env for its spaces
 
         check_train_config(self)

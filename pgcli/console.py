@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pgcli.build import TrainSummary
 from pgcli.config import TrainConfig
+from pgcli.redact import redact_text
 
 log = logging.getLogger("pgcli")
 
@@ -34,7 +35,7 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
         where = f" ({_relative(saved)})" if saved.is_dir() else ""  # eval.save_best=false saves none
         lines.append(f"  best eval return   {summary.best_return:.1f} at step {summary.best_step:,}{where}")
     if summary.run_id:
-        lines.append(f"  MLflow run         {summary.run_id}  ({summary.tracking_uri})")
+        lines.append(f"  MLflow run         {summary.run_id}  ({redact_text(summary.tracking_uri or '')})")
     lines.append(f"  output dir         {_relative(summary.output_dir)}")
     if summary.run_id:
         lines.append("  compare in the UI  pgcli ui")

@@ -123,6 +123,11 @@ class SweepCallback(Callback):
         limit_threads(self.torch_threads)
         if self.parent_run_id:
             os.environ[PARENT_RUN_ENV] = self.parent_run_id
+        multirun_yaml = Path(str(config.hydra.sweep.dir)) / "multirun.yaml"  # Hydra saves it after on_multirun_start
+        if multirun_yaml.is_file():
+            from pgcli.redact import redact_yaml_file
+
+            redact_yaml_file(multirun_yaml)  # no tracking-URI credentials in the sweep directory (issue 10)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.finish(FINISHED)

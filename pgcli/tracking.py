@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError, PgcliError
+from pgcli.redact import redact_mapping, redact_text
 from pgcli.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -116,12 +117,12 @@ class MLflowBackend:
         """Create a run, or with ``run_id`` re-open that one (resume): back to RUNNING, its ``error`` tag dropped."""
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs()
+        quiet_mlflow_logs(target.uri)
         if is_remote(target.uri):
             quick_http_failures()
         self.client = MlflowClient(tracking_uri=target.uri)
         self.uri = target.uri
-        run_tags = dict(tags)
+        run_tags = redact_mapping(tags)  # no URI credentials or secret-named values in the store (issue 10)
         if run_id is not None:
             run = with_retry(self.client.get_run, run_id)
             self.experiment_id = str(run.info.experiment_id)
@@ -174,10 +175,10 @@ class MLflowBackend:
         self._last_flush = time.monotonic()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self._write({"op": "params", "params": {k: str(v) for k, v in params.items()}})
+        self._write({"op": "params", "params": {k: str(v) for k, v in redact_mapping(params).items()}})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        self._write({"op": "tags", "tags": {k: str(v) for k, v in tags.items()}})
+        self._write({"op": "tags", "tags": {k: str(v) for k, v in redact_mapping(tags).items()}})
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self._write({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
@@ -334,10 +335,15 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     return header["run_id"], n, status
 
 
-def quiet_mlflow_logs() -> None:
-    """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean."""
+def quiet_mlflow_logs(uri: str | None = None) -> None:
+    """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean.
+
+    MLflow also prints "View run <name> at: <uri>/#/..." for a server, with any credentials in the URI: off then.
+    """
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    if uri is not None and redact_text(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def with_retry(fn: Callable[..., T], *args: Any, timeout_s: float = 60.0, **kwargs: Any) -> T:
@@ -541,7 +547,7 @@ class RunStore:
     def __init__(self, uri: str) -> None:
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs()
+        quiet_mlflow_logs(uri)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
 
@@ -550,7 +556,7 @@ class RunStore:
     ) -> RunRecord:
         """Start a run (RUNNING) in ``experiment``, creating the experiment if needed."""
         experiment_id = get_or_create_experiment(self.client, experiment, artifact_root)
-        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=redact_mapping(tags))
         return self.get(run.info.run_id)
 
     def get(self, run_id: str) -> RunRecord:
@@ -559,14 +565,15 @@ class RunStore:
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)) for k, v in params.items()]
+        items = [Param(k, str(v)) for k, v in redact_mapping(params).items()]
         for i in range(0, len(items), PARAM_BATCH_LIMIT):
             with_retry(self.client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        with_retry(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+        tag_list = [RunTag(k, str(v)) for k, v in redact_mapping(tags).items()]
+        with_retry(self.client.log_batch, run_id, tags=tag_list, synchronous=True)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric

@@ -67,8 +67,13 @@ def policy_kwargs(model: ModelConfig) -> dict[str, Any]:
 
 
 def _schedule(value: float, kind: str) -> float | Callable[[float], float]:
-    """SB3 schedules take progress_remaining (1 -> 0); 'linear' is rl-baselines3-zoo's lin_<value>."""
-    return value if kind == "constant" else (lambda progress: progress * value)
+    """SB3 schedules take progress_remaining (1 -> 0); 'linear' is rl-baselines3-zoo's lin_<value>.
+
+    progress_remaining = 1 - num_timesteps / total_timesteps goes below 0 on the last update when the last rollout
+    overshoots total_steps (SB3 finishes every rollout it starts), which made the learning rate and clip range
+    negative there (issue 10); the schedule stops at its final value, 0.
+    """
+    return value if kind == "constant" else (lambda progress: max(progress, 0.0) * value)
 
 
 def _ppo(cfg: PPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
@@ -214,17 +219,22 @@ class _MonitorWriter(KVWriter):
 
 
 class _MonitorCallback(BaseCallback):
-    """Feeds SB3's rollouts to the shared monitor: episodes every step, bookkeeping after each update (when the
-    next rollout starts; the trainer does it once more after the last update)."""
+    """Feeds SB3's rollouts to the shared monitor: episodes every step; after each update (when the next rollout
+    starts; the trainer does it once more after the last update) the divergence check, SB3's ``train/*`` diagnostics
+    every ``dump_every`` updates at the env step of the update they describe, and the monitor's bookkeeping."""
 
-    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer) -> None:
+    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer, dump_every: int) -> None:
         super().__init__()
-        self.monitor, self.agent = monitor, agent
+        self.monitor, self.agent, self.dump_every = monitor, agent, dump_every
         self.n_rollouts = 0
 
     def _on_rollout_start(self) -> None:
         self.agent.check_parameters(self.monitor)
-        if self.n_rollouts > 0:  # an update happened since the last rollout
+        if self.n_rollouts > 0:  # an update happened since the last rollout (not so for a model loaded to resume)
+            # SB3 records train/* during the update, so they belong to this step. SB3's own dump comes before the
+            # update: it logged them one rollout late, and the last update twice at one step (issue 10).
+            if self.n_rollouts % self.dump_every == 0:
+                self.agent.model.logger.dump(self.num_timesteps)
             self.monitor.update(self.model.num_timesteps, self.agent)
         self.n_rollouts += 1
 
@@ -268,14 +278,16 @@ class SB3Trainer:
         log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
         remaining = total_steps - self.model.num_timesteps  # a loaded checkpoint continues its step count
         if remaining > 0:
-            # reset_num_timesteps=False: num_timesteps and the schedules' progress continue from a loaded model
+            callback = _MonitorCallback(monitor, self, dump_every=log_interval)
+            # reset_num_timesteps=False: num_timesteps and the schedules' progress continue from a loaded model;
+            # log_interval=None: SB3 never dumps (the callback does); its time/* and rollout/* keys are the monitor's
             try:
-                self.model.learn(remaining, callback=_MonitorCallback(monitor, self), log_interval=log_interval,
+                self.model.learn(remaining, callback=callback, log_interval=None,  # type: ignore[arg-type]
                                  reset_num_timesteps=False)  # fmt: skip
             except ValueError:  # SB3's torch distributions reject non-finite parameters in the middle of an update
                 self.check_parameters(monitor)  # a DivergenceError when that is the cause
                 raise
-            self.model.logger.dump(self.model.num_timesteps)  # the last update's train/* metrics
+            self.model.logger.dump(self.model.num_timesteps)  # the last update's train/*: no rollout start follows it
             self.check_parameters(monitor)
             monitor.update(self.model.num_timesteps, self)
         return int(self.model.num_timesteps)

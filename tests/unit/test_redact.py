@@ -1,0 +1,55 @@
+"""pgcli.redact: URI credentials and secret-named values are masked wherever pgcli stores or prints them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pgcli.redact import redact_hydra_dir, redact_mapping, redact_text
+
+
+def test_uri_credentials_are_replaced_and_the_rest_kept():
+    assert redact_text("http://alice:s3cr3t@host:5000/path") == "http://***@host:5000/path"
+    assert redact_text("https://token@host") == "https://***@host"
+    assert redact_text("postgresql+psycopg2://u:p@db:5432/mlflow") == "postgresql+psycopg2://***@db:5432/mlflow"
+    # an @ inside the password belongs to the userinfo: the host is after the last @ before the path
+    assert redact_text("http://alice:pa@ss@host:5000") == "http://***@host:5000"
+    # no userinfo: unchanged, and an @ after the path or in other text is not a credential
+    for text in ("http://host:5000", "sqlite:////tmp/mlflow.db", "http://host/a@b", "mail me: a@b.c", "seed=3"):
+        assert redact_text(text) == text
+
+
+def test_secret_named_assignments_in_command_lines_are_masked():
+    line = "algo=ppo +env.kwargs.api_token=abc tracking.uri=http://u:p@h:1 seed=0"
+    assert redact_text(line) == "algo=ppo +env.kwargs.api_token=*** tracking.uri=http://***@h:1 seed=0"
+    assert redact_text("a=1,db_password=x,b=2") == "a=1,db_password=***,b=2"  # Hydra's override_dirname
+
+
+def test_params_and_tags_mask_secret_keys_and_uri_credentials():
+    params = {"tracking.uri": "http://u:p@h:1", "env.kwargs.password": "hunter2", "env.kwargs.secret_key": 3,
+              "algo.learning_rate": 0.001, "hydra_overrides": "seed=1 tracking.uri=https://t@h"}  # fmt: skip
+    assert redact_mapping(params) == {
+        "tracking.uri": "http://***@h:1",
+        "env.kwargs.password": "***",
+        "env.kwargs.secret_key": "***",
+        "algo.learning_rate": 0.001,
+        "hydra_overrides": "seed=1 tracking.uri=https://***@h",
+    }
+
+
+def test_hydra_files_are_rewritten_only_when_they_hold_a_secret(tmp_path: Path):
+    hydra = tmp_path / ".hydra"
+    hydra.mkdir()
+    (hydra / "overrides.yaml").write_text(yaml.safe_dump(["seed=1", "tracking.uri=http://u:p@h:5000"]))
+    (hydra / "config.yaml").write_text(yaml.safe_dump({"seed": 1, "tracking": {"uri": "http://u:p@h:5000"},
+                                                       "env": {"kwargs": {"api_token": "abc"}}}))  # fmt: skip
+    clean = {"seed": 1, "run": {"dir": "outputs/${now:%H}"}}
+    (hydra / "hydra.yaml").write_text(yaml.safe_dump(clean))
+    before = (hydra / "hydra.yaml").read_text()
+    changed = redact_hydra_dir(hydra)
+    assert sorted(p.name for p in changed) == ["config.yaml", "overrides.yaml"]
+    assert yaml.safe_load((hydra / "overrides.yaml").read_text()) == ["seed=1", "tracking.uri=http://***@h:5000"]
+    config = yaml.safe_load((hydra / "config.yaml").read_text())
+    assert config["tracking"]["uri"] == "http://***@h:5000" and config["env"]["kwargs"]["api_token"] == "***"
+    assert (hydra / "hydra.yaml").read_text() == before  # untouched: interpolations stay as written
