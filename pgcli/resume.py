@@ -101,8 +101,9 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     found = latest_checkpoint(run_dir / "checkpoints")
     if found is None:
         raise ConfigError(
-            f"resume: run {run_id or run_dir} has no checkpoint in {run_dir / 'checkpoints'} (it ran with "
-            "checkpoint_every=0 and was not stopped with Ctrl-C/SIGTERM); nothing to continue from"
+            f"resume: run {run_id or run_dir} has no checkpoint in {run_dir / 'checkpoints'} (checkpoint_every="
+            f"{cfg.checkpoint_every}, and it ended before a checkpoint or a clean stop saved one); nothing to "
+            "continue from"
         )
     step, checkpoint = found
     if step >= cfg.total_steps:
