@@ -63,11 +63,11 @@ def test_every_option_of_the_other_groups_composes(group: str):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
-    # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each
-    algo, env = next(
-        (a, preset[len(a) + 1 :]) for a in ALGOS if preset.startswith(a + "_") and preset[len(a) + 1 :] in ENVS
-    )
-    with_preset = composed(f"algo={algo}", f"env={env}")
+    # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each.
+    # '<algo>_<env>_<variant>' (ppo_hopper_zoo) is a named alternative, chosen with preset=<name>.
+    algo, env = next((a, e) for a in ALGOS for e in ENVS if preset == f"{a}_{e}" or preset.startswith(f"{a}_{e}_"))
+    chosen = [] if preset == f"{algo}_{env}" else [f"preset={preset}"]
+    with_preset = composed(f"algo={algo}", f"env={env}", *chosen)
     without = composed(f"algo={algo}", f"env={env}", "~preset")
     assert with_preset != without, f"preset {preset} changes nothing"
 
