@@ -123,6 +123,8 @@ BAD_OVERRIDES = [
     (["algo=nope"], ["algo", "nope", "available", "ppo", "a2c"]),
     (["env=hoper"], ["env", "hoper", "available", "hopper"]),
     (["model.activation=sigmoid"], ["model.activation", "sigmoid", "tanh"]),
+    # the preset group is optional: without this check Hydra would drop a misspelt preset silently
+    (["algo=ppo", "env=hopper", "preset=ppo_hopper_zo"], ["preset", "ppo_hopper_zo", "did you mean", "ppo_hopper_zoo"]),
 ]
 
 
