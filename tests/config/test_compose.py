@@ -93,6 +93,15 @@ def test_preset_follows_the_chosen_pair():
     assert no_preset_pair.algo.n_steps == 5
 
 
+def test_ppo_hopper_preset_and_its_named_zoo_variant():
+    default = composed("algo=ppo", "env=hopper")  # conf/preset/ppo_hopper.yaml: the PPO paper's settings, 4 envs
+    assert (default.env.n_envs, default.algo.n_steps, default.algo.lr_schedule) == (4, 512, "linear")
+    assert default.model.pi_hidden_sizes == [64, 64] and default.model.log_std_init == 0.0
+    zoo = composed("algo=ppo", "env=hopper", "preset=ppo_hopper_zoo")  # rl-baselines3-zoo's tuned values
+    assert (zoo.env.n_envs, zoo.algo.gamma, zoo.model.activation, zoo.model.log_std_init) == (1, 0.999, "relu", -2.0)
+    assert zoo.total_steps == default.total_steps == 1_000_000
+
+
 def test_open_env_kwargs_take_new_keys_with_append():
     cfg = compose_train_config(["env=pendulum", "+env.kwargs.g=9.81"])
     assert cfg.env.kwargs == {"g": 9.81}
