@@ -60,6 +60,8 @@ def run_one(job: Job) -> dict[str, Any]:
         summary = train(cfg, ctx)
         wall = time.perf_counter() - start
         curve, train_sps = read_curve(Path(tmp) / "metrics.csv")
+        eval_len_curve = read_metric(Path(tmp) / "metrics.csv", "eval/ep_len_mean")
+        train_return_curve = read_metric(Path(tmp) / "metrics.csv", "rollout/ep_return_mean")
     reached = [step for step, value in curve if job.threshold is not None and value >= job.threshold]
     return {
         "algo": job.algo,
@@ -74,6 +76,8 @@ def run_one(job: Job) -> dict[str, Any]:
         "threshold": job.threshold,
         "steps_to_threshold": reached[0] if reached else None,
         "eval_curve": curve,
+        "eval_len_curve": eval_len_curve,
+        "train_return_curve": train_return_curve,
         "wall_time_s": wall,
         "train_sps": train_sps,
     }
@@ -89,6 +93,12 @@ def read_curve(csv_path: Path) -> tuple[list[tuple[int, float]], float]:
         elif key == "time/sps":
             sps = float(value)
     return sorted(curve), sps
+
+
+def read_metric(csv_path: Path, key: str) -> list[tuple[int, float]]:
+    """(step, value) pairs of one metric from a run's metrics.csv."""
+    rows = (line.rsplit(",", 2) for line in csv_path.read_text().splitlines()[1:])
+    return sorted((int(step), float(value)) for name, step, value in rows if name == key)
 
 
 def eval_at(curve: list[tuple[int, float]], budget: int) -> float:

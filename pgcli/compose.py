@@ -76,6 +76,7 @@ def compose_dictconfig(overrides: list[str]) -> DictConfig:
     from pgcli.config import register_configs
 
     register_configs()
+    reject_unknown_preset(overrides)
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
             return compose("train", overrides=overrides)
@@ -83,6 +84,21 @@ def compose_dictconfig(overrides: list[str]) -> DictConfig:
         raise
     except Exception as exc:
         raise ConfigError(describe_config_error(exc)) from None
+
+
+def reject_unknown_preset(overrides: list[str]) -> None:
+    """Raise a ConfigError for ``preset=<name>`` naming no conf/preset file.
+
+    The preset group is optional in the defaults list (pairs without a preset compose without one), so Hydra skips a
+    misspelt choice such as ``preset=ppo_hopper_zo`` silently and the run would train without any preset.
+    """
+    available = sorted(p.stem for p in (Path(CONF_DIR) / "preset").glob("*.yaml"))
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == "preset" and value not in ("", "null") and value not in available:
+            close = difflib.get_close_matches(value, available, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see conf/preset/"
+            raise ConfigError(f"unknown preset option '{value}' ({hint}); presets are named <algo>_<env>[_<variant>]")
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:

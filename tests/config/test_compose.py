@@ -64,11 +64,11 @@ def test_every_option_of_the_other_groups_composes(group: str):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
-    # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each
-    algo, env = next(
-        (a, preset[len(a) + 1 :]) for a in ALGOS if preset.startswith(a + "_") and preset[len(a) + 1 :] in ENVS
-    )
-    with_preset = composed(f"algo={algo}", f"env={env}")
+    # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each.
+    # '<algo>_<env>_<variant>' (ppo_hopper_zoo) is a named alternative, chosen with preset=<name>.
+    algo, env = next((a, e) for a in ALGOS for e in ENVS if preset == f"{a}_{e}" or preset.startswith(f"{a}_{e}_"))
+    chosen = [] if preset == f"{algo}_{env}" else [f"preset={preset}"]
+    with_preset = composed(f"algo={algo}", f"env={env}", *chosen)
     without = composed(f"algo={algo}", f"env={env}", "~preset")
     assert with_preset != without, f"preset {preset} changes nothing"
 
@@ -92,6 +92,15 @@ def test_preset_follows_the_chosen_pair():
     assert a2c_pendulum.algo.use_sde and a2c_pendulum.env.normalize_obs  # a2c_pendulum.yaml
     no_preset_pair = compose_train_config(["algo=a2c", "env=acrobot"])  # no a2c_acrobot.yaml: optional, no error
     assert no_preset_pair.algo.n_steps == 5
+
+
+def test_ppo_hopper_preset_and_its_named_zoo_variant():
+    default = composed("algo=ppo", "env=hopper")  # conf/preset/ppo_hopper.yaml: the PPO paper's settings, 4 envs
+    assert (default.env.n_envs, default.algo.n_steps, default.algo.lr_schedule) == (4, 512, "linear")
+    assert default.model.pi_hidden_sizes == [64, 64] and default.model.log_std_init == 0.0
+    zoo = composed("algo=ppo", "env=hopper", "preset=ppo_hopper_zoo")  # rl-baselines3-zoo's tuned values
+    assert (zoo.env.n_envs, zoo.algo.gamma, zoo.model.activation, zoo.model.log_std_init) == (1, 0.999, "relu", -2.0)
+    assert zoo.total_steps == default.total_steps == 1_000_000
 
 
 def test_open_env_kwargs_take_new_keys_with_append():
@@ -125,6 +134,8 @@ BAD_OVERRIDES = [
     (["algo=nope"], ["algo", "nope", "available", "ppo", "a2c"]),
     (["env=hoper"], ["env", "hoper", "available", "hopper"]),
     (["model.activation=sigmoid"], ["model.activation", "sigmoid", "tanh"]),
+    # the preset group is optional: without this check Hydra would drop a misspelt preset silently
+    (["algo=ppo", "env=hopper", "preset=ppo_hopper_zo"], ["preset", "ppo_hopper_zo", "did you mean", "ppo_hopper_zoo"]),
 ]
 
 
