@@ -27,6 +27,13 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len(SQLITE_PREFIX) :].split("?", 1)[0]).resolve()
 
 
+def file_store_path(uri: str) -> Path | None:
+    """The folder of a file-store URI (a plain path or ``file:``), or None for a database or a server."""
+    if uri.startswith("file:"):
+        return Path(urlsplit(uri).path).resolve()
+    return None if "://" in uri else Path(uri).resolve()
+
+
 def redact(uri: str) -> str:
     """``uri`` without a password: ``http://user:***@host``, so errors never print credentials."""
     parts = urlsplit(uri)
@@ -52,10 +59,13 @@ def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> No
     if uri.startswith(("http://", "https://")):
         _check_server(uri, timeout_s)
         return
+    fix = "run `pgcli train` first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
+    folder = file_store_path(uri)
+    if folder is not None and not folder.exists():
+        raise ConfigError(f"no run store at {folder}: nothing to {doing}; {fix}")
     path = sqlite_path(uri)
     if path is None:
-        return  # another database: MLflow checks it itself
-    fix = "run `pgcli train` first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
+        return  # another database, or an existing folder store: MLflow checks it when it opens it
     if not path.is_file():
         what = "a directory, not a store file" if path.is_dir() else "no run store"
         raise ConfigError(f"{what} at {path}: nothing to {doing}; {fix}")

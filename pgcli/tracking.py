@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pgcli.config import TrackingConfig
-from pgcli.errors import ConfigError
+from pgcli.errors import ConfigError, PgcliError
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
@@ -340,11 +340,15 @@ class RunStore:
     """The runs of one tracking store, through ``MlflowClient`` (every call retried while SQLite is locked)."""
 
     def __init__(self, uri: str) -> None:
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         quiet_mlflow_logs()
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+        except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
+            raise PgcliError(f"cannot open the run store {uri}: {str(exc).split('. ')[0]}") from None
 
     def create_run(
         self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None

@@ -1,8 +1,9 @@
 """``pgcli ui``: the MLflow UI on pgcli's run store, said ready when it answers, opened on the runs.
 
-- The server is MLflow's own (``python -m mlflow ui``), started with ``PYTHONSAFEPATH=1`` so that neither it nor
-  the ``python -m uvicorn`` process it starts puts the current folder first on ``sys.path``: a file named
-  ``mlflow.py`` or ``uvicorn.py`` there cannot replace MLflow (issue 10; Python >= 3.11, which added the variable).
+- The server is MLflow's own (``python -m mlflow ui``), run in a private empty folder. ``python -m`` puts the current
+  folder first on ``sys.path``, and so does the uvicorn it starts (its ``--app-dir`` defaults to ``.``), so in the
+  user's folder a file named ``mlflow.py`` or ``uvicorn.py`` would run instead of MLflow (issue 10). The store's
+  paths are absolute, so the folder the server runs in does not matter to it.
 - Before it starts: the store must exist and be an MLflow store (nothing is created in a folder without one), the
   port must be in range and free. Bad input exits 2, a fault (port taken, server that never answers) exits 1.
 - It polls the server's ``/health`` endpoint and prints the URL once the UI answers, with the time that took.
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -73,7 +75,7 @@ def main(args: list[str]) -> int:
     if not ns.timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds (got {ns.timeout})")
     from pgcli.cli import compose_train_config
-    from pgcli.store_check import check_readable_store, redact
+    from pgcli.store_check import check_readable_store, redact, sqlite_path
     from pgcli.tracking import resolve_tracking_target
 
     run_cfg = compose_train_config(ns.overrides)
@@ -86,21 +88,30 @@ def main(args: list[str]) -> int:
     check_readable_store(target.uri, doing="show")
     check_port_free(ns.host, ns.port)
 
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", target.uri,
+    db = sqlite_path(target.uri)
+    store_uri = f"sqlite:///{db}" if db else target.uri  # absolute: the server runs in another folder
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri,
            "--host", ns.host, "--port", str(ns.port), "--workers", str(ns.workers)]  # fmt: skip
     if target.artifact_root:
         cmd += ["--default-artifact-root", target.artifact_root]
     # One worker and no job runner: ~5 s to healthy instead of ~11 s with MLflow's 4 workers + 7 huey consumers
-    # on a 2-core machine. PYTHONSAFEPATH: the folder pgcli runs in cannot shadow mlflow or uvicorn.
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    # on a 2-core machine.
+    env = {**os.environ}
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     url = f"http://{browser_host(ns.host)}:{ns.port}"
     print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` stops the server too, as Ctrl-C does
     start = time.monotonic()
     # A session of its own: the server and its uvicorn child are stopped together, as one process group.
+    server_dir = tempfile.TemporaryDirectory(prefix="pgcli-ui-")  # nothing in it can shadow mlflow or uvicorn
     server = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd,
+        cwd=server_dir.name,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     output = ServerOutput(server.stdout)
     try:
@@ -110,7 +121,8 @@ def main(args: list[str]) -> int:
         print(f"  experiments: {url}/#/experiments?{ML_VIEW}")
         latest = latest_experiment(url)
         if latest is not None:
-            print(f"  latest experiment '{latest[1]}': {url}/#/experiments/{latest[0]}/runs?{ML_VIEW}")
+            runs_url = f"{url}/#/experiments/{latest[0]}/runs?{ML_VIEW}"
+            print(f"  latest experiment '{latest[1]}': {runs_url}\n  its charts: {runs_url}&compareRunsMode=CHART")
         sys.stdout.flush()
         code = server.wait()
     except KeyboardInterrupt:
@@ -120,6 +132,8 @@ def main(args: list[str]) -> int:
     except BaseException:
         stop(server)
         raise
+    finally:
+        server_dir.cleanup()
     raise PgcliError(f"the MLflow UI server stopped with status {code}: {output.last_line()}")
 
 
@@ -206,13 +220,16 @@ def latest_experiment(url: str) -> tuple[str, str] | None:
 
 
 def stop(server: subprocess.Popen[str]) -> None:
-    """Stop the server's whole process group (MLflow's CLI and its uvicorn): SIGTERM, then SIGKILL after 10 s."""
+    """Stop the server's whole process group (MLflow's CLI and its uvicorn): SIGTERM, then SIGKILL after 30 s.
+
+    MLflow's CLI forwards the signal to uvicorn and waits for it: 5-9 s on a busy 2-core machine.
+    """
     try:
         os.killpg(server.pid, signal.SIGTERM)
     except ProcessLookupError:
         return  # already gone, children included
     try:
-        server.wait(timeout=10)
+        server.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
