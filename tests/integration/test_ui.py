@@ -164,16 +164,26 @@ def test_a_browser_finds_the_sweeps_runs_and_its_eval_chart(ui: UI, browser: Any
     ui.wait_for("its charts: ")
     browser.get(ui.url("latest experiment 'cartpole'"))
     wait = WebDriverWait(browser, 120)
-    wait.until(lambda d: "ppo-cartpole-s0" in page_text(d) and "ppo-cartpole-s1" in page_text(d))
+    wait.until(lambda d: "sweep-test" in page_text(d))
     # the model-training view: its runs table and side bar, not the GenAI one (Overview, Traces, Prompts & versions)
     assert "/runs?" in browser.current_url and "Model registry" in page_text()
     assert "Prompts & versions" not in page_text()
+    # MLflow's assistant panel opens on a first visit and covers a quarter of the page: closed, as a user would
+    browser.execute_script("window.localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false')")
+    browser.refresh()
+    wait.until(lambda d: "sweep-test" in page_text(d))
+    # the sweep is one row; its runs are nested under it
+    expand = browser.find_element(By.XPATH, "//*[text()='sweep-test']/ancestor::*[@role='gridcell'][1]//button")
+    browser.execute_script("arguments[0].click()", expand)
+    wait.until(lambda d: "ppo-cartpole-s0" in page_text(d) and "ppo-cartpole-s1" in page_text(d))
     chart_mode = browser.find_element(By.CSS_SELECTOR, 'input[name="runs-view-mode"][value="CHART"]')
     browser.execute_script("arguments[0].click()", chart_mode)
     wait.until(lambda d: "eval/return_mean" in page_text(d))
-    legend = page_text()
-    assert "ppo-cartpole-s0 (eval/return_mean)" in legend and "ppo-cartpole-s1 (eval/return_mean)" in legend
     assert "compareRunsMode=CHART" in browser.current_url  # what the printed "its charts" URL opens directly
+    # the eval/return_mean chart draws both runs: 2 runs x 5 evaluations as plotly markers
+    points = ".js-plotly-plot .scatterlayer .trace path.point"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, points)) == 10)
+    assert "ppo-cartpole-s1 (eval/return_mean)" in page_text()  # the chart's legend names the runs
     shots = Path(os.environ.get("PGCLI_UI_SCREENSHOTS", tmp_path))  # kept for the docs when the variable is set
     shots.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(shots / "mlflow_sweep_charts.png"))
