@@ -57,6 +57,8 @@ KEY_SOURCES = {
     "total_steps": ("params.total_steps",),
 }
 """Where a key is looked up, first hit wins; any other key: its param (the flattened config), then its tag."""
+NOT_SET = {"trial": "-"}
+"""Shown for a run without the key (default '?': a run that should have it but does not)."""
 NOT_CONFIG = ("seed", "run_name", "experiment", "progress", "n_seeds", "checkpoint_every", "total_steps")
 NOT_CONFIG_PREFIXES = ("tracking.", "hardware.")
 """Params that do not change what a run learns (or are handled apart, as the budget): runs differing only in these
@@ -199,13 +201,14 @@ class Group:
 
 
 def lookup(run: RunCurve, key: str) -> str:
-    """A key's value for a run: from its sources in :data:`KEY_SOURCES`, else its param, else its tag; '?' if none."""
+    """A key's value for a run: from its sources in :data:`KEY_SOURCES`, else its param, else its tag, else
+    :data:`NOT_SET`'s mark."""
     for source in KEY_SOURCES.get(key, (f"params.{key}", f"tags.{key}")):
         kind, _, name = source.partition(".")
         value = (run.params if kind == "params" else run.tags).get(name)
         if value is not None:
             return value
-    return "?"
+    return NOT_SET.get(key, "?")
 
 
 def config_of(run: RunCurve) -> dict[str, str]:
@@ -214,7 +217,8 @@ def config_of(run: RunCurve) -> dict[str, str]:
 
 
 def describe(key: Sequence[str], budget: str | None = None) -> str:
-    return " | ".join([*key, *([f"{budget} steps"] if budget is not None else [])])
+    """A group for the notes: ``ppo | CartPole-v1 | 5000 steps`` (keys a run does not have are left out)."""
+    return " | ".join([*(k for k in key if k != "-"), *([f"{budget} steps"] if budget is not None else [])])
 
 
 def make_groups(runs: Sequence[RunCurve], keys: Sequence[str]) -> tuple[list[Group], list[str]]:

@@ -116,6 +116,7 @@ def test_lookup_reads_env_id_from_its_tag_then_the_config() -> None:
     assert lookup(tagged, "env_id") == "Acrobot-v1" and lookup(untagged, "env_id") == "Pendulum-v1"
     assert lookup(tagged, "algo.learning_rate") == "?"
     assert lookup(RunCurve("c", {}, {"trial": "3"}, np.zeros(1), np.zeros(1)), "trial") == "3"
+    assert lookup(tagged, "trial") == "-"  # not an Optuna trial
 
 
 def test_groups_split_budgets_and_env_ids_and_say_so() -> None:
@@ -251,22 +252,22 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
     assert rows == [
         "| algo | env_id | trial | budget | config | n | final eval/return_mean (mean ± std) | IQM | 95% CI of mean "
         "| note |",
-        "| a2c | CartPole-v1 | ? | 5000 | algo.learning_rate=0.01 | 3 | 50.0 ± 10.0 | 50.0 | [40.0, 60.0] | - |",
-        "| a2c | CartPole-v1 | ? | 5000 | algo.learning_rate=0.1 | 3 | 20.0 ± 10.0 | 20.0 | [10.0, 30.0] | - |",
-        "| ppo | Acrobot-v1 | ? | 5000 | - | 2 | -90.0 ± 14.1 | -90.0 | [-100.0, -80.0] | n<3: CI unreliable |",
+        "| a2c | CartPole-v1 | - | 5000 | algo.learning_rate=0.01 | 3 | 50.0 ± 10.0 | 50.0 | [40.0, 60.0] | - |",
+        "| a2c | CartPole-v1 | - | 5000 | algo.learning_rate=0.1 | 3 | 20.0 ± 10.0 | 20.0 | [10.0, 30.0] | - |",
+        "| ppo | Acrobot-v1 | - | 5000 | - | 2 | -90.0 ± 14.1 | -90.0 | [-100.0, -80.0] | n<3: CI unreliable |",
         # sweep B's seed 2 (300) replaced sweep A's (999); the device does not split; the FAILED run is left out
-        "| ppo | CartPole-v1 | ? | 5000 | - | 3 | 200.0 ± 100.0 | 200.0 | [100.0, 300.0] | - |",
-        "| ppo | CartPole-v1 | ? | 20000 | - | 1 | 500.0 | 500.0 | - | n=1: no spread, no CI |",
+        "| ppo | CartPole-v1 | - | 5000 | - | 3 | 200.0 ± 100.0 | 200.0 | [100.0, 300.0] | - |",
+        "| ppo | CartPole-v1 | - | 20000 | - | 1 | 500.0 | 500.0 | - | n=1: no spread, no CI |",
         "| ppo | Pendulum-v1 | 0 | 5000 | - | 2 | -199.5 ± 0.7 | -199.5 | [-200.0, -199.0] | n<3: CI unreliable |",
         "| ppo | Pendulum-v1 | 1 | 5000 | - | 2 | -149.5 ± 0.7 | -149.5 | [-150.0, -149.0] | n<3: CI unreliable |",
     ]
     notes = [line[2:] for line in report.splitlines() if line.startswith("- ")]
-    assert notes[0].startswith("split a2c | CartPole-v1 | ? | 5000 steps: runs differ in algo.learning_rate")
+    assert notes[0].startswith("split a2c | CartPole-v1 | 5000 steps: runs differ in algo.learning_rate")
     assert notes[1] == (
-        "split ppo | CartPole-v1 | ?: runs of different budgets (4 x 5000, 1 x 20000 env steps) are not averaged"
+        "split ppo | CartPole-v1: runs of different budgets (4 x 5000, 1 x 20000 env steps) are not averaged"
     )
     assert notes[2] == (
-        "duplicate seeds in ppo | CartPole-v1 | ? | 5000 steps: seed 2 x2; used the latest run of each seed, "
+        "duplicate seeds in ppo | CartPole-v1 | 5000 steps: seed 2 x2; used the latest run of each seed, "
         "left out 1 older run(s)"
     )
     assert notes[3].startswith("4 of 7 group(s) have fewer than 3 runs")
