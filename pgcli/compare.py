@@ -362,7 +362,8 @@ def figure(groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[
         ax.set_visible(False)
     for g, s in zip(groups, stats, strict=True):
         ax = axes.flat[envs.index(g.key[env_index])]
-        label = " ".join(v for i, v in enumerate(g.key) if i != env_index) + f" {g.budget} steps"
+        extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
+        label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
         label += _setting_text(g.setting) + f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
         if not s.steps.size:  # the runs share no steps: draw each run rather than hide the group
             color = None
