@@ -8,7 +8,7 @@ PGCLI := $(VENV)/bin/pgcli
 TORCH_VERSION ?= 2.13.0
 EXTRAS ?= dev,sweep,ray
 
-.PHONY: install train test test-fast lint format ui clean bench ray-up ray-down
+.PHONY: install train test test-fast lint format ui clean bench ray-up ray-down browser-deps
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,12 @@ train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overr
 
 test: install  ## the CI command: the whole default test suite
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The UI test (tests/integration/test_ui.py) drives Debian's chromium through chromedriver; it is skipped, saying so,
+# where they are missing. CI (.ci/run) installs them first. Needs root (or sudo) and apt.
+browser-deps:  ## install chromium + chromedriver for the headless-browser test of `pgcli ui`
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver present"; \
+	else $$(command -v sudo) apt-get update -q && DEBIAN_FRONTEND=noninteractive $$(command -v sudo) apt-get install -y -q --no-install-recommends chromium chromium-driver; fi
 
 test-fast: install  ## unit and config tests only (seconds)
 	$(PY) -m pytest -q tests/unit tests/config

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import pgcli
-from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
+from pgcli.compose import CONF_DIR, compose_dictconfig, to_train_config, validate_overrides
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
@@ -277,50 +277,9 @@ def run_train(cfg: DictConfig) -> float:
 
 
 def _ui_command(args: list[str]) -> int:
-    import argparse
+    from pgcli.ui import main as ui_main
 
-    parser = argparse.ArgumentParser(
-        prog="pgcli ui",
-        description="Open the MLflow UI on pgcli's run store (the one `pgcli train` logs to with the same "
-        "tracking overrides). Runs of a sweep are nested under their parent run; select runs and use the "
-        "Chart view to compare learning curves.",
-        epilog="comparing a sweep's runs (pgcli train -m ...):\n"
-        "  1. open the experiment (the env name, or `sweeps` for a sweep over several envs, or experiment=...)\n"
-        "  2. the sweep is one row, `sweep-<date>-<time>`: expand it (+) to see its jobs as child runs;\n"
-        "     its Artifacts tab has children.md (each job's status and final return), Optuna's\n"
-        "     optimization_results.yaml, and compare/ once `pgcli compare` has run\n"
-        "  3. tick the child runs (select all, then untick the parent) and open Chart view: each metric\n"
-        "     (eval/return_mean, rollout/ep_return_mean, ...) is one chart against env steps, one line per run\n"
-        "  4. to average over seeds with a confidence band, run `pgcli compare --parent <parent run id>`\n"
-        "  filter runs in the search box: tags.mlflow.parentRunId = '<id>', params.algo = 'ppo'",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--port", type=int, default=5000)
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
-    parser.add_argument("--workers", type=int, default=1, help="UI server worker processes (default: 1)")
-    parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.store_dir=elsewhere")
-    ns = parser.parse_args(args)
-    from pgcli.tracking import resolve_tracking_target
-
-    run_cfg = compose_train_config(ns.overrides)
-    if run_cfg.tracking.backend != "mlflow":
-        raise ConfigError("tracking=off has no run store to show; drop the tracking override")
-    target = resolve_tracking_target(run_cfg.tracking)
-    if target.uri.startswith(("http://", "https://")):
-        from pgcli.redact import redact_text
-
-        print(f"pgcli: runs are on a tracking server; open {redact_text(target.uri)} in a browser")
-        return 0
-    # One worker and no job runner: ~5 s to healthy instead of ~11 s with MLflow's 4 workers + 7 huey consumers
-    # on a 2-core machine (measured on this project's reference machine).
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", target.uri,
-           "--host", ns.host, "--port", str(ns.port), "--workers", str(ns.workers)]  # fmt: skip
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    if target.artifact_root:
-        cmd += ["--default-artifact-root", target.artifact_root]
-    print(f"pgcli: MLflow UI on http://{ns.host}:{ns.port} (store {target.uri}); Ctrl-C to stop", file=sys.stderr)
-    os.execv(sys.executable, cmd)
-    return 0  # not reached
+    return ui_main(args)
 
 
 def _runs_command(args: list[str]) -> int:

@@ -1,5 +1,8 @@
 """User-facing errors: printed as one line by the CLI, never with a traceback."""
 
+import argparse
+from typing import NoReturn
+
 
 class PgcliError(Exception):
     """Base class of the errors a user can fix; the CLI prints ``pgcli: error: <message>`` and exits non-zero."""
@@ -24,3 +27,10 @@ class DivergenceError(PgcliError):
         self.quantity, self.step, self.value, self.last_checkpoint = quantity, step, value, last_checkpoint
         where = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
         super().__init__(f"non-finite {quantity} at env step {step} ({value}); {where}")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """``argparse`` for pgcli's commands: a bad option is a one-line ConfigError (exit 2), not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see {self.prog} --help)")

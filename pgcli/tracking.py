@@ -28,6 +28,9 @@ RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
 PARAM_BATCH_LIMIT = 100
 T = TypeVar("T")
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+"""MLflow 3's experiment kind: "Machine learning" (model training) rather than a GenAI app. MLflow 3.17's UI picks
+its view from the sidebar's GenAI / Model training switch instead, which ``pgcli ui``'s URLs set (pgcli/ui.py)."""
 
 
 class MetricLogger(Protocol):
@@ -365,13 +368,19 @@ def with_retry(fn: Callable[..., T], *args: Any, timeout_s: float = 60.0, **kwar
 
 
 def get_or_create_experiment(client: Any, name: str, artifact_root: str | None) -> str:
-    """The id of experiment ``name``, created (with its artifacts under ``artifact_root``) if needed."""
+    """The id of experiment ``name``, created (with its artifacts under ``artifact_root``) if needed.
+
+    pgcli's experiments are tagged as model training (:data:`EXPERIMENT_KIND`), existing ones on their next run.
+    """
     exp = with_retry(client.get_experiment_by_name, name)
     if exp is not None:
+        if EXPERIMENT_KIND_TAG not in exp.tags:
+            with_retry(client.set_experiment_tag, exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return str(exp.experiment_id)
     location = f"{artifact_root}/{name}" if artifact_root else None
     try:
-        return str(with_retry(client.create_experiment, name, artifact_location=location))
+        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        return str(with_retry(client.create_experiment, name, artifact_location=location, tags=tags))
     except Exception:  # a parallel sweep job created it first
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -545,11 +554,15 @@ class RunStore:
     """The runs of one tracking store, through ``MlflowClient`` (every call retried while SQLite is locked)."""
 
     def __init__(self, uri: str) -> None:
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         quiet_mlflow_logs(uri)
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+        except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
+            raise PgcliError(f"cannot open the run store {uri}: {str(exc).split('. ')[0]}") from None
 
     def create_run(
         self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None
@@ -604,17 +617,27 @@ class RunStore:
         self, experiment_ids: list[str], filter_string: str = "", *, order_by: list[str] | None = None
     ) -> list[RunRecord]:
         """Every run matching ``filter_string`` (MLflow search syntax) in the given experiments, all pages."""
+        from mlflow.exceptions import MlflowException
+
         out: list[RunRecord] = []
         token = None
         while True:
-            page = with_retry(
-                self.client.search_runs,
-                experiment_ids,
-                filter_string=filter_string,
-                order_by=order_by,
-                max_results=1000,
-                page_token=token,
-            )
+            try:
+                page = with_retry(
+                    self.client.search_runs,
+                    experiment_ids,
+                    filter_string=filter_string,
+                    order_by=order_by,
+                    max_results=1000,
+                    page_token=token,
+                )
+            except MlflowException as exc:
+                if exc.error_code != "INVALID_PARAMETER_VALUE":
+                    raise
+                reason = str(exc).splitlines()[0]
+                raise ConfigError(
+                    f"invalid search filter {filter_string!r}: {reason} (e.g. \"params.algo = 'ppo'\")"
+                ) from None
             out.extend(_record(r) for r in page)
             token = page.token
             if not token:

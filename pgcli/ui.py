@@ -1,0 +1,239 @@
+"""``pgcli ui``: the MLflow UI on pgcli's run store, said ready when it answers, opened on the runs.
+
+- The server is MLflow's own (``python -m mlflow ui``), run in a private empty folder. ``python -m`` puts the current
+  folder first on ``sys.path``, and so does the uvicorn it starts (its ``--app-dir`` defaults to ``.``), so in the
+  user's folder a file named ``mlflow.py`` or ``uvicorn.py`` would run instead of MLflow (issue 10). The store's
+  paths are absolute, so the folder the server runs in does not matter to it.
+- Before it starts: the store must exist and be an MLflow store (nothing is created in a folder without one), the
+  port must be in range and free. Bad input exits 2, a fault (port taken, server that never answers) exits 1.
+- It polls the server's ``/health`` endpoint and prints the URL once the UI answers, with the time that took.
+- The URLs it prints open MLflow's model-training view. MLflow 3.17's UI takes the view from its sidebar switch
+  (GenAI / Model training), kept in the browser's local storage and defaulting to GenAI, where an experiment opens
+  on an empty Traces page; ``?workflowType=machine_learning`` selects model training (the experiment's
+  ``mlflow.experimentKind`` tag, which pgcli also sets, is what earlier MLflow 3 releases read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import deque
+from typing import IO, Any
+
+from pgcli.errors import CommandParser, ConfigError, PgcliError
+
+ML_VIEW = "workflowType=machine_learning"
+"""Query of MLflow UI URLs that selects the model-training view (runs, charts) over the GenAI one."""
+DEFAULT_TIMEOUT_S = 180.0
+
+
+def parse_args(args: list[str]) -> argparse.Namespace:
+    parser = CommandParser(
+        prog="pgcli ui",
+        description="Open the MLflow UI on pgcli's run store (the one `pgcli train` logs to with the same "
+        "tracking overrides). Prints the URL once the UI answers. Runs of a sweep are nested under their parent "
+        "run; select runs and use the Chart view to compare learning curves.",
+        epilog="comparing a sweep's runs (pgcli train -m ...):\n"
+        "  1. open the URL pgcli prints (it selects MLflow's 'Model training' view; in the sidebar, switch from\n"
+        "     'GenAI' to 'Model training' if an experiment opens on an empty Traces page)\n"
+        "  2. open the experiment (the env name, or `sweeps` for a sweep over several envs, or experiment=...);\n"
+        "     the sweep is one row, `sweep-<date>-<time>`: expand it (+) to see its jobs as child runs;\n"
+        "     its Artifacts tab has children.md (each job's status and final return), Optuna's\n"
+        "     optimization_results.yaml, and compare/ once `pgcli compare` has run\n"
+        "  3. tick the child runs (select all, then untick the parent) and open Chart view: each metric\n"
+        "     (eval/return_mean, rollout/ep_return_mean, ...) is one chart against env steps, one line per run\n"
+        "  4. to average over seeds with a confidence band, run `pgcli compare --parent <parent run id>`\n"
+        "  filter runs in the search box: tags.mlflow.parentRunId = '<id>', params.algo = 'ppo'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
+    parser.add_argument("--workers", type=int, default=1, help="UI server worker processes (default: 1)")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the UI to answer (default: 180)"
+    )
+    parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.store_dir=elsewhere")
+    return parser.parse_args(args)
+
+
+def main(args: list[str]) -> int:
+    """Entry point of ``pgcli ui``: start the server, say when it is ready, run until Ctrl-C or SIGTERM."""
+    ns = parse_args(args)
+    if not 1 <= ns.port <= 65535:
+        raise ConfigError(f"--port must be between 1 and 65535 (got {ns.port}); e.g. --port 5000")
+    if ns.workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (got {ns.workers})")
+    if not ns.timeout > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds (got {ns.timeout})")
+    from pgcli.compose import compose_train_config
+    from pgcli.store_check import check_readable_store, redact, sqlite_path
+    from pgcli.tracking import resolve_tracking_target
+
+    run_cfg = compose_train_config(ns.overrides)
+    if run_cfg.tracking.backend != "mlflow":
+        raise ConfigError("tracking=off has no run store to show; drop the tracking override")
+    target = resolve_tracking_target(run_cfg.tracking)
+    if target.uri.startswith(("http://", "https://")):
+        print(f"pgcli: runs are on a tracking server; open {redact(target.uri)} in a browser")
+        return 0
+    check_readable_store(target.uri, doing="show")
+    check_port_free(ns.host, ns.port)
+
+    db = sqlite_path(target.uri)
+    store_uri = f"sqlite:///{db}" if db else target.uri  # absolute: the server runs in another folder
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri,
+           "--host", ns.host, "--port", str(ns.port), "--workers", str(ns.workers)]  # fmt: skip
+    if target.artifact_root:
+        cmd += ["--default-artifact-root", target.artifact_root]
+    # One worker and no job runner: ~5 s to healthy instead of ~11 s with MLflow's 4 workers + 7 huey consumers
+    # on a 2-core machine.
+    env = {**os.environ}
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    url = f"http://{browser_host(ns.host)}:{ns.port}"
+    print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` stops the server too, as Ctrl-C does
+    start = time.monotonic()
+    # A session of its own: the server and its uvicorn child are stopped together, as one process group.
+    server_dir = tempfile.TemporaryDirectory(prefix="pgcli-ui-")  # nothing in it can shadow mlflow or uvicorn
+    server = subprocess.Popen(
+        cmd,
+        cwd=server_dir.name,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output = ServerOutput(server.stdout)
+    try:
+        wait_until_healthy(server, url, output, timeout_s=ns.timeout)
+        print(f"pgcli: MLflow UI ready after {time.monotonic() - start:.1f} s; Ctrl-C to stop", file=sys.stderr)
+        output.forward()
+        print(f"  experiments: {url}/#/experiments?{ML_VIEW}")
+        latest = latest_experiment(url)
+        if latest is not None:
+            runs_url = f"{url}/#/experiments/{latest[0]}/runs?{ML_VIEW}"
+            print(f"  latest experiment '{latest[1]}': {runs_url}\n  its charts: {runs_url}&compareRunsMode=CHART")
+        sys.stdout.flush()
+        code = server.wait()
+    except KeyboardInterrupt:
+        stop(server)
+        print("pgcli: MLflow UI stopped", file=sys.stderr)
+        return 0
+    except BaseException:
+        stop(server)
+        raise
+    finally:
+        server_dir.cleanup()
+    raise PgcliError(f"the MLflow UI server stopped with status {code}: {output.last_line()}")
+
+
+def browser_host(host: str) -> str:
+    """Where a browser on this machine reaches a server bound to ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise a one-line PgcliError when ``host:port`` cannot be bound (in use, or an address not on this machine)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is not "in use"
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            what = "is in use (another pgcli ui or server?)" if exc.errno == 98 else f"cannot be used ({exc.strerror})"
+            raise PgcliError(f"{host}:{port} {what}; pick another with --port N") from None
+
+
+class ServerOutput:
+    """Reads the server's output in a thread: kept (last lines) until the UI is ready, then passed to stderr."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self.lines: deque[str] = deque(maxlen=50)
+        self._forward = threading.Event()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str] | None) -> None:
+        if stream is None:
+            return
+        for line in stream:
+            self.lines.append(line.rstrip())
+            if self._forward.is_set():
+                sys.stderr.write(line)
+
+    def forward(self) -> None:
+        self._forward.set()
+
+    def last_line(self) -> str:
+        """The server's last meaningful line (its error), for a one-line message."""
+        self._thread.join(timeout=2)
+        meaningful = [line for line in self.lines if line.strip() and not line.startswith((" ", "\t", "^"))]
+        return meaningful[-1] if meaningful else "no output"
+
+
+def wait_until_healthy(server: subprocess.Popen[str], url: str, output: ServerOutput, *, timeout_s: float) -> None:
+    """Poll ``url/health`` until the UI answers; raise a one-line PgcliError if the server exits or times out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = server.poll()
+        if code is not None:
+            raise PgcliError(f"the MLflow UI server exited with status {code} before it answered: {output.last_line()}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            stop(server)
+            raise PgcliError(
+                f"the MLflow UI did not answer on {url} within {timeout_s:.0f} s (last output: {output.last_line()}); "
+                "a busy machine may need --timeout"
+            )
+        time.sleep(0.2)
+
+
+def latest_experiment(url: str) -> tuple[str, str] | None:
+    """(id, name) of the most recently created or changed experiment other than MLflow's empty Default one, read
+    through the server's REST API; None if there is none."""
+    body = json.dumps({"max_results": 10, "order_by": ["last_update_time DESC"]}).encode()
+    request = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/experiments/search", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            experiments: list[dict[str, Any]] = json.load(response).get("experiments", [])
+    except (OSError, ValueError):
+        return None  # only a convenience: the experiments URL is printed anyway
+    named = [e for e in experiments if e.get("name") != "Default"]
+    return (str(named[0]["experiment_id"]), str(named[0]["name"])) if named else None
+
+
+def stop(server: subprocess.Popen[str]) -> None:
+    """Stop the server's whole process group (MLflow's CLI and its uvicorn): SIGTERM, then SIGKILL after 30 s.
+
+    MLflow's CLI forwards the signal to uvicorn and waits for it: 5-9 s on a busy 2-core machine.
+    """
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return  # already gone, children included
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
