@@ -193,6 +193,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
     """Build everything for ``cfg`` and train. The MLflow run ends FINISHED, FAILED (exception) or KILLED (Ctrl-C)."""
     import torch
 
+    from pgcli.agent import write_agent_files
     from pgcli.env import make_vec_env, reward_threshold
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.tracking import resolve_tracking_target
@@ -236,10 +237,13 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             steps = trainer.learn(cfg.total_steps, monitor)
             final = monitor.finish(steps, trainer)
             model_dir = trainer.save(ctx.output_dir / "model")
-            if cfg.tracking.log_model:
-                logger.log_artifact(model_dir, "model")
-                if monitor.best_dir is not None and monitor.best_dir.is_dir():
-                    logger.log_artifact(monitor.best_dir, "best_model")
+            saved = [(model_dir, "model")]
+            if monitor.best_dir is not None and monitor.best_dir.is_dir():
+                saved.append((monitor.best_dir, "best_model"))
+            for path, name in saved:  # agent.json: what `pgcli eval` and the MLflow Model load the agent from
+                write_agent_files(path, cfg, ctx.algo_name, env)
+                if cfg.tracking.log_model:
+                    logger.log_model(path, name)
             hydra_dir = ctx.output_dir / ".hydra"
             if hydra_dir.is_dir():
                 logger.log_artifact(hydra_dir, "hydra")

@@ -37,6 +37,8 @@ class MetricLogger(Protocol):
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
+    def log_model(self, model_dir: Path, name: str) -> None: ...
+
     def close(self, status: str) -> None: ...
 
 
@@ -163,11 +165,47 @@ class MLflowBackend:
         else:
             self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    def log_model(self, model_dir: Path, name: str) -> None:
+        """Log ``model_dir`` (a saved agent with its ``agent.json``) as the MLflow Model ``runs:/<run id>/<name>``."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
+            self.client.log_artifacts(self.run_id, str(save_pyfunc_model(model_dir, Path(tmp) / name)), name)
+
     def end(self, status: str) -> None:
         try:
             self.flush()
         finally:
             with_retry(self.client.set_terminated, self.run_id, status=status)
+
+
+PYFUNC_LOADER = "pgcli.pyfunc"
+MODEL_REQUIREMENTS = ("pgcli", "torch", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "pandas")
+
+
+def save_pyfunc_model(model_dir: Path, path: Path) -> Path:
+    """Write an MLflow Model at ``path``: pyfunc with :mod:`pgcli.pyfunc` as loader, the agent's files beside MLmodel.
+
+    A loader module rather than a pickled ``PythonModel``: the model holds plain files only (weights, JSON, SB3's zip),
+    and loading it unpickles no object of ours. Requirements are pinned from the installed versions (MLflow's own
+    inference would import the model in a subprocess: seconds per run).
+    """
+    import shutil
+    from importlib.metadata import PackageNotFoundError, version
+
+    import mlflow.pyfunc
+
+    requirements = []
+    for package in MODEL_REQUIREMENTS:
+        try:
+            requirements.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            continue
+    mlflow.pyfunc.save_model(str(path), loader_module=PYFUNC_LOADER, pip_requirements=requirements)
+    for item in model_dir.iterdir():
+        if item.is_file():
+            shutil.copy2(item, path / item.name)
+    return path
 
 
 def quiet_mlflow_logs() -> None:
@@ -239,6 +277,10 @@ class RunLogger:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if self.backend:
             self.backend.log_artifact(path, artifact_path)
+
+    def log_model(self, model_dir: Path, name: str) -> None:
+        if self.backend:
+            self.backend.log_model(model_dir, name)
 
     def last(self, key: str) -> float | None:
         """The most recent value of ``key`` (None if never logged)."""
