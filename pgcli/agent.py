@@ -69,18 +69,20 @@ def env_action_space(cfg: EnvConfig) -> gym.Space:
         env.close()
 
 
-def write_agent_files(model_dir: Path, cfg: TrainConfig, algo_name: str, env: VectorEnv) -> None:
+def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str, env: VectorEnv) -> None:
     """Write ``agent.json`` (and, for SB3 models of a normalising env, ``vecnormalize.pkl``) into ``model_dir``.
 
     Args:
         model_dir: a directory the trainer has saved into.
         cfg: the run's validated config.
         algo_name: the algo option (``ppo``, ``trpo``, ...), which picks the algo schema when the config is read back.
+        env_name: the env option (``cartpole``, ``hopper``, ...).
         env: the training env (its spaces).
     """
     spec = {
         "format": FORMAT_VERSION,
         "algo": algo_name,
+        "env": env_name,
         "backend": "sb3" if (model_dir / SB3_FILE).is_file() else "torch",
         "observation_shape": list(env.single_observation_space.shape or ()),
         "policy_action_space": space_spec(env.single_action_space),
@@ -151,6 +153,18 @@ def train_config_from_dict(values: dict[str, Any], algo_name: str) -> TrainConfi
 def agent_config(spec: dict[str, Any]) -> TrainConfig:
     """The run's config stored in an ``agent.json``."""
     return train_config_from_dict(spec["config"], spec["algo"])
+
+
+def hydra_run_config(hydra_dir: Path) -> tuple[dict[str, Any], str, str]:
+    """A run's logged config from its ``.hydra`` directory: the resolved values and its algo and env options."""
+    import yaml
+
+    try:
+        values = yaml.safe_load((hydra_dir / "config.yaml").read_text())
+        choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
+        return values, str(choices["algo"]), str(choices["env"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read the run's config in {hydra_dir}: {exc}") from None
 
 
 @dataclass

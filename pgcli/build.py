@@ -241,7 +241,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             if monitor.best_dir is not None and monitor.best_dir.is_dir():
                 saved.append((monitor.best_dir, "best_model"))
             for path, name in saved:  # agent.json: what `pgcli eval` and the MLflow Model load the agent from
-                write_agent_files(path, cfg, ctx.algo_name, env)
+                write_agent_files(path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name, env=env)
                 if cfg.tracking.log_model:
                     logger.log_model(path, name)
             hydra_dir = ctx.output_dir / ".hydra"

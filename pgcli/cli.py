@@ -41,6 +41,7 @@ usage: pgcli <command> [options] [key=value ...]
 
 commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
+  eval       score a trained agent (and record video)    pgcli eval <run id | run dir> --video
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
 
@@ -75,7 +76,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"pgcli {pgcli.__version__}")
         return 0
     command, rest = args[0], args[1:]
-    commands = {"train": _train_command, "ui": _ui_command, "compare": _compare_command}
+    commands = {"train": _train_command, "eval": _eval_command, "ui": _ui_command, "compare": _compare_command}
     if command not in commands:
         close = difflib.get_close_matches(command, commands, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -379,6 +380,12 @@ def _ui_command(args: list[str]) -> int:
     print(f"pgcli: MLflow UI on http://{ns.host}:{ns.port} (store {target.uri}); Ctrl-C to stop", file=sys.stderr)
     os.execv(sys.executable, cmd)
     return 0  # not reached
+
+
+def _eval_command(args: list[str]) -> int:
+    from pgcli.evaluate import main as eval_main
+
+    return eval_main(args, compose=compose_train_config)
 
 
 def _compare_command(args: list[str]) -> int:

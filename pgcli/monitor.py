@@ -31,12 +31,17 @@ from pgcli.env import (
     normalizer_state,
 )
 from pgcli.tracking import MetricLogger
+from pgcli.video import EpisodeRecorder
 
 
-class Agent(Protocol):
-    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
+class Actor(Protocol):
+    """What evaluation needs: actions for a batch of observations."""
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray: ...
+
+
+class Agent(Actor, Protocol):
+    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
 
     def save(self, path: Path) -> Path: ...
 
@@ -79,27 +84,48 @@ class Evaluator:
             self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
-        n = env.num_envs
-        # Episodes per sub-env fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
-        targets = np.array([(self.cfg.episodes + i) // n for i in range(n)])
-        counts = np.zeros(n, dtype=int)
-        returns: list[float] = []
-        lengths: list[int] = []
-        obs, _ = env.reset(seed=self.seed)  # the same start states at every evaluation: comparable over time
-        while (counts < targets).any():
-            obs, _, _, _, info = env.step(agent.act(obs, self.cfg.deterministic))
-            final = info.get("final_info")
-            if final and "episode" in final:
-                for i in np.flatnonzero(final["_episode"]):
-                    if counts[i] < targets[i]:
-                        returns.append(float(final["episode"]["r"][i]))
-                        lengths.append(int(final["episode"]["l"][i]))
-                        counts[i] += 1
-        return EvalResult(np.asarray(returns), np.asarray(lengths))
+        # the same start states at every evaluation: comparable over time
+        return run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed)
 
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
+
+
+def run_episodes(
+    env: VectorEnv,
+    agent: Actor,
+    episodes: int,
+    *,
+    deterministic: bool,
+    seed: int,
+    recorder: EpisodeRecorder | None = None,
+) -> EvalResult:
+    """Play ``episodes`` episodes on ``env`` (reset with ``seed``); raw returns and lengths, in the order they end.
+
+    Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
+    ``recorder`` (video) is told after each step whether sub-env 0's episode ended.
+    """
+    n = env.num_envs
+    targets = np.array([(episodes + i) // n for i in range(n)])
+    counts = np.zeros(n, dtype=int)
+    returns: list[float] = []
+    lengths: list[int] = []
+    obs, _ = env.reset(seed=seed)
+    if recorder is not None:
+        recorder.reset()
+    while (counts < targets).any():
+        obs, _, terminated, truncated, info = env.step(agent.act(obs, deterministic))
+        if recorder is not None:
+            recorder.step(bool(terminated[0] or truncated[0]))
+        final = info.get("final_info")
+        if final and "episode" in final:
+            for i in np.flatnonzero(final["_episode"]):
+                if counts[i] < targets[i]:
+                    returns.append(float(final["episode"]["r"][i]))
+                    lengths.append(int(final["episode"]["l"][i]))
+                    counts[i] += 1
+    return EvalResult(np.asarray(returns), np.asarray(lengths))
 
 
 class TrainingMonitor:

@@ -389,6 +389,32 @@ class RunStore:
     def get(self, run_id: str) -> RunRecord:
         return _record(with_retry(self.client.get_run, run_id))
 
+    def find(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None when the store has no such run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.get(run_id)
+        except MlflowException:
+            return None
+
+    def create_run_in(self, experiment_id: str, *, run_name: str, tags: Mapping[str, str]) -> RunRecord:
+        """Start a run (RUNNING) in an existing experiment."""
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        return self.get(run.info.run_id)
+
+    def download(self, run_id: str, artifact_path: str, dst: Path) -> Path | None:
+        """Download an artifact directory of a run into ``dst``; None when the run has no such directory."""
+        from mlflow.exceptions import MlflowException
+
+        if not with_retry(self.client.list_artifacts, run_id, artifact_path):
+            return None
+        dst.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(self.client.download_artifacts(run_id, artifact_path, str(dst)))
+        except (MlflowException, OSError):
+            return None
+
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
