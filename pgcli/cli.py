@@ -50,6 +50,7 @@ examples:
   pgcli train algo=a2c env=pendulum total_steps=50000
   pgcli train -m algo=ppo,trpo env=cartpole seed=0,1,2
   pgcli train --cfg job algo=trpo env=hopper        # print the composed config, do not train
+  pgcli train --from-run <run id> seed=1            # a logged run's exact config again, overrides on top
   pgcli train --help                                # config groups and their options
 
 options:
@@ -105,6 +106,11 @@ HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-com
 def _train_command(args: list[str]) -> int:
     if "-h" in args or "--help" in args:
         return _train_help(_task_overrides(args))
+    from pgcli.rerun import from_run_args, has_from_run, reject_logged_config_dir
+
+    reject_logged_config_dir(args)
+    if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
+        args = from_run_args(args, overrides=_task_overrides(args), store_for=_run_store)
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         validate_overrides(_task_overrides(args), multirun=any(a in ("-m", "--multirun") for a in args))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` ends the MLflow run KILLED, as Ctrl-C does
@@ -123,6 +129,12 @@ def _train_command(args: list[str]) -> int:
         raise
     outcome = close_sweep("FINISHED")
     return 1 if outcome is not None and not outcome.ok else 0
+
+
+def _run_store(overrides: list[str]) -> Any:
+    from pgcli.tracking import open_run_store
+
+    return open_run_store(compose_train_config(overrides).tracking)
 
 
 def _train_help(overrides: list[str]) -> int:
@@ -298,6 +310,7 @@ def run_train(cfg: Any) -> float:
     from hydra.types import RunMode
 
     from pgcli.build import RunContext, train
+    from pgcli.rerun import source_tags
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -317,7 +330,7 @@ def run_train(cfg: Any) -> float:
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
-                extra_tags=sweep_tags,
+                extra_tags=sweep_tags | source_tags(),
             )
             summary = train(seed_cfg, ctx)
             from pgcli.console import print_summary

@@ -88,16 +88,12 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str], *, compose: Callable[[list[str]], Any]) -> int:
     """``pgcli eval``. ``compose`` turns the tracking overrides into a validated TrainConfig (the CLI's)."""
     ns = parse_args(args)
+    from pgcli.tracking import open_run_store
+
     tracking = compose(ns.overrides).tracking
-    store = _store(tracking) if tracking.backend == "mlflow" else None
+    store = open_run_store(tracking)
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
-
-
-def _store(tracking: Any) -> Any:
-    from pgcli.tracking import RunStore, resolve_tracking_target
-
-    return RunStore(resolve_tracking_target(tracking).uri)
 
 
 def _artifact_root(tracking: Any) -> str | None:

@@ -482,6 +482,11 @@ class RunStore:
         return sorted((int(m.step), float(m.value)) for m in points)
 
 
+def open_run_store(cfg: TrackingConfig) -> RunStore | None:
+    """The run store ``cfg`` points at (None with ``tracking=off``)."""
+    return RunStore(resolve_tracking_target(cfg).uri) if cfg.backend == "mlflow" else None
+
+
 def _record(run: Any) -> RunRecord:
     return RunRecord(
         run_id=run.info.run_id,
