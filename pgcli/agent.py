@@ -255,10 +255,12 @@ class RawPolicy:
         return out[0] if single else out
 
     def _to_env_bounds(self, actions: np.ndarray) -> np.ndarray:
+        from gymnasium.wrappers.utils import rescale_box
+
         assert isinstance(self.policy_space, gym.spaces.Box) and isinstance(self.env_space, gym.spaces.Box)
-        low, high = self.policy_space.low.reshape(-1), self.policy_space.high.reshape(-1)
-        actions = np.clip(actions, low, high)
-        if self.cfg.env.rescale_actions:  # gymnasium's RescaleAction: [low, high] -> [env low, env high], linear
-            env_low, env_high = self.env_space.low.reshape(-1), self.env_space.high.reshape(-1)
-            actions = env_low + (actions - low) * (env_high - env_low) / (high - low)
-        return actions.astype(np.float32).reshape(len(actions), *self.env_space.shape)
+        actions = np.clip(actions, self.policy_space.low.reshape(-1), self.policy_space.high.reshape(-1))
+        actions = actions.reshape(len(actions), *self.env_space.shape)
+        if self.cfg.env.rescale_actions:  # the map pgcli's RescaleAction applies: [-1, 1] -> the env's bounds
+            _, _, to_env = rescale_box(self.env_space, self.policy_space.low, self.policy_space.high)
+            actions = np.stack([to_env(a) for a in actions])
+        return actions.astype(self.env_space.dtype)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pgcli.errors import ConfigError
 
@@ -47,8 +47,13 @@ class EvalTarget:
     """The run's :class:`~pgcli.tracking.RunRecord` when it is in the store."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, as every pgcli error (argparse prints usage + exit 2)
+        raise ConfigError(f"pgcli eval: {message} (see pgcli eval --help)")
+
+
 def parse_args(args: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pgcli eval",
         description="Evaluate a trained agent: its final (or best) model with the run's frozen normalisation, on a "
         "fresh env built from the run's logged config. Prints return mean ± std and logs an `eval-<run>` MLflow run "
@@ -70,7 +75,7 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="directory for videos (default: <run dir>/eval/<time>)")
     parser.add_argument("--no-log", action="store_true", help="log nothing to MLflow")
     parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli train)")
-    ns = parser.parse_args(list(args))
+    ns = parser.parse_intermixed_args(list(args))
     ns.video = ns.video or any(o in VIDEO_FLAGS for o in ns.overrides)
     ns.overrides = [o for o in ns.overrides if o not in VIDEO_FLAGS and o not in ("video=false", "video=False")]
     bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
