@@ -243,7 +243,9 @@ class RawPolicy:
         single = obs.shape == self.obs_shape
         batch = obs.reshape(1, *self.obs_shape) if single else obs
         if batch.shape[1:] != self.obs_shape:
-            raise ValueError(f"observations must have shape [B, {', '.join(map(str, self.obs_shape))}], got {obs.shape}")
+            raise ValueError(
+                f"observations must have shape [B, {', '.join(map(str, self.obs_shape))}], got {obs.shape}"
+            )
         if self.obs_mean is not None and self.obs_std is not None:
             clip = self.cfg.env.clip_obs
             batch = np.clip((batch - self.obs_mean) / self.obs_std, -clip, clip)

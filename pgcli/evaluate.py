@@ -66,7 +66,9 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", help="run id, run directory or model directory")
-    parser.add_argument("--best", action="store_true", help="the best-evaluated agent (best_model/) instead of the final")
+    parser.add_argument(
+        "--best", action="store_true", help="the best-evaluated agent (best_model/) instead of the final"
+    )
     parser.add_argument("--episodes", type=int, help="episodes to play (default: the run's eval.episodes)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions (default: deterministic)")
     parser.add_argument("--seed", type=int, help="env seed (default: the run's seed + 10000, as its evaluations)")
@@ -80,7 +82,9 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     ns.overrides = [o for o in ns.overrides if o not in VIDEO_FLAGS and o not in ("video=false", "video=False")]
     bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
     if bad:
-        raise ConfigError(f"pgcli eval takes tracking overrides only (got {bad[0]!r}); the run's config is used as logged")
+        raise ConfigError(
+            f"pgcli eval takes tracking overrides only (got {bad[0]!r}); the run's config is used as logged"
+        )
     if ns.episodes is not None and ns.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {ns.episodes})")
     if ns.video_episodes < 1:
@@ -189,24 +193,25 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     from pgcli.agent import load_agent
     from pgcli.env import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
     from pgcli.monitor import run_episodes
-    from pgcli.video import EpisodeRecorder, first_frame, prepare_rendering, rendering_env_config
+    from pgcli.video import EpisodeRecorder, make_recording_env
 
     cfg = target.cfg
     episodes = ns.episodes or cfg.eval.episodes
     seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
     deterministic = not ns.stochastic
-    env_cfg = cfg.env
-    if ns.video:
-        prepare_rendering()
-        env_cfg = rendering_env_config(env_cfg)
     torch.manual_seed(seed)  # --stochastic: the action samples repeat with the seed
-    env = make_vec_env(env_cfg, seed=seed, n_envs=min(cfg.eval.n_envs, episodes))
+    n_envs = min(cfg.eval.n_envs, episodes)
+    # with --video, a one-line error now, before any MLflow run exists, if this env cannot render here
+    env = (
+        make_recording_env(cfg.env, seed=seed, n_envs=n_envs)
+        if ns.video
+        else make_vec_env(cfg.env, seed=seed, n_envs=n_envs)
+    )
     try:
         load_saved_normalizer(env, target.model_dir)  # frozen
         agent = load_agent(target.model_dir, cfg, env.single_observation_space, env.single_action_space)
         recorder = None
         if ns.video:
-            first_frame(env)  # a one-line error now, before any MLflow run exists, if this env cannot render
             out = ns.out or _default_out(target)
             n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
             recorder = EpisodeRecorder(env, out, n_episodes=n_video)
@@ -293,4 +298,3 @@ def _print_result(target: EvalTarget, result: Any, *, seed: int, deterministic: 
     if eval_run is not None:
         lines.append(f"  MLflow run    {eval_run.run_id}  ({store.uri})")
     print("\n".join(lines), flush=True)
-

@@ -108,7 +108,9 @@ def source_tags() -> dict[str, str]:
 
 
 @contextmanager
-def _hydra_dir(source: str, overrides: list[str], store_for: Callable[[list[str]], Any]) -> Iterator[tuple[Path, str | None]]:
+def _hydra_dir(
+    source: str, overrides: list[str], store_for: Callable[[list[str]], Any]
+) -> Iterator[tuple[Path, str | None]]:
     """``(.hydra dir, run id or None)`` of a run dir or a run id (downloaded when its directory is gone)."""
     path = Path(source)
     tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]

@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from pgcli.config import EnvConfig
+from pgcli.env import make_vec_env
 from pgcli.errors import PgcliError
 
 
@@ -47,22 +48,45 @@ def rendering_env_config(cfg: EnvConfig) -> EnvConfig:
     return replace(cfg, kwargs={**cfg.kwargs, "render_mode": "rgb_array"})
 
 
+def make_recording_env(cfg: EnvConfig, *, seed: int, n_envs: int) -> VectorEnv:
+    """pgcli's env for ``cfg`` with frames to record; a one-line :class:`RenderError` naming the cause if it has none.
+
+    MuJoCo reads ``MUJOCO_GL`` when it is first imported (building the env) and gymnasium when the first frame is
+    drawn, so both steps are checked here, before any episode or MLflow run starts.
+    """
+    prepare_rendering()
+    try:
+        env = make_vec_env(rendering_env_config(cfg), seed=seed, n_envs=n_envs)
+    except Exception as exc:  # MuJoCo's import with an unusable GL backend
+        raise _render_error(cfg.id, exc) from None
+    try:
+        first_frame(env)
+    except Exception:
+        env.close()
+        raise
+    return env
+
+
 def first_frame(env: VectorEnv) -> np.ndarray:
     """Render sub-env 0 of a synchronous vector env once; a :class:`RenderError` naming the cause if it cannot."""
     try:
-        frame = render(env)
+        return render(env)
     except RenderError:
         raise
     except Exception as exc:  # GL context, missing pygame, ...: the library's own words, first line
-        backend = os.environ.get("MUJOCO_GL", "default")
-        text = str(exc).strip().splitlines()
-        detail = text[0] if text else type(exc).__name__
-        raise RenderError(f"cannot render {env_id(env)} (MUJOCO_GL={backend}): {type(exc).__name__}: {detail}") from None
-    return frame
+        raise _render_error(env_id(env), exc) from None
+
+
+def _render_error(env_name: str, exc: BaseException) -> RenderError:
+    backend = os.environ.get("MUJOCO_GL", "default")
+    text = str(exc).strip().splitlines()
+    detail = text[0] if text else ""
+    return RenderError(f"cannot render {env_name} (MUJOCO_GL={backend}): {type(exc).__name__}: {detail}")
 
 
 def env_id(env: VectorEnv) -> str:
-    spec = env.unwrapped.spec  # a SyncVectorEnv's spec is its sub-envs'
+    base: Any = env.unwrapped
+    spec = base.envs[0].spec
     return spec.id if spec is not None else "the env"
 
 
