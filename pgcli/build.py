@@ -230,6 +230,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> TrainSummary:
             checkpoint_dir=ctx.output_dir / "checkpoints",
             checkpoint_every=cfg.checkpoint_every,
             best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
+            video_dir=ctx.output_dir / "videos",
             progress=cfg.progress,
         )
         try:

@@ -31,7 +31,7 @@ from pgcli.env import (
     normalizer_state,
 )
 from pgcli.tracking import MetricLogger
-from pgcli.video import EpisodeRecorder
+from pgcli.video import EpisodeRecorder, make_recording_env
 
 
 class Actor(Protocol):
@@ -80,12 +80,25 @@ class Evaluator:
         self._env: VectorEnv | None = None
 
     def __call__(self, agent: Agent) -> EvalResult:
+        return self._run(agent, None)[0]
+
+    def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
+        """Evaluate ``agent`` and record its first episode to ``video`` (a path; the suffix is the format's)."""
+        return self._run(agent, video)
+
+    def _run(self, agent: Agent, video: Path | None) -> tuple[EvalResult, list[Path]]:
         if self._env is None:
-            self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+            if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
+                self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+            else:
+                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
+        recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
         # the same start states at every evaluation: comparable over time
-        return run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed)
+        result = run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed,
+                              recorder=recorder)  # fmt: skip
+        return result, recorder.close() if recorder is not None else []
 
     def close(self) -> None:
         if self._env is not None:
@@ -141,6 +154,7 @@ class TrainingMonitor:
         checkpoint_dir: Path | None,
         checkpoint_every: int = 0,
         best_dir: Path | None = None,
+        video_dir: Path | None = None,
         progress: bool = True,
         window: int = 100,
         log_every_steps: int = 1000,
@@ -152,6 +166,9 @@ class TrainingMonitor:
         self.n_episodes = 0
         self.last_eval: EvalResult | None = None
         self.best_dir = best_dir
+        self.video_dir = video_dir
+        video_every = evaluator.cfg.video_every if evaluator is not None and video_dir is not None else 0
+        self.video_every, self._next_video = video_every, (video_every if video_every > 0 else None)
         self.best_eval: EvalResult | None = None
         self.best_step: int | None = None
         self._last_eval_step: int | None = None
@@ -205,7 +222,17 @@ class TrainingMonitor:
         if self.evaluator is None:
             return None
         t0 = time.perf_counter()
-        result = self.evaluator(agent)
+        video = None
+        if self._next_video is not None and self.video_dir is not None and step >= self._next_video:
+            video = self.video_dir / f"step_{step}"  # eval.video_every: the evaluation's first episode
+            while self._next_video <= step:
+                self._next_video += self.video_every
+        if video is None:
+            result = self.evaluator(agent)
+        else:
+            result, videos = self.evaluator.record(agent, video)
+            for path in videos:
+                self.logger.log_artifact(path, "videos")
         if self.best_eval is None or result.mean > self.best_eval.mean:
             self.best_eval, self.best_step = result, step
             if self.best_dir is not None:

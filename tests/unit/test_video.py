@@ -84,3 +84,26 @@ def test_a_missing_gl_backend_is_a_one_line_render_error():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("cannot render InvertedPendulum-v5 (MUJOCO_GL=no-such-backend): ")
     assert proc.stdout.count("\n") == 1
+
+
+def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
+    from tests.unit.test_monitor import RecordingLogger, RowPolicy
+
+    from pgcli.config import EvalConfig
+    from pgcli.monitor import Evaluator, TrainingMonitor
+
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=2)
+    evaluator = Evaluator(
+        env_cfg, EvalConfig(episodes=1, video_every=200), seed=0, train_env=make_vec_env(env_cfg, seed=0)
+    )
+    logger = RecordingLogger()
+    monitor = TrainingMonitor(logger, total_steps=400, evaluator=evaluator, eval_every=100, checkpoint_dir=None,
+                              video_dir=tmp_path / "videos", progress=False)  # fmt: skip
+    for step in (100, 200, 300, 400):
+        monitor.update(step, RowPolicy())
+    monitor.close()
+    assert logger.steps_of("eval/return_mean") == [100, 200, 300, 400]
+    suffix = ".mp4" if importlib.util.find_spec("imageio_ffmpeg") else ".gif"
+    assert [(p.name, where) for p, where in logger.artifacts] == [(f"step_200{suffix}", "videos"),
+                                                                   (f"step_400{suffix}", "videos")]  # fmt: skip
+    assert len(frames(tmp_path / "videos" / f"step_200{suffix}")) > 1
