@@ -51,9 +51,9 @@ def saved_agent(name: str, root: Path) -> Path:
     return model_dir
 
 
-def time_once(fn: Any) -> float:
+def time_once(fn: Any, *args: Any) -> float:
     start = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - start
 
 
@@ -77,17 +77,16 @@ def main() -> None:
                 backend = MLflowBackend(target, experiment="bench", run_name=f"{name}-{i}", tags={})
                 order = ["artifact", "pyfunc"] if i % 2 == 0 else ["pyfunc", "artifact"]
                 for kind in order:
-                    if kind == "artifact":
-                        times[kind].append(time_once(lambda b=backend: b.log_artifact(model_dir, "raw_model")))
-                    else:
-                        times[kind].append(time_once(lambda b=backend: b.log_model(model_dir, "model")))
-                uri = f"runs:/{backend.run_id}/model"
-                times["load"].append(time_once(lambda u=uri: mlflow.pyfunc.load_model(u).predict(obs)))
+                    log = backend.log_artifact if kind == "artifact" else backend.log_model
+                    times[kind].append(time_once(log, model_dir, "raw_model" if kind == "artifact" else "model"))
+                model = f"runs:/{backend.run_id}/model"
+                times["load"].append(time_once(lambda uri, x: mlflow.pyfunc.load_model(uri).predict(x), model, obs))
                 backend.end("FINISHED")
             size = sum(p.stat().st_size for p in model_dir.iterdir())
             results[name] = {"model_dir_bytes": size, **{k: statistics.median(v) for k, v in times.items()}}
-            print(f"{name:13s} model dir {size / 1024:6.0f} KiB   log_artifact {results[name]['artifact']:.3f} s   "
-                  f"log_model {results[name]['pyfunc']:.3f} s   load+predict {results[name]['load']:.3f} s")  # fmt: skip
+            res = results[name]
+            print(f"{name:13s} model dir {size / 1024:6.0f} KiB   log_artifact {res['artifact']:.3f} s   "
+                  f"log_model {res['pyfunc']:.3f} s   load+predict {res['load']:.3f} s")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"repeats": args.repeats, "results": results}, indent=1) + "\n")
 

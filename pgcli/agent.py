@@ -107,6 +107,7 @@ def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env
     norm = VecNormalize(DummyVecEnv([_Spaces]), training=False, norm_obs=cfg.normalize_obs,
                         norm_reward=cfg.normalize_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
                         gamma=gamma, epsilon=1e-8)  # fmt: skip
+    rms: Any  # SB3 types obs_rms as RunningMeanStd or a dict of them (dict observation spaces); ours is one
     for name, rms in (("obs_rms", norm.obs_rms), ("ret_rms", norm.ret_rms)):
         rms.mean, rms.var = data[f"{name}.mean"], data[f"{name}.var"]
         rms.count = float(data[f"{name}.count"])

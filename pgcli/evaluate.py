@@ -173,7 +173,7 @@ def _is_model_dir(path: Path) -> bool:
 
 
 def _target(model_dir: Path, which: str, run_dir: Path | None, run: Any, hydra_dir: Path | None = None) -> EvalTarget:
-    """Read the run's config: ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json)."""
+    """The run's config from ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json)."""
     from pgcli.agent import AGENT_FILE, agent_config, hydra_run_config, read_agent_spec, train_config_from_dict
 
     if (model_dir / AGENT_FILE).is_file():

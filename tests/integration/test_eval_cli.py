@@ -131,7 +131,7 @@ def test_eval_hopper_with_video(tmp_path: Path, mlflow_schema_db: Path):
     ],
 )
 def test_bad_input_is_one_line_and_status_2(cartpole, argv: list[str], fragment: str, tmp_path: Path):
-    store, workdir, run = cartpole
+    store, _, run = cartpole
     (tmp_path / "empty").mkdir()
     run_dir = run.data.tags["output_dir"]
     argv = [a.format(empty=tmp_path / "empty", run=run_dir, model=f"{run_dir}/model") for a in argv]

@@ -71,17 +71,17 @@ def test_a_model_dir_without_agent_json_or_with_a_bad_one_is_a_one_line_error(tm
     with pytest.raises(ConfigError, match="unsupported format 99"):
         read_agent_spec(model_dir)
     (model_dir / "agent.json").unlink()
-    with pytest.raises(ConfigError, match="has no agent.json"):
+    with pytest.raises(ConfigError, match=r"has no agent\.json"):
         read_agent_spec(model_dir)
 
 
 def test_a_logged_config_that_breaks_a_rule_is_a_config_error():
     values = {"env": {"id": "CartPole-v1"}, "algo": {"target_kl": -1.0}}
-    with pytest.raises(ConfigError, match="algo.target_kl must be > 0"):
+    with pytest.raises(ConfigError, match=r"algo\.target_kl must be > 0"):
         train_config_from_dict(values, "trpo")
     with pytest.raises(ConfigError, match="is not an algo option"):
         train_config_from_dict(values, "nope")
-    with pytest.raises(ConfigError, match="does not fit this pgcli's schema"):
+    with pytest.raises(ConfigError, match=r"does not fit this pgcli's schema"):
         train_config_from_dict({**values, "algo": {"no_such_key": 1}}, "trpo")
 
 
@@ -89,7 +89,7 @@ def test_truncated_weights_are_a_config_error(tmp_path: Path):
     model_dir, *_ = pendulum_model_dir(tmp_path)
     data = (model_dir / "model.pt").read_bytes()
     (model_dir / "model.pt").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ConfigError, match="cannot load .*model.pt"):
+    with pytest.raises(ConfigError, match=r"cannot load .*model\.pt"):
         RawPolicy(model_dir)
 
 

@@ -87,10 +87,9 @@ def test_a_missing_gl_backend_is_a_one_line_render_error():
 
 
 def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
-    from tests.unit.test_monitor import RecordingLogger, RowPolicy
-
     from pgcli.config import EvalConfig
     from pgcli.monitor import Evaluator, TrainingMonitor
+    from tests.unit.test_monitor import RecordingLogger, RowPolicy
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=2)
     evaluator = Evaluator(
