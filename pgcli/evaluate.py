@@ -215,7 +215,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
             out = ns.out or _default_out(target)
             n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
             recorder = EpisodeRecorder(env, out, n_episodes=n_video)
-        source = _source_run(target, store) if store is not None else None
+        source = _source_run(target, store) if store is not None else target.run
         eval_run = _open_eval_run(store, target, source, artifact_root) if store is not None else None
         status = "FAILED"
         try:
