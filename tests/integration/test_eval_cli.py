@@ -105,6 +105,7 @@ def test_eval_by_run_id_downloads_the_model_when_the_run_dir_is_gone(cartpole):
     assert "2 episodes, stochastic, env seed 7" in proc.stdout
 
 
+@pytest.mark.slow  # MuJoCo through software EGL: ~2 min on a loaded 2-core machine
 def test_eval_hopper_with_video(tmp_path: Path, mlflow_schema_db: Path):
     # our TRPO on Hopper-v5 (MuJoCo, offscreen rendering): 2048 steps, one final evaluation of a 50-step episode cap
     store, workdir, run = trained_run(tmp_path, mlflow_schema_db, "algo=trpo", "env=hopper", "total_steps=2048",
