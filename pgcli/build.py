@@ -204,6 +204,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     FINISHED, FAILED or KILLED."""
     import torch
 
+    from pgcli.agent import write_agent_files
     from pgcli.env import make_vec_env, reward_threshold
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.run import Run
@@ -221,6 +222,9 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
         params=config_params(cfg, ctx),
         resume=resume,
         log_model=cfg.tracking.log_model,
+        describe_model=lambda path: write_agent_files(
+            path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name, env=env
+        ),
     ) as run:
         env = run.closing(
             make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
@@ -236,6 +240,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 checkpoint_every=cfg.checkpoint_every,
                 checkpoint_keep=cfg.checkpoint_keep,
                 best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
+                video_dir=ctx.output_dir / "videos",
                 progress=cfg.progress,
                 stop=run.stop,
                 on_eval=ctx.on_eval,

@@ -16,10 +16,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pgcli
-from pgcli.compose import CONF_DIR, compose_dictconfig, to_train_config, validate_overrides
+from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ usage: pgcli <command> [options] [key=value ...]
 
 commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
+  eval       score a trained agent (and record video)    pgcli eval <run id | run dir> --video
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
   runs       list runs; mark crashed ones KILLED          pgcli runs --stale
@@ -44,6 +45,7 @@ examples:
   pgcli train -m algo=ppo,trpo env=cartpole seed=0,1,2
   pgcli train --cfg job algo=trpo env=hopper        # print the composed config, do not train
   pgcli train resume=<run id | run dir>             # continue a run from its last checkpoint
+  pgcli train --from-run <run id> seed=1            # a logged run's exact config again, overrides on top
   pgcli train --help                                # config groups and their options
 
 options:
@@ -122,6 +124,11 @@ def _train_command(args: list[str]) -> int:
         from pgcli.resume import resume_command
 
         return resume_command(args)
+    from pgcli.rerun import from_run_args, has_from_run, reject_logged_config_dir
+
+    reject_logged_config_dir(args)
+    if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
+        args = from_run_args(args, overrides=_task_overrides(args), store_for=_run_store)
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         from pgcli.labels import stale_preset_overrides
 
@@ -158,6 +165,12 @@ def _train_command(args: list[str]) -> int:
         raise
     outcome = close_sweep(FINISHED)
     return 1 if outcome is not None and not outcome.ok else 0
+
+
+def _run_store(overrides: list[str]) -> Any:
+    from pgcli.tracking import open_run_store
+
+    return open_run_store(compose_train_config(overrides).tracking)
 
 
 def _train_help(overrides: list[str]) -> int:
@@ -217,6 +230,7 @@ def run_train(cfg: DictConfig) -> float:
 
     from pgcli.build import RunContext, train
     from pgcli.labels import env_label, preset_label
+    from pgcli.rerun import source_tags
     from pgcli.run import PARENT_RUN_ENV
     from pgcli.study import TrialLink
 
@@ -249,7 +263,7 @@ def run_train(cfg: DictConfig) -> float:
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
-                extra_tags=sweep_tags,
+                extra_tags=sweep_tags | source_tags(),
                 trial=trial.number if trial else None,
                 on_eval=trial.reporter(offset=(seed - run_cfg.seed) * run_cfg.total_steps) if trial else None,
             )
@@ -320,6 +334,12 @@ def _completion_command(args: list[str]) -> int:
     return 0
 
 
+def _eval_command(args: list[str]) -> int:
+    from pgcli.evaluate import main as eval_main
+
+    return eval_main(args, compose=compose_train_config)
+
+
 def _compare_command(args: list[str]) -> int:
     try:
         from pgcli.compare import main as compare_main
@@ -330,8 +350,8 @@ def _compare_command(args: list[str]) -> int:
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
-    return {"train": _train_command, "ui": _ui_command, "compare": _compare_command, "runs": _runs_command,
-            "sync": _sync_command, "completion": _completion_command}  # fmt: skip
+    return {"train": _train_command, "eval": _eval_command, "ui": _ui_command, "compare": _compare_command,
+            "runs": _runs_command, "sync": _sync_command, "completion": _completion_command}  # fmt: skip
 
 
 if __name__ == "__main__":

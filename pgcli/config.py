@@ -679,6 +679,9 @@ class EvalConfig:
     save_best: bool = True
     """Keep the agent of the best evaluation so far in <run dir>/best_model (logged as the ``best_model`` artifact),
     as SB3's EvalCallback does: the last policy is not always the best one."""
+    video_every: int = 0
+    """Record the first episode of an evaluation to video every this many env steps (0: off); logged as
+    ``videos/step_<steps>.mp4`` (GIF without imageio-ffmpeg)."""
 
     def __post_init__(self) -> None:
         _require(self.every >= 0, "eval.every", self.every, ">= 0")
@@ -686,6 +689,7 @@ class EvalConfig:
         _at_most("eval.episodes", self.episodes, 100_000, "typical: 10")
         _require(self.n_envs >= 1, "eval.n_envs", self.n_envs, ">= 1")
         _at_most("eval.n_envs", self.n_envs, MAX_N_ENVS, "typical: 1")
+        _require(self.video_every >= 0, "eval.video_every", self.video_every, ">= 0", "0 turns videos off")
 
 
 @dataclass

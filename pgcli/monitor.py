@@ -41,6 +41,7 @@ from pgcli.env import (
 from pgcli.errors import DivergenceError
 from pgcli.run import StopRequest
 from pgcli.tracking import MetricLogger
+from pgcli.video import EpisodeRecorder, make_recording_env
 
 log = logging.getLogger("pgcli")
 
@@ -48,10 +49,14 @@ MONITOR_STATE_FILE = "monitor.json"
 """Written into each checkpoint: what the monitor needs to continue the run's curves on resume."""
 
 
-class Agent(Protocol):
-    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
+class Actor(Protocol):
+    """What evaluation needs: actions for a batch of observations."""
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray: ...
+
+
+class Agent(Actor, Protocol):
+    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
 
     def save(self, path: Path) -> Path: ...
 
@@ -93,31 +98,65 @@ class Evaluator:
         self._env: VectorEnv | None = None
 
     def __call__(self, agent: Agent) -> EvalResult:
+        return self._run(agent, None)[0]
+
+    def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
+        """Evaluate ``agent`` and record its first episode to ``video`` (a path; the suffix is the format's)."""
+        return self._run(agent, video)
+
+    def _run(self, agent: Agent, video: Path | None) -> tuple[EvalResult, list[Path]]:
         if self._env is None:
-            self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+            if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
+                self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+            else:
+                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
-        n = env.num_envs
-        # Episodes per sub-env fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
-        targets = np.array([(self.cfg.episodes + i) // n for i in range(n)])
-        counts = np.zeros(n, dtype=int)
-        returns: list[float] = []
-        lengths: list[int] = []
-        obs, _ = env.reset(seed=self.seed)  # the same start states at every evaluation: comparable over time
-        while (counts < targets).any():
-            obs, _, _, _, info = env.step(agent.act(obs, self.cfg.deterministic))
-            final = info.get("final_info")
-            if final and "episode" in final:
-                for i in np.flatnonzero(final["_episode"]):
-                    if counts[i] < targets[i]:
-                        returns.append(float(final["episode"]["r"][i]))
-                        lengths.append(int(final["episode"]["l"][i]))
-                        counts[i] += 1
-        return EvalResult(np.asarray(returns), np.asarray(lengths))
+        recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
+        # the same start states at every evaluation: comparable over time
+        result = run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed,
+                              recorder=recorder)  # fmt: skip
+        return result, recorder.close() if recorder is not None else []
 
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
+
+
+def run_episodes(
+    env: VectorEnv,
+    agent: Actor,
+    episodes: int,
+    *,
+    deterministic: bool,
+    seed: int,
+    recorder: EpisodeRecorder | None = None,
+) -> EvalResult:
+    """Play ``episodes`` episodes on ``env`` (reset with ``seed``); raw returns and lengths, in the order they end.
+
+    Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
+    ``recorder`` (video) is told after each step whether sub-env 0's episode ended.
+    """
+    n = env.num_envs
+    targets = np.array([(episodes + i) // n for i in range(n)])
+    counts = np.zeros(n, dtype=int)
+    returns: list[float] = []
+    lengths: list[int] = []
+    obs, _ = env.reset(seed=seed)
+    if recorder is not None:
+        recorder.reset()
+    while (counts < targets).any():
+        obs, _, terminated, truncated, info = env.step(agent.act(obs, deterministic))
+        if recorder is not None:
+            recorder.step(bool(terminated[0] or truncated[0]))
+        final = info.get("final_info")
+        if final and "episode" in final:
+            for i in np.flatnonzero(final["_episode"]):
+                if counts[i] < targets[i]:
+                    returns.append(float(final["episode"]["r"][i]))
+                    lengths.append(int(final["episode"]["l"][i]))
+                    counts[i] += 1
+    return EvalResult(np.asarray(returns), np.asarray(lengths))
 
 
 class TrainingMonitor:
@@ -134,6 +173,7 @@ class TrainingMonitor:
         checkpoint_every: int = 0,
         checkpoint_keep: int = 0,
         best_dir: Path | None = None,
+        video_dir: Path | None = None,
         progress: bool = True,
         window: int = 100,
         log_every_steps: int = 1000,
@@ -147,6 +187,9 @@ class TrainingMonitor:
         self.n_episodes = 0
         self.last_eval: EvalResult | None = None
         self.best_dir = best_dir
+        self.video_dir = video_dir
+        video_every = evaluator.cfg.video_every if evaluator is not None and video_dir is not None else 0
+        self.video_every, self._next_video = video_every, (video_every if video_every > 0 else None)
         self.best_eval: EvalResult | None = None
         self.best_step: int | None = None
         self._last_eval_step: int | None = None
@@ -242,7 +285,17 @@ class TrainingMonitor:
         if self.evaluator is None:
             return None
         t0 = time.perf_counter()
-        result = self.evaluator(agent)
+        video = None
+        if self._next_video is not None and self.video_dir is not None and step >= self._next_video:
+            video = self.video_dir / f"step_{step}"  # eval.video_every: the evaluation's first episode
+            while self._next_video <= step:
+                self._next_video += self.video_every
+        if video is None:
+            result = self.evaluator(agent)
+        else:
+            result, videos = self.evaluator.record(agent, video)
+            for path in videos:
+                self.logger.log_artifact(path, "videos")
         if self.best_eval is None or result.mean > self.best_eval.mean:
             self.best_eval, self.best_step = result, step
             if self.best_dir is not None:

@@ -296,12 +296,15 @@ class Run:
         params: Mapping[str, Any],
         resume: ResumePoint | None = None,
         log_model: bool = True,
+        describe_model: Callable[[Path], None] | None = None,
     ) -> None:
         """``open_backend(None)`` creates the MLflow run and ``open_backend(run_id)`` re-opens one (resume); both return
-        None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has."""
+        None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has.
+        ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``)."""
         from pgcli.tracking import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
+        self.describe_model = describe_model
         self._open_backend = open_backend
         self.logger: RunLogger = RunLogger(output_dir)
         """What the trainer and monitor log through; its MLflow backend is attached when the run opens."""
@@ -355,13 +358,15 @@ class Run:
         self.stop.armed = True
 
     def save_model(self, trainer: Trainer) -> Path:
-        """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as artifacts."""
+        """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as MLflow Models."""
         model_dir = trainer.save(self.output_dir / "model")
-        if self.log_model:
-            self.logger.log_artifact(model_dir, "model")
-            best = self.monitor.best_dir if self.monitor is not None else None
-            if best is not None and best.is_dir():
-                self.logger.log_artifact(best, "best_model")
+        best = self.monitor.best_dir if self.monitor is not None else None
+        saved = [(model_dir, "model")] + ([(best, "best_model")] if best is not None and best.is_dir() else [])
+        for path, name in saved:
+            if self.describe_model is not None:  # agent.json: what `pgcli eval` and the MLflow Model load it from
+                self.describe_model(path)
+            if self.log_model:
+                self.logger.log_model(path, name)
         return model_dir
 
     # -- leaving -----------------------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ class MetricLogger(Protocol):
         """Write buffered metrics now (before a checkpoint: the store then has every point up to it)."""
         ...
 
+    def log_model(self, model_dir: Path, name: str) -> None: ...
+
     def close(self, status: str) -> None: ...
 
 
@@ -191,6 +193,13 @@ class MLflowBackend:
         keys = with_retry(self.client.get_run, self.run_id).data.metrics
         points = {key: with_retry(self.client.get_metric_history, self.run_id, key) for key in keys}
         return {key: sorted((int(m.step), float(m.value)) for m in ms) for key, ms in points.items()}
+
+    def log_model(self, model_dir: Path, name: str) -> None:
+        """Log ``model_dir`` (a saved agent with its ``agent.json``) as the MLflow Model ``runs:/<run id>/<name>``."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
+            self.client.log_artifacts(self.run_id, str(save_pyfunc_model(model_dir, Path(tmp) / name)), name)
 
     def end(self, status: str) -> None:
         self._next_probe = 0.0  # one more try to reach a server that went away, whatever the probe clock says
@@ -338,6 +347,35 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     return header["run_id"], n, status
 
 
+PYFUNC_LOADER = "pgcli.pyfunc"
+MODEL_REQUIREMENTS = ("pgcli", "torch", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "pandas")
+
+
+def save_pyfunc_model(model_dir: Path, path: Path) -> Path:
+    """Write an MLflow Model at ``path``: pyfunc with :mod:`pgcli.pyfunc` as loader, the agent's files beside MLmodel.
+
+    A loader module rather than a pickled ``PythonModel``: the model holds plain files only (weights, JSON, SB3's zip),
+    and loading it unpickles no object of ours. Requirements are pinned from the installed versions (MLflow's own
+    inference would import the model in a subprocess: seconds per run).
+    """
+    import shutil
+    from importlib.metadata import PackageNotFoundError, version
+
+    import mlflow.pyfunc
+
+    requirements = []
+    for package in MODEL_REQUIREMENTS:
+        try:
+            requirements.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            continue
+    mlflow.pyfunc.save_model(str(path), loader_module=PYFUNC_LOADER, pip_requirements=requirements)
+    for item in model_dir.iterdir():
+        if item.is_file():
+            shutil.copy2(item, path / item.name)
+    return path
+
+
 def quiet_mlflow_logs(uri: str | None = None) -> None:
     """MLflow and alembic log INFO lines (schema migrations of a new SQLite store) to stderr; keep the console clean.
 
@@ -431,6 +469,10 @@ class RunLogger:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if self.backend:
             self.backend.log_artifact(path, artifact_path)
+
+    def log_model(self, model_dir: Path, name: str) -> None:
+        if self.backend:
+            self.backend.log_model(model_dir, name)
 
     def last(self, key: str) -> float | None:
         """The most recent value of ``key`` (None if never logged)."""
@@ -575,6 +617,32 @@ class RunStore:
     def get(self, run_id: str) -> RunRecord:
         return _record(with_retry(self.client.get_run, run_id))
 
+    def find(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None when the store has no such run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.get(run_id)
+        except MlflowException:
+            return None
+
+    def create_run_in(self, experiment_id: str, *, run_name: str, tags: Mapping[str, str]) -> RunRecord:
+        """Start a run (RUNNING) in an existing experiment."""
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        return self.get(run.info.run_id)
+
+    def download(self, run_id: str, artifact_path: str, dst: Path) -> Path | None:
+        """Download an artifact directory of a run into ``dst``; None when the run has no such directory."""
+        from mlflow.exceptions import MlflowException
+
+        if not with_retry(self.client.list_artifacts, run_id, artifact_path):
+            return None
+        dst.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(self.client.download_artifacts(run_id, artifact_path, str(dst)))
+        except (MlflowException, OSError):
+            return None
+
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
@@ -647,19 +715,15 @@ class RunStore:
         """The runs whose ``mlflow.parentRunId`` is ``parent``."""
         return self.search([parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
 
-    def find(self, run_id: str) -> RunRecord | None:
-        """The run with this id, or None when this store has none."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            return self.get(run_id)
-        except MlflowException:
-            return None
-
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` points of one metric, in step order."""
         points = with_retry(self.client.get_metric_history, run_id, key)
         return sorted((int(m.step), float(m.value)) for m in points)
+
+
+def open_run_store(cfg: TrackingConfig) -> RunStore | None:
+    """The run store ``cfg`` points at (None with ``tracking=off``)."""
+    return RunStore(resolve_tracking_target(cfg).uri) if cfg.backend == "mlflow" else None
 
 
 def _record(run: Any) -> RunRecord:

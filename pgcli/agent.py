@@ -1,0 +1,269 @@
+"""A trained agent loaded back from its model directory, for ``pgcli eval`` and the MLflow Model (``pgcli.pyfunc``).
+
+A model directory (``<run dir>/model``, ``best_model``, the ``model`` artifact) holds what the trainer saved --
+``model.pt`` (our trainers: state dicts, read with ``torch.load(weights_only=True)``) or ``model.zip`` (SB3's own
+format), ``normalizer.npz`` when the env normalises -- and, written at the end of the run by :func:`write_agent_files`:
+
+- ``agent.json``: the run's resolved config, its algo option, the observation shape and both action spaces (the
+  env's own and the policy's, which is [-1, 1] when ``env.rescale_actions``). Enough to rebuild the policy and a
+  fresh env without the run directory.
+- ``vecnormalize.pkl`` (SB3 runs whose env normalises): the same statistics in SB3's ``VecNormalize`` format, so
+  plain SB3 code loads the run with ``PPO.load("model.zip")`` and ``VecNormalize.load("vecnormalize.pkl", venv)``.
+
+:class:`SavedAgent` acts on observations of pgcli's env (already normalised, actions in the policy's space), as the
+evaluator needs; :class:`RawPolicy` wraps it for raw environment observations in and env actions out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
+from pgcli.errors import ConfigError
+
+AGENT_FILE = "agent.json"
+TORCH_FILE = "model.pt"
+SB3_FILE = "model.zip"
+NORMALIZER_FILE = "normalizer.npz"
+SB3_NORMALIZER_FILE = "vecnormalize.pkl"
+FORMAT_VERSION = 1
+
+
+def is_model_dir(path: Path) -> bool:
+    """Whether ``path`` holds a saved agent (``model.pt`` or SB3's ``model.zip``)."""
+    return (path / TORCH_FILE).is_file() or (path / SB3_FILE).is_file()
+
+
+def space_spec(space: gym.Space) -> dict[str, Any]:
+    """A JSON-able description of a Discrete or Box space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "discrete", "n": int(space.n)}
+    if isinstance(space, gym.spaces.Box):
+        return {"type": "box", "shape": list(space.shape), "low": space.low.tolist(), "high": space.high.tolist()}
+    raise ValueError(f"cannot describe action space {space}")
+
+
+def space_from_spec(spec: dict[str, Any]) -> gym.Space:
+    """Inverse of :func:`space_spec`."""
+    if spec["type"] == "discrete":
+        return gym.spaces.Discrete(int(spec["n"]))
+    low = np.asarray(spec["low"], dtype=np.float32).reshape(spec["shape"])
+    high = np.asarray(spec["high"], dtype=np.float32).reshape(spec["shape"])
+    return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+def env_action_space(cfg: EnvConfig) -> gym.Space:
+    """The action space of the gymnasium env itself (before pgcli's ``RescaleAction``)."""
+    env = gym.make(cfg.id, **dict(cfg.kwargs))
+    try:
+        return env.action_space
+    finally:
+        env.close()
+
+
+def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str, env: VectorEnv) -> None:
+    """Write ``agent.json`` (and, for SB3 models of a normalising env, ``vecnormalize.pkl``) into ``model_dir``.
+
+    Args:
+        model_dir: a directory the trainer has saved into.
+        cfg: the run's validated config.
+        algo_name: the algo option (``ppo``, ``trpo``, ...), which picks the algo schema when the config is read back.
+        env_name: the env option (``cartpole``, ``hopper``, ...).
+        env: the training env (its spaces).
+    """
+    spec = {
+        "format": FORMAT_VERSION,
+        "algo": algo_name,
+        "env": env_name,
+        "backend": "sb3" if (model_dir / SB3_FILE).is_file() else "torch",
+        "observation_shape": list(env.single_observation_space.shape or ()),
+        "policy_action_space": space_spec(env.single_action_space),
+        "env_action_space": space_spec(env_action_space(cfg.env)),
+        "config": asdict(cfg),
+    }
+    (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
+    if spec["backend"] == "sb3" and (model_dir / NORMALIZER_FILE).is_file():
+        write_sb3_vecnormalize(model_dir, cfg.env, gamma=cfg.algo.gamma, env=env)
+
+
+def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env: VectorEnv) -> Path:
+    """``model_dir/vecnormalize.pkl``: pgcli's saved statistics as an SB3 ``VecNormalize`` (``VecNormalize.save``)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    data = np.load(model_dir / NORMALIZER_FILE)
+    obs_space, act_space = env.single_observation_space, env.single_action_space
+
+    class _Spaces(gym.Env):  # VecNormalize needs a VecEnv for its spaces; nothing is stepped
+        observation_space, action_space = obs_space, act_space
+
+    norm = VecNormalize(DummyVecEnv([_Spaces]), training=False, norm_obs=cfg.normalize_obs,
+                        norm_reward=cfg.normalize_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
+                        gamma=gamma, epsilon=1e-8)  # fmt: skip
+    rms: Any  # SB3 types obs_rms as RunningMeanStd or a dict of them (dict observation spaces); ours is one
+    for name, rms in (("obs_rms", norm.obs_rms), ("ret_rms", norm.ret_rms)):
+        rms.mean, rms.var = data[f"{name}.mean"], data[f"{name}.var"]
+        rms.count = float(data[f"{name}.count"])
+    path = model_dir / SB3_NORMALIZER_FILE
+    norm.save(str(path))
+    return path
+
+
+def read_agent_spec(model_dir: Path) -> dict[str, Any]:
+    """The parsed ``agent.json`` of a model directory (one-line error when it is missing or unreadable)."""
+    path = model_dir / AGENT_FILE
+    try:
+        spec: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{model_dir} has no {AGENT_FILE} (saved by an older pgcli?); pass its run dir") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if spec.get("format") != FORMAT_VERSION:
+        raise ConfigError(f"{path}: unsupported format {spec.get('format')!r} (this pgcli reads {FORMAT_VERSION})")
+    return spec
+
+
+def train_config_from_dict(values: dict[str, Any], algo_name: str) -> TrainConfig:
+    """A validated :class:`TrainConfig` from a logged config (``asdict`` or ``.hydra/config.yaml``) and its algo.
+
+    The algo option picks the schema of ``algo`` (every algo section is a plain mapping once logged); every rule in
+    the schemas' ``__post_init__`` runs again.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if algo_name not in ALGO_CONFIGS:
+        raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGO_CONFIGS)})")
+    schema = OmegaConf.structured(TrainConfig)
+    schema.algo = OmegaConf.structured(ALGO_CONFIGS[algo_name])
+    try:
+        run_cfg = OmegaConf.to_object(OmegaConf.merge(schema, values))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"the logged config does not fit this pgcli's schema: {str(exc).splitlines()[0]}") from None
+    assert isinstance(run_cfg, TrainConfig)
+    return run_cfg
+
+
+def agent_config(spec: dict[str, Any]) -> TrainConfig:
+    """The run's config stored in an ``agent.json``."""
+    return train_config_from_dict(spec["config"], spec["algo"])
+
+
+def hydra_run_config(hydra_dir: Path) -> tuple[dict[str, Any], str, str]:
+    """A run's logged config from its ``.hydra`` directory: the resolved values and its algo and env options."""
+    import yaml
+
+    try:
+        values = yaml.safe_load((hydra_dir / "config.yaml").read_text())
+        choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
+        return values, str(choices["algo"]), str(choices["env"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read the run's config in {hydra_dir}: {exc}") from None
+
+
+@dataclass
+class SavedAgent:
+    """A policy loaded from a model directory; acts on pgcli-env observations (normalised when the env normalises)."""
+
+    act_fn: Callable[[np.ndarray, bool], np.ndarray]
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.act_fn(obs, deterministic)
+
+
+def load_agent(model_dir: Path, cfg: TrainConfig, obs_space: gym.Space, action_space: gym.Space) -> SavedAgent:
+    """The policy saved in ``model_dir``, on the CPU.
+
+    Our trainers' ``model.pt`` is read with ``torch.load(weights_only=True)`` (tensors and plain values only, never
+    arbitrary pickled objects); SB3's ``model.zip`` with the algorithm's own ``load``.
+
+    Args:
+        model_dir: a model directory (``model.pt`` or ``model.zip``).
+        cfg: the run's config (the algo picks the loader; ``model`` the network shape).
+        obs_space: the policy's observation space (pgcli's env).
+        action_space: the policy's action space (pgcli's env: [-1, 1] when actions are rescaled).
+    """
+    import torch
+
+    if (model_dir / SB3_FILE).is_file():
+        from pgcli.algo.sb3 import SB3_ALGOS
+
+        algo_cls, _ = SB3_ALGOS[type(cfg.algo)](cfg.algo)
+        model = algo_cls.load(model_dir / SB3_FILE, device="cpu")
+        return SavedAgent(lambda obs, deterministic: model.predict(obs, deterministic=deterministic)[0])
+    from pgcli.algo.policies import make_policy
+
+    policy = make_policy(obs_space, action_space, cfg.model)
+    try:
+        payload = torch.load(model_dir / TORCH_FILE, map_location="cpu", weights_only=True)
+        policy.load_state_dict(payload["policy"])
+    except FileNotFoundError:
+        raise ConfigError(f"{model_dir} has no {TORCH_FILE} or {SB3_FILE}") from None
+    except (RuntimeError, KeyError, OSError) as exc:  # truncated file, other architecture, not a pgcli checkpoint
+        raise ConfigError(f"cannot load {model_dir / TORCH_FILE}: {str(exc).splitlines()[0]}") from None
+    return SavedAgent(policy.predict)
+
+
+class RawPolicy:
+    """Raw environment observations in, actions the gymnasium env takes out; normalisation inside, deterministic.
+
+    The MLflow Model's ``predict`` (``pgcli.pyfunc``): observations are normalised with the run's frozen statistics
+    (as pgcli's ``VecNormalize`` does: ``clip((obs - mean) / sqrt(var + 1e-8), +-clip_obs)``), the policy acts, and
+    continuous actions are clipped to the policy's bounds and mapped to the env's (``RescaleAction``).
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        spec = read_agent_spec(model_dir)
+        self.cfg = agent_config(spec)
+        self.obs_shape = tuple(spec["observation_shape"])
+        obs_space = gym.spaces.Box(-np.inf, np.inf, self.obs_shape, dtype=np.float32)
+        self.policy_space = space_from_spec(spec["policy_action_space"])
+        self.env_space = space_from_spec(spec["env_action_space"])
+        self.agent = load_agent(model_dir, self.cfg, obs_space, self.policy_space)
+        self.obs_mean: np.ndarray | None = None
+        self.obs_std: np.ndarray | None = None
+        if self.cfg.env.normalize_obs and (model_dir / NORMALIZER_FILE).is_file():
+            data = np.load(model_dir / NORMALIZER_FILE)
+            self.obs_mean = data["obs_rms.mean"]
+            self.obs_std = np.sqrt(data["obs_rms.var"] + 1e-8)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a batch of raw observations [B, *obs_shape] (or one observation [*obs_shape]).
+
+        Returns:
+            [B] int64 actions (discrete) or [B, *action_shape] float32 actions within the env's bounds.
+        """
+        obs = np.asarray(obs, dtype=np.float64)
+        single = obs.shape == self.obs_shape
+        batch = obs.reshape(1, *self.obs_shape) if single else obs
+        if batch.shape[1:] != self.obs_shape:
+            raise ValueError(
+                f"observations must have shape [B, {', '.join(map(str, self.obs_shape))}], got {obs.shape}"
+            )
+        if self.obs_mean is not None and self.obs_std is not None:
+            clip = self.cfg.env.clip_obs
+            batch = np.clip((batch - self.obs_mean) / self.obs_std, -clip, clip)
+        actions = self.agent.act(batch.astype(np.float32), True)
+        if isinstance(self.env_space, gym.spaces.Discrete):
+            out = np.asarray(actions, dtype=np.int64).reshape(len(batch))
+        else:
+            out = self._to_env_bounds(np.asarray(actions, dtype=np.float32).reshape(len(batch), -1))
+        return out[0] if single else out
+
+    def _to_env_bounds(self, actions: np.ndarray) -> np.ndarray:
+        from gymnasium.wrappers.utils import rescale_box
+
+        assert isinstance(self.policy_space, gym.spaces.Box) and isinstance(self.env_space, gym.spaces.Box)
+        actions = np.clip(actions, self.policy_space.low.reshape(-1), self.policy_space.high.reshape(-1))
+        actions = actions.reshape(len(actions), *self.env_space.shape)
+        if self.cfg.env.rescale_actions:  # the map pgcli's RescaleAction applies: [-1, 1] -> the env's bounds
+            _, _, to_env = rescale_box(self.env_space, self.policy_space.low, self.policy_space.high)
+            actions = np.stack([to_env(a) for a in actions])
+        return actions.astype(self.env_space.dtype)

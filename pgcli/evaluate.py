@@ -1,0 +1,300 @@
+"""``pgcli eval <run id | run dir | model dir>``: score a trained agent, optionally on video.
+
+The agent (final, or ``--best``) is loaded with its normalisation statistics, frozen, and plays ``--episodes`` episodes
+on a fresh env built from the run's own logged config (``agent.json`` in the model directory, else the run's
+``.hydra/``). By default the evaluation repeats the run's own: the same number of episodes and evaluation envs, the
+same env seed (the run's seed + 10000), deterministic actions, so a final model scores exactly the run's last
+``eval/return_mean`` (and ``--best`` its ``eval/best_return_mean``).
+
+Results go to a new MLflow run, ``eval-<run name>``, nested under the evaluated run (tag ``source_run_id``, and
+``mlflow.parentRunId`` so the UI shows it under the run): the training run's own history stays what training logged,
+and each evaluation keeps its settings as params. ``--video`` records episodes (MP4, or GIF without an encoder) and
+logs them as ``videos/`` artifacts of that run; ``--no-log`` logs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pgcli.errors import ConfigError
+
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
+
+
+@dataclass
+class EvalTarget:
+    """What ``pgcli eval`` evaluates: a model directory, the run's config, and where it came from."""
+
+    model_dir: Path
+    cfg: Any
+    """The run's :class:`~pgcli.config.TrainConfig`."""
+    algo: str
+    env: str
+    which: str
+    """'final' or 'best'."""
+    run_dir: Path | None
+    run: Any
+    """The run's :class:`~pgcli.tracking.RunRecord` when it is in the store."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, as every pgcli error (argparse prints usage + exit 2)
+        raise ConfigError(f"pgcli eval: {message} (see pgcli eval --help)")
+
+
+def parse_args(args: Sequence[str]) -> argparse.Namespace:
+    parser = _Parser(
+        prog="pgcli eval",
+        description="Evaluate a trained agent: its final (or best) model with the run's frozen normalisation, on a "
+        "fresh env built from the run's logged config. Prints return mean ± std and logs an `eval-<run>` MLflow run "
+        "nested under the evaluated one.",
+        epilog="examples:\n"
+        "  pgcli eval 3f9c0d...                          # a run id in the store (tracking overrides as for train)\n"
+        "  pgcli eval outputs/runs/2026-11-23/10-00-00_ppo_cartpole_s0 --best --episodes 20\n"
+        "  pgcli eval outputs/runs/.../model --video      # a model dir; MP4 of one episode, logged as videos/\n"
+        "  pgcli eval 3f9c0d... tracking.uri=http://127.0.0.1:5000 --no-log",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", help="run id, run directory or model directory")
+    parser.add_argument(
+        "--best", action="store_true", help="the best-evaluated agent (best_model/) instead of the final"
+    )
+    parser.add_argument("--episodes", type=int, help="episodes to play (default: the run's eval.episodes)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions (default: deterministic)")
+    parser.add_argument("--seed", type=int, help="env seed (default: the run's seed + 10000, as its evaluations)")
+    parser.add_argument("--video", action="store_true", help="record episodes to MP4 (or GIF); also: video=true")
+    parser.add_argument("--video-episodes", type=int, default=1, help="episodes to record with --video (default 1)")
+    parser.add_argument("--out", type=Path, help="directory for videos (default: <run dir>/eval/<time>)")
+    parser.add_argument("--no-log", action="store_true", help="log nothing to MLflow")
+    parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli train)")
+    ns = parser.parse_intermixed_args(list(args))
+    ns.video = ns.video or any(o in VIDEO_FLAGS for o in ns.overrides)
+    ns.overrides = [o for o in ns.overrides if o not in VIDEO_FLAGS and o not in ("video=false", "video=False")]
+    bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
+    if bad:
+        raise ConfigError(
+            f"pgcli eval takes tracking overrides only (got {bad[0]!r}); the run's config is used as logged"
+        )
+    if ns.episodes is not None and ns.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1 (got {ns.episodes})")
+    if ns.video_episodes < 1:
+        raise ConfigError(f"--video-episodes must be >= 1 (got {ns.video_episodes})")
+    if ns.seed is not None and ns.seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (got {ns.seed})")
+    return ns
+
+
+def main(args: Sequence[str], *, compose: Callable[[list[str]], Any]) -> int:
+    """``pgcli eval``. ``compose`` turns the tracking overrides into a validated TrainConfig (the CLI's)."""
+    ns = parse_args(args)
+    from pgcli.tracking import open_run_store
+
+    tracking = compose(ns.overrides).tracking
+    store = open_run_store(tracking)
+    with resolve_target(ns.target, best=ns.best, store=store) as target:
+        return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
+
+
+def _artifact_root(tracking: Any) -> str | None:
+    from pgcli.tracking import resolve_tracking_target
+
+    return resolve_tracking_target(tracking).artifact_root if tracking.backend == "mlflow" else None
+
+
+@contextmanager
+def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarget]:
+    """The model directory and config ``target`` names; a one-line ConfigError when it names none.
+
+    A run id is looked up in ``store``; its model is read from the run directory when that still exists here, else
+    downloaded from the run's artifacts into a temporary directory (removed afterwards).
+    """
+    path = Path(target)
+    which = "best" if best else "final"
+    subdir = "best_model" if best else "model"
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"{target} is a file; pass a run id, a run directory or a model directory")
+        if _is_model_dir(path):
+            if best:
+                raise ConfigError(f"{target} is a model directory; --best picks best_model/ of a run directory or id")
+            run_dir = path.parent if (path.parent / ".hydra").is_dir() else None
+            yield _target(path, "final", run_dir, None)
+            return
+        if not (path / ".hydra").is_dir() and not (path / "model").is_dir():
+            raise ConfigError(
+                f"{target} is neither a run directory (.hydra/, model/) nor a model directory (model.pt or model.zip)"
+            )
+        if not _is_model_dir(path / subdir):
+            raise ConfigError(_missing_model(target, best))
+        yield _target(path / subdir, which, path, None)
+        return
+    if not RUN_ID.fullmatch(target):
+        raise ConfigError(f"{target!r} is not a directory, nor an MLflow run id (32 hex digits)")
+    if store is None:
+        raise ConfigError("tracking=off has no run store to find a run id in; pass the run directory instead")
+    run = store.find(target)
+    if run is None:
+        raise ConfigError(f"no run {target} in {store.uri}; pass tracking.uri=... for another store")
+    run_dir = Path(run.tags["output_dir"]) if "output_dir" in run.tags else None
+    if run_dir is not None and _is_model_dir(run_dir / subdir):
+        yield _target(run_dir / subdir, which, run_dir, run)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="pgcli-eval-"))
+    try:
+        model_dir = store.download(run.run_id, subdir, tmp)
+        if model_dir is None or not _is_model_dir(model_dir):
+            raise ConfigError(_missing_model(f"run {target}", best))
+        hydra = store.download(run.run_id, "hydra", tmp / "hydra_dir")
+        yield _target(model_dir, which, run_dir if run_dir and run_dir.is_dir() else None, run, hydra_dir=hydra)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _missing_model(what: str, best: bool) -> str:
+    if best:
+        return f"{what} has no best_model (eval.save_best=false, or it ended before an evaluation)"
+    return f"{what} has no model (the run did not finish, or tracking.log_model=false)"
+
+
+def _is_model_dir(path: Path) -> bool:
+    from pgcli.agent import is_model_dir
+
+    return is_model_dir(path)
+
+
+def _target(model_dir: Path, which: str, run_dir: Path | None, run: Any, hydra_dir: Path | None = None) -> EvalTarget:
+    """The run's config from ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json)."""
+    from pgcli.agent import AGENT_FILE, agent_config, hydra_run_config, read_agent_spec, train_config_from_dict
+
+    if (model_dir / AGENT_FILE).is_file():
+        spec = read_agent_spec(model_dir)
+        return EvalTarget(model_dir, agent_config(spec), spec["algo"], spec["env"], which, run_dir, run)
+    hydra_dir = hydra_dir or (run_dir / ".hydra" if run_dir is not None else None)
+    if hydra_dir is None or not (hydra_dir / "config.yaml").is_file():
+        raise ConfigError(f"{model_dir} has no {AGENT_FILE} and its run's .hydra/config.yaml is not at hand")
+    values, algo, env = hydra_run_config(hydra_dir)
+    return EvalTarget(model_dir, train_config_from_dict(values, algo), algo, env, which, run_dir, run)
+
+
+def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
+    """Play the episodes, print the result, log it (unless ``store`` is None); returns the exit status."""
+    import torch
+
+    from pgcli.agent import load_agent
+    from pgcli.env import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
+    from pgcli.monitor import run_episodes
+    from pgcli.video import EpisodeRecorder, make_recording_env
+
+    cfg = target.cfg
+    episodes = ns.episodes or cfg.eval.episodes
+    seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
+    deterministic = not ns.stochastic
+    torch.manual_seed(seed)  # --stochastic: the action samples repeat with the seed
+    n_envs = min(cfg.eval.n_envs, episodes)
+    # with --video, a one-line error now, before any MLflow run exists, if this env cannot render here
+    env = (
+        make_recording_env(cfg.env, seed=seed, n_envs=n_envs)
+        if ns.video
+        else make_vec_env(cfg.env, seed=seed, n_envs=n_envs)
+    )
+    try:
+        load_saved_normalizer(env, target.model_dir)  # frozen
+        agent = load_agent(target.model_dir, cfg, env.single_observation_space, env.single_action_space)
+        recorder = None
+        if ns.video:
+            out = ns.out or _default_out(target)
+            n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
+            recorder = EpisodeRecorder(env, out, n_episodes=n_video)
+        source = _source_run(target, store) if store is not None else target.run
+        eval_run = _open_eval_run(store, target, source, artifact_root) if store is not None else None
+        status = "FAILED"
+        try:
+            start = time.perf_counter()
+            result = run_episodes(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder)
+            videos = recorder.close() if recorder is not None else []
+            elapsed = time.perf_counter() - start
+            if eval_run is not None:
+                _log_eval(store, eval_run.run_id, result, videos, episodes=episodes, seed=seed,
+                          deterministic=deterministic, which=target.which)  # fmt: skip
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:
+            if eval_run is not None:
+                store.end(eval_run.run_id, status)
+    finally:
+        env.close()
+    _print_result(target, result, seed=seed, deterministic=deterministic, elapsed=elapsed, videos=videos,
+                  source=source, eval_run=eval_run, store=store)  # fmt: skip
+    return 0
+
+
+def _default_out(target: EvalTarget) -> Path:
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    if target.run_dir is not None:
+        return target.run_dir / "eval" / f"{stamp}_{target.which}"
+    name = target.run.run_id if target.run is not None else target.model_dir.name
+    return Path("outputs") / "eval" / name / f"{stamp}_{target.which}"
+
+
+def _source_run(target: EvalTarget, store: Any) -> Any:
+    """The evaluated run in the store: the one named by id, else the one whose ``output_dir`` is the run dir."""
+    if target.run is not None:
+        return target.run
+    if target.run_dir is None:
+        return None
+    runs = store.search(store.experiment_ids(), f"tags.output_dir = '{target.run_dir.resolve()}'")
+    return runs[0] if len(runs) == 1 else None
+
+
+def _open_eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | None) -> Any:
+    tags = {"pgcli.eval.model": target.which, "model_dir": str(target.model_dir.resolve()), "algo": target.algo,
+            "env": target.env, "seed": str(target.cfg.seed)}  # fmt: skip
+    if source is not None:
+        tags |= {"source_run_id": source.run_id, "mlflow.parentRunId": source.run_id}
+        return store.create_run_in(source.experiment_id, run_name=f"eval-{source.name}", tags=tags)
+    experiment = target.cfg.experiment or target.env
+    name = f"eval-{target.algo}-{target.env}-s{target.cfg.seed}"
+    return store.create_run(experiment, run_name=name, tags=tags, artifact_root=artifact_root)
+
+
+def _log_eval(store: Any, run_id: str, result: Any, videos: list[Path], **params: Any) -> None:
+    store.log_params(run_id, params)
+    store.log_metrics(run_id, {"eval/return_mean": result.mean, "eval/return_std": result.std,
+                               "eval/ep_len_mean": float(result.lengths.mean())})  # fmt: skip
+    for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
+        store.log_metrics(run_id, {"eval/episode_return": float(ret), "eval/episode_len": float(length)}, step=i)
+    for video in videos:
+        store.log_artifact(run_id, video, "videos")
+
+
+def _print_result(target: EvalTarget, result: Any, *, seed: int, deterministic: bool, elapsed: float,
+                  videos: list[Path], source: Any, eval_run: Any, store: Any) -> None:  # fmt: skip
+    mode = "deterministic" if deterministic else "stochastic"
+    where = f"run {source.run_id}" if source is not None else str(target.model_dir)
+    lines = [
+        f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} episodes, {mode}, "
+        f"env seed {seed}, {elapsed:.1f} s",
+        f"  return        {result.mean:.1f} ± {result.std:.1f}  (min {result.returns.min():.1f}, "
+        f"max {result.returns.max():.1f}, mean length {result.lengths.mean():.0f})",
+        "  per episode   " + " ".join(f"{r:.1f}" for r in result.returns),
+    ]
+    logged_key = "eval/best_return_mean" if target.which == "best" else "eval/return_mean"
+    if source is not None and logged_key in source.metrics:
+        lines.append(f"  logged        {source.metrics[logged_key]:.1f} ({logged_key} of the run's evaluations)")
+    for video in videos:
+        lines.append(f"  video         {video}")
+    if eval_run is not None:
+        lines.append(f"  MLflow run    {eval_run.run_id}  ({store.uri})")
+    print("\n".join(lines), flush=True)
