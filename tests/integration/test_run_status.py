@@ -209,3 +209,42 @@ def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path:
     assert run.data.tags["pid"] == str(os.getpid()) and run.data.tags["hostname"] == socket.gethostname()
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "FINISHED" and record["missing"] == [] and record["tracking_uri"] == store.uri
+
+
+def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir: Path, tmp_path: Path):
+    """Issue 10: the run directory's file system fills up while training writes checkpoints: the run ends FAILED with
+    the reason in its `error` tag, one error line, no traceback (a real tmpfs, so root only)."""
+    import os
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs failed: {mounted.stderr.decode().strip()}")
+    stderr = tmp_path / "stderr.txt"
+    try:
+        exe = Path(sys.executable).parent / "pgcli"
+        args = [str(exe), "train", f"tracking.uri={store.uri}", f"hydra.run.dir={disk / 'run'}", "progress=false",
+                "total_steps=10000000", "checkpoint_every=1024", "checkpoint_keep=0", "eval.every=0"]  # fmt: skip
+        with stderr.open("w") as err:
+            proc = subprocess.Popen(args, cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err)
+        checkpoints = disk / "run" / "checkpoints"
+        wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), proc, stderr, "a checkpoint", 300)
+        with (disk / "filler").open("wb") as f:  # take every free byte, as another program on that disk would
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        proc.wait(timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    err_text = stderr.read_text()
+    assert proc.returncode == 1, err_text[-3000:]
+    assert "Traceback" not in err_text and "pgcli: error:" in err_text, err_text[-3000:]
+    (run,) = store.client().search_runs([e.experiment_id for e in store.client().search_experiments()])
+    assert run.info.status == "FAILED"
+    assert "No space left on device" in run.data.tags.get("error", ""), run.data.tags.get("error")
