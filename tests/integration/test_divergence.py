@@ -146,7 +146,8 @@ def test_diverged_run_ends_failed_naming_the_quantity(algo: str, name: str, stor
     from pgcli.build import RunContext, train
     from pgcli.compose import compose_train_config
 
-    cfg = compose_train_config([f"algo={algo}", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
+    # ~preset: another env id drops the cartpole preset, as `pgcli train` does (its batch_size needs 8 envs)
+    cfg = compose_train_config([f"algo={algo}", "~preset", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
                                 "checkpoint_every=128", f"tracking.uri={store.uri}", "total_steps=100000",
                                 "eval.every=0", "progress=false"])  # fmt: skip
     ctx = RunContext(algo_name=algo, env_name="nan_cartpole", output_dir=tmp_path / "run")
