@@ -11,8 +11,8 @@ from tests.conftest import Store, run_pgcli
 from tests.integration.test_eval_cli import trained_run
 
 # Our TRPO on CartPole, CPU: the command-line overrides (n_steps, the eval cadence) are part of the logged config.
-SOURCE = ("algo=trpo", "seed=3", "total_steps=1024", "algo.n_steps=64", "env.n_envs=4", "eval.every=512",
-          "eval.episodes=2")  # fmt: skip
+SOURCE = ("algo=trpo", "seed=3", "total_steps=1024", "algo.n_steps=64", "env.n_envs=4", "algo.batch_size=128",
+          "eval.every=512", "eval.episodes=2")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

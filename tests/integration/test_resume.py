@@ -23,7 +23,7 @@ CHECKPOINT_EVERY = 256
 COMMON = [f"total_steps={TOTAL_STEPS}", f"checkpoint_every={CHECKPOINT_EVERY}", "eval.every=256", "eval.episodes=2",
           "progress=false", "tracking.flush_every_s=0.1", "seed=1"]  # fmt: skip
 CASES = {
-    "trpo": ["algo=trpo", "algo.n_steps=64", "algo.n_critic_updates=1", "env.n_envs=2"],
+    "trpo": ["algo=trpo", "algo.n_steps=64", "algo.n_critic_updates=1", "algo.batch_size=64", "env.n_envs=2"],
     "ppo_kl": ["algo=ppo_kl", "algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=64", "env.n_envs=2"],
     "grpo": ["algo=grpo", "algo.group_size=4", "algo.n_groups=2", "algo.batch_size=4", "env.n_envs=4"],
     "ppo": ["algo=ppo", "algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=64", "env.n_envs=2"],
