@@ -230,7 +230,7 @@ def run_train(cfg: DictConfig) -> float:
 
     from pgcli.build import RunContext, train
     from pgcli.labels import env_label, preset_label
-    from pgcli.rerun import source_tags
+    from pgcli.rerun import source_preset, source_tags
     from pgcli.run import PARENT_RUN_ENV
     from pgcli.study import TrialLink
 
@@ -259,7 +259,7 @@ def run_train(cfg: DictConfig) -> float:
             ctx = RunContext(
                 algo_name=hc.runtime.choices["algo"],
                 env_name=env_label(run_cfg.env.id, hc.runtime.choices["env"], CONF_DIR),
-                preset=preset_label(hc.runtime.choices, CONF_DIR),
+                preset=source_preset() or preset_label(hc.runtime.choices, CONF_DIR),  # --from-run: the source's
                 output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
                 overrides=list(hc.overrides.task),
                 parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,

@@ -31,6 +31,8 @@ FROM_RUN_GROUP = "from_run"
 SOURCE_RUN_ENV = "PGCLI_SOURCE_RUN_ID"
 """Set for the job (and sweep workers): the run id the job re-runs, logged as the ``source_run_id`` tag."""
 SOURCE_CONFIG_ENV = "PGCLI_SOURCE_CONFIG"
+SOURCE_PRESET_ENV = "PGCLI_SOURCE_PRESET"
+"""Set for the job: the logged run's preset label, the re-run's ``preset`` (its values are in the config)."""
 RUN_ID_LENGTH = 32
 GROUPS = ("algo", "env", "model", "hardware", "tracking")
 
@@ -79,10 +81,12 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
             )
     with _hydra_dir(source, overrides, store_for) as (hydra_dir, run_id):
         values, algo, env = hydra_run_config(hydra_dir)
+        preset = logged_preset(hydra_dir)
     # A group chosen on the command line (hardware=cuda, tracking=off) replaces the logged section of that group.
     values = {k: v for k, v in values.items() if k not in groups}
     register_source(values)
     os.environ[SOURCE_CONFIG_ENV] = str(source)
+    os.environ[SOURCE_PRESET_ENV] = preset  # the values it set are in the logged config; the label comes along
     if run_id:
         os.environ[SOURCE_RUN_ENV] = run_id
     else:
@@ -95,6 +99,22 @@ def register_source(values: dict[str, Any]) -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group=FROM_RUN_GROUP, name="source", node=values, package="_global_")
+
+
+def logged_preset(hydra_dir: Path) -> str:
+    """The preset label of the logged run (its ``hydra.yaml`` choices), ``none`` without one."""
+    import yaml
+
+    from pgcli.compose import CONF_DIR
+    from pgcli.labels import preset_label
+
+    choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
+    return preset_label(choices, CONF_DIR)
+
+
+def source_preset() -> str | None:
+    """The preset label of the run ``--from-run`` re-runs (None when this job is not a re-run)."""
+    return os.environ.get(SOURCE_PRESET_ENV) or None
 
 
 def source_tags() -> dict[str, str]:
