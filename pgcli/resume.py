@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pgcli.compose import compose_dictconfig, compose_train_config, to_train_config
+from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config
 from pgcli.config import TrainConfig
 from pgcli.errors import ConfigError
+from pgcli.labels import applied_preset, env_label
 from pgcli.run import RUN_FILE, ResumePoint, latest_checkpoint, process_alive, read_run_file
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class ResumePlan:
     parent_run_id: str | None
     point: ResumePoint
     resume_overrides: list[str]
+    preset: str = "none"
+    """The preset label the run was started with (its tags and params keep it)."""
 
 
 def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
@@ -70,7 +73,10 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     original = [str(o) for o in hydra.hydra.overrides.task]
     # The group choices select the schemas (TRPOConfig, ...); the logged values then pin every field exactly, even
     # if conf/ changed since. Overrides that select a group (algo=trpo) are among the choices already.
-    group_choices = [f"{k}={v}" for k, v in choices.items() if v is not None and k != "hparams_search"]
+    group_choices = [f"{k}={v}" for k, v in choices.items() if v is not None and k not in ("hparams_search", "preset")]
+    # Hydra records the optional preset's choice even where no such file exists (ppo_kl_cartpole): that is no preset.
+    preset = applied_preset(choices, CONF_DIR)
+    group_choices.append(f"preset={preset}" if preset else "~preset")
     from omegaconf import DictConfig, OmegaConf
 
     base = compose_dictconfig(group_choices)
@@ -116,7 +122,8 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     return ResumePlan(
         cfg=cfg,
         algo_name=str(choices.get("algo")),
-        env_name=str(choices.get("env")),
+        env_name=env_label(cfg.env.id, str(choices.get("env")), CONF_DIR),  # as the run was labelled (pgcli.labels)
+        preset=preset or "none",
         output_dir=run_dir,
         overrides=original,
         parent_run_id=parent_run_id,
@@ -209,6 +216,7 @@ def resume_command(args: list[str]) -> int:
     ctx = RunContext(
         algo_name=plan.algo_name,
         env_name=plan.env_name,
+        preset=plan.preset,
         output_dir=plan.output_dir,
         overrides=plan.overrides,
         parent_run_id=plan.parent_run_id,
