@@ -28,6 +28,7 @@ from gymnasium.vector import VectorEnv
 
 from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
 from pgcli.errors import ConfigError
+from pgcli.redact import redact_tree
 
 AGENT_FILE = "agent.json"
 TORCH_FILE = "model.pt"
@@ -87,7 +88,7 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
         "observation_shape": list(env.single_observation_space.shape or ()),
         "policy_action_space": space_spec(env.single_action_space),
         "env_action_space": space_spec(env_action_space(cfg.env)),
-        "config": asdict(cfg),
+        "config": redact_tree(asdict(cfg)),  # no tracking credentials or secret-named values in a model (issue 10)
     }
     (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
     if spec["backend"] == "sb3" and (model_dir / NORMALIZER_FILE).is_file():

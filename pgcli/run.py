@@ -34,6 +34,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
+from pgcli.spool import strip_credentials
 
 if TYPE_CHECKING:
     from pgcli.monitor import Trainer, TrainingMonitor
@@ -402,7 +403,8 @@ class Run:
         backend = self.logger.backend
         return {
             "run_id": backend.run_id if backend else None,
-            "tracking_uri": backend.uri if backend else None,
+            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.spool)
+            "tracking_uri": strip_credentials(backend.uri) if backend else None,
             **process_tags(),
         }
 

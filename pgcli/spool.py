@@ -63,7 +63,8 @@ class Spool:
 
     The first line names the run (``{"op": "run", "run_id": ..., "uri": ...}``, the URI without credentials); each
     later line is one operation: ``metrics`` (``[key, value, timestamp_ms, step]`` points), ``params``, ``tags``,
-    ``artifact`` (a local path, logged when delivered) or ``end`` (the run's final status).
+    ``artifact`` (a local path, logged when delivered), ``model`` (a saved agent, logged as an MLflow Model when
+    delivered) or ``end`` (the run's final status).
     """
 
     path: Path

@@ -196,10 +196,7 @@ class MLflowBackend:
 
     def log_model(self, model_dir: Path, name: str) -> None:
         """Log ``model_dir`` (a saved agent with its ``agent.json``) as the MLflow Model ``runs:/<run id>/<name>``."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
-            self.client.log_artifacts(self.run_id, str(save_pyfunc_model(model_dir, Path(tmp) / name)), name)
+        self._write({"op": "model", "path": str(Path(model_dir).resolve()), "name": name})
 
     def end(self, status: str) -> None:
         self._next_probe = 0.0  # one more try to reach a server that went away, whatever the probe clock says
@@ -298,6 +295,11 @@ def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
         elif path.is_file():
             client.log_artifact(run_id, str(path), op["artifact_path"])
         # else: removed since (an old checkpoint pruned by checkpoint_keep): nothing left to deliver
+    elif kind == "model":  # an MLflow Model built from a saved agent's files when it is delivered
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
+            client.log_artifacts(run_id, str(save_pyfunc_model(Path(op["path"]), Path(tmp) / op["name"])), op["name"])
     elif kind == "end":
         with_retry(client.set_terminated, run_id, status=op["status"])
     else:

@@ -28,7 +28,7 @@ def pendulum_model_dir(tmp_path: Path) -> tuple[Path, TrainConfig, torch.nn.Modu
     norm = find_normalizer(env)
     assert norm is not None
     norm.obs_rms.mean, norm.obs_rms.var = mean.copy(), var.copy()
-    model_dir = save_checkpoint(tmp_path / "model", env, {"policy": policy})
+    model_dir = save_checkpoint(tmp_path / "model", env, {"policy": policy}, {"steps": 0})
     write_agent_files(model_dir, cfg, algo_name="trpo", env_name="pendulum", env=env)
     env.close()
     return model_dir, cfg, policy, mean, var
@@ -97,7 +97,7 @@ def test_discrete_actions_are_int64(tmp_path: Path):
     cfg = TrainConfig(algo=TRPOConfig(), env=replace(EnvConfig(id="CartPole-v1"), n_envs=1))
     env = make_vec_env(cfg.env, seed=0)
     policy = make_policy(env.single_observation_space, env.single_action_space, cfg.model)
-    model_dir = save_checkpoint(tmp_path / "model", env, {"policy": policy})
+    model_dir = save_checkpoint(tmp_path / "model", env, {"policy": policy}, {"steps": 0})
     write_agent_files(model_dir, cfg, algo_name="trpo", env_name="cartpole", env=env)
     obs = np.random.default_rng(0).normal(size=(6, 4))
     actions = RawPolicy(model_dir)(obs)
