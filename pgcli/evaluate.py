@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from pgcli.errors import ConfigError
+from pgcli.errors import CommandParser, ConfigError
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
@@ -47,13 +47,8 @@ class EvalTarget:
     """The run's :class:`~pgcli.tracking.RunRecord` when it is in the store."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, as every pgcli error (argparse prints usage + exit 2)
-        raise ConfigError(f"pgcli eval: {message} (see pgcli eval --help)")
-
-
 def parse_args(args: Sequence[str]) -> argparse.Namespace:
-    parser = _Parser(
+    parser = CommandParser(
         prog="pgcli eval",
         description="Evaluate a trained agent: its final (or best) model with the run's frozen normalisation, on a "
         "fresh env built from the run's logged config. Prints return mean ± std and logs an `eval-<run>` MLflow run "

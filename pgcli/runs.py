@@ -14,12 +14,12 @@ import sys
 from datetime import datetime
 
 from pgcli.compose import compose_train_config
-from pgcli.errors import ConfigError
+from pgcli.errors import CommandParser, ConfigError
 from pgcli.run import find_stale_runs, mark_killed
 
 
 def main(args: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="pgcli runs",
         description="List the latest runs of pgcli's run store; with --stale, end the RUNNING runs whose process "
         "is gone (killed with SIGKILL, machine restarted) as KILLED.",
