@@ -305,7 +305,9 @@ def _runs_command(args: list[str]) -> int:
 def _sync_command(args: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(
+    from pgcli.errors import CommandParser
+
+    parser = CommandParser(
         prog="pgcli sync",
         description="Deliver what a run wrote while its tracking server was unreachable (<run dir>/"
         "tracking_spool.jsonl: metrics, params, tags, artifacts and its final status) to the server, in order.",
