@@ -43,13 +43,11 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pathlib import Path
-
+    from pgcli.store_check import check_readable_store
     from pgcli.tracking import RunStore, resolve_tracking_target
 
     uri = resolve_tracking_target(run_cfg.tracking).uri
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ConfigError(f"no run store at {uri} (no run has been tracked from here yet)")
+    check_readable_store(uri, doing="list")
     store = RunStore(uri)
     experiment_ids = store.experiment_ids(ns.experiment) if ns.experiment else None
     if ns.experiment and not experiment_ids:

@@ -55,6 +55,9 @@ SUBPROCESS_CASES: list[tuple[list[str], Setup, int, str]] = [
     (["ui"], nothing, 2, "no run store at "),
     (["ui", "--port", "70000"], mlflow_store, 2, "--port must be between 1 and 65535 (got 70000)"),
     (["ui"], corrupt_store, 1, "(file is not a database)"),
+    (["runs"], nothing, 2, "no run store at "),
+    (["runs", "--stale"], corrupt_store, 1, "(file is not a database)"),
+    (["runs"], closed_port_server, 1, "is not reachable"),
 ]
 IN_PROCESS_CASES: list[tuple[list[str], Setup, int, str]] = [
     (["compare", "--filter", "foo bar"], mlflow_store, 2, "invalid search filter 'foo bar'"),
@@ -70,6 +73,7 @@ IN_PROCESS_CASES: list[tuple[list[str], Setup, int, str]] = [
     (["ui", "--port", "http"], mlflow_store, 2, "argument --port: invalid int value: 'http'"),
     (["ui", "--workers", "0"], mlflow_store, 2, "--workers must be >= 1"),
     (["ui"], foreign_sqlite, 1, "is a SQLite database but not an MLflow store"),
+    (["runs"], foreign_sqlite, 1, "is a SQLite database but not an MLflow store"),
 ]
 
 

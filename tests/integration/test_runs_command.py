@@ -59,7 +59,7 @@ def test_runs_without_a_store_is_one_line_and_creates_nothing(workdir: Path):
     proc = run_pgcli(["runs", "--stale"], cwd=workdir)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"pgcli: error: no run store at sqlite:///{workdir.resolve()}/outputs/mlflow.db (no run has been tracked "
-        "from here yet)"
+        f"pgcli: error: no run store at {workdir.resolve()}/outputs/mlflow.db: nothing to list; run `pgcli train` "
+        "first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
     ]
     assert not (workdir / "outputs").exists()
