@@ -27,7 +27,7 @@ train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overr
 	$(PGCLI) train $(ARGS)
 
 test: install  ## the CI command: the whole default test suite
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # The UI test (tests/integration/test_ui.py) drives Debian's chromium through chromedriver; it is skipped, saying so,
 # where they are missing. CI (.ci/run) installs them first. Needs root (or sudo) and apt.

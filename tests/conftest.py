@@ -6,11 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,3 +87,32 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     d = tmp_path / "work"
     d.mkdir()
     yield d
+
+
+def wait_until(
+    condition: Callable[[], T],
+    what: str,
+    *,
+    timeout: float,
+    proc: subprocess.Popen[Any] | None = None,
+    stderr: Path | None = None,
+    interval: float = 0.1,
+) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that.
+
+    Fails the test, with the tail of ``stderr``, if ``proc`` exits first or ``timeout`` seconds pass (the process
+    is killed then). ``interval`` is a polling interval, not a synchronisation delay.
+    """
+    deadline = time.monotonic() + timeout
+    tail = lambda: stderr.read_text()[-3000:] if stderr is not None and stderr.exists() else ""  # noqa: E731
+    while True:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"pgcli exited ({proc.returncode}) before {what}:\n{tail()}")
+        if time.monotonic() > deadline:
+            if proc is not None:
+                proc.kill()
+            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n{tail()}")
+        time.sleep(interval)

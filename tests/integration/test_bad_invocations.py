@@ -131,23 +131,35 @@ def test_an_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]):
     one_error_line(captured.err, captured.out, "did you mean 'train'")
 
 
+# Each read command's own entry point, patched to fail as a bug would: the handler in pgcli.cli.main must turn it
+# into one line whichever command it came from.
+UNEXPECTED_CASES = [
+    (["compare"], "pgcli.compare.main"),
+    (["eval", "0123abcd"], "pgcli.evaluate.main"),
+    (["runs"], "pgcli.runs.main"),
+    (["ui"], "pgcli.ui.main"),
+    (["sync", "some/run/dir"], "pgcli.tracking.sync_run_dir"),
+]
+
+
+@pytest.mark.parametrize(("argv", "target"), UNEXPECTED_CASES, ids=[c[0][0] for c in UNEXPECTED_CASES])
 def test_an_unexpected_exception_is_one_line_with_exit_1_unless_debugging(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    argv: list[str], target: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    def broken(args: list[str]) -> int:
+    def broken(*args: object, **kwargs: object) -> int:
         raise RuntimeError("disk controller on fire\nsecond line")
 
-    monkeypatch.setattr("pgcli.cli._compare_command", broken)
+    monkeypatch.setattr(target, broken)
     monkeypatch.delenv("PGCLI_DEBUG", raising=False)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    assert main(["compare"]) == 1
+    assert main(argv) == 1
     captured = capsys.readouterr()
     one_error_line(
         captured.err, captured.out, "RuntimeError: disk controller on fire (PGCLI_DEBUG=1 for the traceback)"
     )
     monkeypatch.setenv("PGCLI_DEBUG", "1")
     with pytest.raises(RuntimeError, match="disk controller"):
-        main(["compare"])
+        main(argv)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli
+from tests.conftest import Store, cli_env, run_pgcli, wait_until
 
 TOTAL_STEPS = 2048
 CHECKPOINT_EVERY = 256
@@ -45,14 +44,8 @@ def start_pgcli(args: list[str], cwd: Path, stderr: Path) -> subprocess.Popen[by
 
 def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen[bytes], stderr: Path, timeout: float = 240) -> None:
     """Poll until a checkpoint with its monitor state is on disk (the monitor writes monitor.json last)."""
-    deadline = time.monotonic() + timeout
-    while not list((run_dir / "checkpoints").glob("step_*/monitor.json")):
-        if proc.poll() is not None:
-            pytest.fail(f"pgcli exited ({proc.returncode}) before its first checkpoint:\n{stderr.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"no checkpoint after {timeout} s:\n{stderr.read_text()[-3000:]}")
-        time.sleep(0.05)  # polling interval, not a synchronisation delay
+    wait_until(lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json")), "its first checkpoint",
+               timeout=timeout, proc=proc, stderr=stderr, interval=0.05)  # fmt: skip
 
 
 def histories(store: Store, run_id: str) -> dict[str, list[tuple[int, float]]]:

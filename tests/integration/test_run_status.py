@@ -10,14 +10,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli
+from tests.conftest import Store, cli_env, run_pgcli, wait_until
 
 
 @pytest.fixture
@@ -31,18 +29,6 @@ def assert_never_running(store: Store) -> None:
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert runs, "no run was created"
     assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs), [r.info.status for r in runs]
-
-
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, stderr: Path, what: str, timeout: float) -> None:
-    """Poll ``condition`` until true; fail if pgcli exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc.poll() is not None:
-            pytest.fail(f"pgcli exited ({proc.returncode}) before {what}:\n{stderr.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n{stderr.read_text()[-3000:]}")
-        time.sleep(0.1)  # polling interval, not a synchronisation delay
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
@@ -66,7 +52,9 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
         )
         try:
             # The progress bar shows a speed once the first update is done: the run exists and is training.
-            wait_for(lambda: "sps=" in stderr.read_text(), proc, stderr, "the first training update", timeout=180)
+            wait_until(
+                lambda: "sps=" in stderr.read_text(), "the first training update", timeout=180, proc=proc, stderr=stderr
+            )
             (running,) = store.runs("cartpole")
             assert running.info.status == "RUNNING"
             proc.send_signal(signum)
@@ -231,7 +219,13 @@ def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir:
         with stderr.open("w") as err:
             proc = subprocess.Popen(args, cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err)
         checkpoints = disk / "run" / "checkpoints"
-        wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), proc, stderr, "a checkpoint", 300)
+        wait_until(
+            lambda: checkpoints.is_dir() and any(checkpoints.iterdir()),
+            "a checkpoint",
+            timeout=300,
+            proc=proc,
+            stderr=stderr,
+        )
         with (disk / "filler").open("wb") as f:  # take every free byte, as another program on that disk would
             try:
                 while True:

@@ -8,6 +8,7 @@ the run equals the run's own `metrics.csv`, point for point.
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import signal
 import socket
@@ -15,13 +16,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli
+from tests.conftest import Store, cli_env, run_pgcli, wait_until
 
 
 def _free_port() -> int:
@@ -75,16 +76,6 @@ def server(migrated_store: Store, tmp_path: Path) -> Iterator[Server]:
     srv.kill()
 
 
-def wait_for(what: str, ok: Callable[[], Any], timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = ok()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def the_run(store: Store) -> Any:
     client = store.client()
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -114,17 +105,20 @@ def start_training(server: Server, workdir: Path, stderr: Path, *overrides: str)
 def test_server_dies_mid_run_and_comes_back(server: Server, workdir: Path, tmp_path: Path) -> None:
     stderr = tmp_path / "train.stderr"
     proc = start_training(server, workdir, stderr, "total_steps=100000000")
+    until = functools.partial(wait_until, timeout=180, proc=proc, stderr=stderr, interval=0.5)
     try:
-        run = wait_for("the run's first metrics on the server",
-                       lambda: (r := the_run(server.store)) is not None and r.data.metrics and r)  # fmt: skip
+        run = until(
+            lambda: (r := the_run(server.store)) is not None and r.data.metrics and r,
+            "the run's first metrics on the server",
+        )
         server.kill()
-        wait_for("the outage warning", lambda: "unreachable" in stderr.read_text())
+        until(lambda: "unreachable" in stderr.read_text(), "the outage warning")
         run_dir = Path(run.data.tags["output_dir"])
         spool = run_dir / "tracking_spool.jsonl"
-        wait_for("writes spooled while the server is down", lambda: spool.is_file() and spool.stat().st_size > 2000)
+        until(lambda: spool.is_file() and spool.stat().st_size > 2000, "writes spooled while the server is down")
         assert proc.poll() is None, "training goes on without its server"
         server.start()
-        wait_for("the spool delivered", lambda: "is back: delivered" in stderr.read_text())
+        until(lambda: "is back: delivered" in stderr.read_text(), "the spool delivered")
         assert not spool.exists()
         time.sleep(1)  # a little more training online again
         proc.send_signal(signal.SIGINT)
@@ -144,8 +138,13 @@ def test_server_down_at_the_end_then_pgcli_sync(server: Server, workdir: Path, t
     stderr = tmp_path / "train.stderr"
     proc = start_training(server, workdir, stderr, "total_steps=12000")
     try:
-        run = wait_for("the run's first metrics on the server",
-                       lambda: (r := the_run(server.store)) is not None and r.data.metrics and r)  # fmt: skip
+        run = wait_until(
+            lambda: (r := the_run(server.store)) is not None and r.data.metrics and r,
+            "the run's first metrics on the server",
+            timeout=180,
+            stderr=stderr,
+            interval=0.5,
+        )
         server.kill()
         proc.wait(timeout=300)
     finally:
