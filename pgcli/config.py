@@ -633,8 +633,9 @@ class HardwareConfig:
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"
-    """'sync' (one process; fastest for cheap envs), 'async' (one subprocess per env) or 'worker' (half the envs step
-    in a second process, concurrently; same results as 'sync', faster for MuJoCo on 2+ cores)."""
+    """'sync' (one process), 'async' (a subprocess per env) or 'worker' (half the envs in a 2nd process; as 'sync')."""
+    eval_process: bool = False
+    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results)."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))

@@ -14,6 +14,7 @@ A worker that dies or raises ends the run with a one-line :class:`EnvWorkerError
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
 import traceback
@@ -88,13 +89,11 @@ def _worker(conn: Connection, env_fns: list[Callable[[], gym.Env]]) -> None:
             conn.send(("ok", result))
     except EOFError:  # the main process went away
         pass
-    except BaseException as exc:  # noqa: BLE001  # reported to the main process, which raises it as one line
+    except BaseException as exc:  # reported to the main process, which raises it as one line
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
-        try:
+        with contextlib.suppress(OSError):
             conn.send(("error", f"{type(exc).__name__}: {exc}{where}"))
-        except OSError:
-            pass
     finally:
         for env in envs:
             env.close()
@@ -231,10 +230,8 @@ class WorkerVectorEnv(VectorEnv):
             env.close()
         if not self._closed_worker:
             self._closed_worker = True
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.send(("close", None))
-            except OSError:
-                pass
         self._process.join(timeout=5.0)
         if self._process.is_alive():
             self._process.terminate()
