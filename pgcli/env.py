@@ -19,6 +19,7 @@ RNGs, the last observation, and VecNormalize's discounted-return accumulator. Pl
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -82,13 +83,14 @@ def make_vec_env(
         seed: base seed; the action space is seeded with it too.
         n_envs: number of sub-envs (default ``cfg.n_envs``).
         vectorization: 'sync' (one process), 'async' (one subprocess per sub-env) or 'worker' (half the sub-envs in
-            one worker process, stepped while this process steps the others; ``pgcli.vecenv``).
+            one worker process, stepped while this process steps the others; ``pgcli.vecenv``; 'sync' with one
+            sub-env or one usable CPU: the same results either way).
         gamma: discount used by return-based reward normalisation.
     """
     n = cfg.n_envs if n_envs is None else n_envs
     fns = [partial(make_env, cfg) for _ in range(n)]
     venv: VectorEnv
-    if vectorization == "worker" and n >= 2:
+    if vectorization == "worker" and n >= 2 and len(os.sched_getaffinity(0)) >= 2:  # else nothing to gain
         venv = WorkerVectorEnv(fns)
     elif vectorization == "async":
         venv = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)

@@ -62,6 +62,18 @@ def reset_envs(
     ]
 
 
+def _lean(value: Any) -> Any:
+    """``value`` with numpy float64 scalars (MuJoCo envs' rewards and info entries) as Python floats, which pickle
+    several times faster. Both batch into the same float64 arrays (``VectorEnv._add_info``), so infos are unchanged."""
+    if type(value) is np.float64:
+        return float(value)
+    if type(value) is tuple:
+        return tuple(_lean(v) for v in value)
+    if type(value) is dict:
+        return {k: _lean(v) for k, v in value.items()}
+    return value
+
+
 def _worker(conn: Connection, env_fns: list[Callable[[], gym.Env]]) -> None:
     """The worker process: build its sub-envs, then answer commands until ``close`` (or the pipe closes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process, which checkpoints
@@ -72,7 +84,7 @@ def _worker(conn: Connection, env_fns: list[Callable[[], gym.Env]]) -> None:
         while True:
             command, payload = conn.recv()
             if command == "step":
-                result: Any = step_envs(envs, payload)
+                result: Any = [_lean(r) for r in step_envs(envs, payload)]
             elif command == "reset":
                 result = reset_envs(envs, *payload)
             elif command == "get_attr":

@@ -25,7 +25,23 @@ def rollout(env, n_steps: int, seed: int) -> list[tuple]:
         obs, rewards, terminated, truncated, info = env.step(actions)
         eps = finished_episodes(info)
         out.append((obs, rewards, terminated, truncated, final_observations(obs, info), info.get("_final_obs"),
-                    eps.returns, eps.lengths, sorted(info)))  # fmt: skip
+                    eps.returns, eps.lengths, flat_info(info)))  # fmt: skip
+    return out
+
+
+def flat_info(info: dict, prefix: str = "") -> dict:
+    """A vector env's info as {path: (dtype, values)}, every nested array included (final_obs: an object array),
+    except the episodes' wall-clock durations."""
+    out = {}
+    for key, value in info.items():
+        if key == "t" and prefix.endswith("episode."):  # the episode's wall-clock duration
+            continue
+        if isinstance(value, dict):
+            out.update(flat_info(value, f"{prefix}{key}."))
+        elif value.dtype == object:
+            out[prefix + key] = ("object", [None if v is None else v.tolist() for v in value])
+        else:
+            out[prefix + key] = (value.dtype.str, value.tolist())
     return out
 
 
