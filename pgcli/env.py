@@ -90,7 +90,7 @@ def make_vec_env(
     n = cfg.n_envs if n_envs is None else n_envs
     fns = [partial(make_env, cfg) for _ in range(n)]
     venv: VectorEnv
-    if vectorization == "worker" and n >= 2 and len(os.sched_getaffinity(0)) >= 2:  # else nothing to gain
+    if vectorization == "worker" and n >= 2 and usable_cpus() >= 2:  # else nothing to gain
         venv = WorkerVectorEnv(fns)
     elif vectorization == "async":
         venv = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -108,6 +108,11 @@ def make_vec_env(
     venv.reset(seed=seed)
     venv.action_space.seed(seed)
     return venv
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class RunningMeanStd:

@@ -415,7 +415,8 @@ class TrainingMonitor:
             while self._next_video <= step:
                 self._next_video += self.video_every
         snapshot = getattr(agent, "snapshot", None)
-        if self.evaluator.background and video is None and self.on_eval is None and snapshot is not None:
+        background = getattr(self.evaluator, "background", False)  # stand-in evaluators (tests) have no process
+        if background and video is None and self.on_eval is None and snapshot is not None:
             candidate = None
             if self.best_dir is not None:  # the agent at this step, in case this evaluation is the best
                 candidate = agent.save(self.best_dir.with_name(f".{self.best_dir.name}.step_{step}"))
