@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +30,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from pgcli.errors import PgcliError
 
-StepResult = tuple[Any, float, bool, bool, Any, Any, dict[str, Any]]
+StepResult = tuple[Any, SupportsFloat, bool, bool, Any, Any, dict[str, Any]]
 """One sub-env's step: (obs, reward, terminated, truncated, final_obs, final_info, info); final_* are None unless the
 episode ended (obs is then the next episode's first observation)."""
 
@@ -144,7 +144,7 @@ class WorkerVectorEnv(VectorEnv):
         self.observation_space = batch_space(obs_space, n)
         self.action_space = batch_space(action_space, n)
         self._env_obs: list[Any] = [None] * n
-        self._observations = create_empty_array(obs_space, n=n, fn=np.zeros)
+        self._observations: Any = create_empty_array(obs_space, n=n, fn=np.zeros)
         self._rewards = np.zeros(n, dtype=np.float64)
         self._terminations = np.zeros(n, dtype=np.bool_)
         self._truncations = np.zeros(n, dtype=np.bool_)
@@ -204,7 +204,7 @@ class WorkerVectorEnv(VectorEnv):
         self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
         return deepcopy(self._observations), infos
 
-    def step(self, actions):  # type: ignore[override]
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # type: ignore[override]
         k = self.n_local
         rows = list(iterate(self.action_space, actions))
         self._send("step", rows[k:])  # the worker steps its share while this process steps the rest
