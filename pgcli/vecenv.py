@@ -62,6 +62,15 @@ def reset_envs(
     ]
 
 
+def call_envs(envs: Sequence[gym.Env], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """Each env's attribute ``name`` (through its wrappers), called with ``args`` when it is a method."""
+    out = []
+    for env in envs:
+        attr = env.get_wrapper_attr(name)
+        out.append(attr(*args, **kwargs) if callable(attr) else attr)
+    return out
+
+
 def _lean(value: Any) -> Any:
     """``value`` with numpy float64 scalars (MuJoCo envs' rewards and info entries) as Python floats, which pickle
     several times faster. Both batch into the same float64 arrays (``VectorEnv._add_info``), so infos are unchanged."""
@@ -87,8 +96,8 @@ def _worker(conn: Connection, env_fns: list[Callable[[], gym.Env]]) -> None:
                 result: Any = [_lean(r) for r in step_envs(envs, payload)]
             elif command == "reset":
                 result = reset_envs(envs, *payload)
-            elif command == "get_attr":
-                result = [env.get_wrapper_attr(payload) for env in envs]
+            elif command == "call":
+                result = call_envs(envs, *payload)
             elif command == "set_attr":
                 name, values = payload
                 for env, value in zip(envs, values, strict=True):
@@ -220,11 +229,16 @@ class WorkerVectorEnv(VectorEnv):
         return (deepcopy(self._observations), np.copy(self._rewards), np.copy(self._terminations),
                 np.copy(self._truncations), infos)  # fmt: skip
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Every sub-env's attribute ``name`` (through its wrappers), called with the arguments when it is a method;
+        in sub-env order (as ``SyncVectorEnv.call``)."""
+        self._send("call", (name, args, kwargs))
+        local = call_envs(self.envs, name, args, kwargs)
+        return tuple(local + self._receive("call"))
+
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        """The attribute ``name`` of every sub-env (through its wrappers), in sub-env order."""
-        self._send("get_attr", name)
-        local = [env.get_wrapper_attr(name) for env in self.envs]
-        return tuple(local + self._receive("get_attr"))
+        """``call(name)``, as ``SyncVectorEnv.get_attr``."""
+        return self.call(name)
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set ``name`` on every sub-env: one value each (a list or tuple of ``num_envs``) or the same for all."""

@@ -71,6 +71,11 @@ def test_worker_env_gives_exactly_the_sync_envs_experience_on_hopper():
         obs_b, _ = worker.reset(seed=[3, None, 5], options={"reset_mask": mask.copy()})
         np.testing.assert_array_equal(obs_a, obs_b)
         assert_same(rollout(sync, 50, seed=2), rollout(worker, 50, seed=2))
+        # attributes and methods of the sub-envs, in order (what checkpoints and the SB3 adapter use)
+        assert [spec.id for spec in worker.unwrapped.get_attr("spec")] == ["Hopper-v5"] * 3
+        assert [s.tolist() for s in worker.unwrapped.call("state_vector")] == [
+            s.tolist() for s in sync.unwrapped.call("state_vector")
+        ]
     finally:
         sync.close()
         worker.close()
