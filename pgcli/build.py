@@ -234,7 +234,9 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
             TrainingMonitor(
                 run.logger,
                 total_steps=cfg.total_steps,
-                evaluator=Evaluator(cfg.env, cfg.eval, seed=cfg.seed, train_env=env),
+                evaluator=Evaluator(
+                    cfg.env, cfg.eval, seed=cfg.seed, train_env=env, background=cfg.hardware.eval_process
+                ),
                 eval_every=cfg.eval.every,
                 checkpoint_dir=ctx.output_dir / "checkpoints",
                 checkpoint_every=cfg.checkpoint_every,

@@ -633,13 +633,15 @@ class HardwareConfig:
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"
-    """'sync' (one process; fastest for cheap envs on few cores) or 'async' (one subprocess per env)."""
+    """'sync' (one process), 'async' (a subprocess per env) or 'worker' (half the envs in a 2nd process; as 'sync')."""
+    eval_process: bool = False
+    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results)."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         _require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
-        _choice("hardware.vec_env", self.vec_env, ("sync", "async"))
+        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker"))
 
 
 @dataclass

@@ -19,9 +19,11 @@ RNGs, the last observation, and VecNormalize's discounted-return accumulator. Pl
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from pgcli.config import EnvConfig
 from pgcli.envspec import apply_wrappers, registered_id
+from pgcli.vecenv import WorkerVectorEnv
 
 EVAL_SEED_OFFSET = 10_000
 """Evaluation envs are seeded with seed + this, so they never replay the training episodes."""
@@ -79,13 +82,17 @@ def make_vec_env(
         cfg: the validated env config.
         seed: base seed; the action space is seeded with it too.
         n_envs: number of sub-envs (default ``cfg.n_envs``).
-        vectorization: 'sync' (one process) or 'async' (one subprocess per sub-env).
+        vectorization: 'sync' (one process), 'async' (one subprocess per sub-env) or 'worker' (half the sub-envs in
+            one worker process, stepped while this process steps the others; ``pgcli.vecenv``; 'sync' with one
+            sub-env or one usable CPU: the same results either way).
         gamma: discount used by return-based reward normalisation.
     """
     n = cfg.n_envs if n_envs is None else n_envs
-    fns = [lambda: make_env(cfg) for _ in range(n)]
+    fns = [partial(make_env, cfg) for _ in range(n)]
     venv: VectorEnv
-    if vectorization == "async":
+    if vectorization == "worker" and n >= 2 and usable_cpus() >= 2:  # else nothing to gain
+        venv = WorkerVectorEnv(fns)
+    elif vectorization == "async":
         venv = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         venv = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -101,6 +108,11 @@ def make_vec_env(
     venv.reset(seed=seed)
     venv.action_space.seed(seed)
     return venv
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class RunningMeanStd:
@@ -369,9 +381,9 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _base_vector_env(env: VectorEnv) -> SyncVectorEnv | AsyncVectorEnv:
+def _base_vector_env(env: VectorEnv) -> SyncVectorEnv | AsyncVectorEnv | WorkerVectorEnv:
     base = env.unwrapped
-    if not isinstance(base, (SyncVectorEnv, AsyncVectorEnv)):
+    if not isinstance(base, (SyncVectorEnv, AsyncVectorEnv, WorkerVectorEnv)):
         raise TypeError(f"expected a pgcli vector env, got {type(base).__name__}")
     return base
 

@@ -16,16 +16,19 @@ Metric keys are the same for every algorithm; ``step`` is always environment ste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import multiprocessing as mp
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from shutil import rmtree
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -41,6 +44,7 @@ from pgcli.env import (
 from pgcli.errors import DivergenceError
 from pgcli.run import StopRequest
 from pgcli.tracking import MetricLogger
+from pgcli.vecenv import EnvWorkerError
 from pgcli.video import EpisodeRecorder, make_recording_env
 
 log = logging.getLogger("pgcli")
@@ -93,9 +97,29 @@ class EvalResult:
 class Evaluator:
     """Runs ``episodes`` episodes on a separate env with frozen copies of the training env's normalisation."""
 
-    def __init__(self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int, train_env: VectorEnv) -> None:
+    def __init__(
+        self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int, train_env: VectorEnv, background: bool = False
+    ) -> None:
         self.env_cfg, self.cfg, self.seed, self.train_env = env_cfg, cfg, seed + EVAL_SEED_OFFSET, train_env
+        self.background = background
+        """Evaluate agents that can ``snapshot`` their policy in an :class:`EvalProcess`, concurrently."""
         self._env: VectorEnv | None = None
+        self._process: EvalProcess | None = None
+
+    def submit(self, actor: Actor) -> None:
+        """Start evaluating ``actor`` (a picklable snapshot) in the evaluation process; :meth:`result` collects it."""
+        if self._process is None:
+            self._process = EvalProcess(self.env_cfg, self.cfg, seed=self.seed)
+        self._process.submit(actor, normalizer_state(self.train_env))
+
+    def ready(self) -> bool:
+        """Whether the submitted evaluation has finished."""
+        return self._process is not None and self._process.ready()
+
+    def result(self) -> EvalResult:
+        """The submitted evaluation's result (waits for it)."""
+        assert self._process is not None, "result() without submit()"
+        return self._process.result()
 
     def __call__(self, agent: Agent) -> EvalResult:
         return self._run(agent, None)[0]
@@ -121,6 +145,95 @@ class Evaluator:
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
+        if self._process is not None:
+            self._process.close()
+
+
+class EvalProcess:
+    """Evaluations in a separate process (``hardware.eval_process``), concurrently with training: a spare core plays
+    the evaluation episodes while the trainer collects and updates.
+
+    The process builds the evaluation env once, as :class:`Evaluator` does, and for each submitted policy snapshot
+    loads the training env's normalisation statistics as they were at submission (frozen) and plays
+    :func:`run_episodes` with the same seed, so its results are those an in-process evaluation at that step would
+    give. It runs at a lower priority (nice +5) than the trainer. One evaluation is in flight at a time.
+    """
+
+    def __init__(self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_eval_process_main, args=(child, env_cfg, cfg, seed), daemon=True,
+                                    name="pgcli-eval")  # fmt: skip
+        self._process.start()
+        child.close()  # only the process holds its end: its death is an EOF here, never a hang
+        self._pending = False
+
+    def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
+        if self._pending:
+            raise RuntimeError("an evaluation is already in flight")
+        try:
+            self._conn.send((actor, normalizer))
+        except OSError:
+            self._fail()
+        self._pending = True
+
+    def ready(self) -> bool:
+        return self._pending and self._conn.poll()
+
+    def result(self) -> EvalResult:
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, OSError):
+            self._fail()
+        self._pending = False
+        if status == "error":
+            raise EnvWorkerError(f"evaluation process failed: {value}")
+        return EvalResult(*value)
+
+    def _fail(self) -> NoReturn:
+        self._process.join(timeout=1.0)
+        pid, code = self._process.pid, self._process.exitcode
+        raise EnvWorkerError(
+            f"the evaluation process (pid {pid}) died (exit code {code}); hardware.eval_process=false runs without it"
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._process.join(timeout=5.0)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
+        self._conn.close()
+
+
+def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> None:
+    """The evaluation process: answer each (snapshot, normaliser state) with (returns, lengths) until None."""
+    import signal
+
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process
+    os.nice(5)  # the trainer's steps come first; evaluation fills the gaps
+    torch.set_num_threads(1)
+    env = None
+    try:
+        while (request := conn.recv()) is not None:
+            actor, normalizer = request
+            if env is None:
+                env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs)
+            load_normalizer_state(env, normalizer, training=False)
+            result = run_episodes(env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
+            conn.send(("ok", (result.returns, result.lengths)))
+    except EOFError:  # the trainer went away
+        pass
+    except Exception as exc:  # reported to the trainer, which raises it as one line
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        if env is not None:
+            env.close()
+        conn.close()
 
 
 def run_episodes(
@@ -193,6 +306,8 @@ class TrainingMonitor:
         self.best_eval: EvalResult | None = None
         self.best_step: int | None = None
         self._last_eval_step: int | None = None
+        self._pending_eval: tuple[int, int | None, Path | None] | None = None
+        """(step, scheduled step, saved agent) of the evaluation running in the evaluation process."""
         self._next_eval = eval_every if eval_every > 0 else None
         self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
         self.checkpoint_keep = checkpoint_keep
@@ -232,6 +347,7 @@ class TrainingMonitor:
 
         Rollout statistics are logged at most every ``log_every_steps`` env steps (A2C updates every 40 steps).
         """
+        self.collect_evaluation(wait=False)
         if self._last_logged_step is None or step - self._last_logged_step >= self.log_every_steps:
             self._log_rollout_stats(step)
         if self._next_eval is not None and step >= self._next_eval:
@@ -254,6 +370,7 @@ class TrainingMonitor:
         """
         if self.checkpoint_dir is None:
             return None
+        self.collect_evaluation(wait=True)  # the monitor state saved below includes it
         self.logger.flush()
         path = agent.save(self.checkpoint_dir / f"step_{step}")
         tmp = path / f".{MONITOR_STATE_FILE}.tmp"
@@ -281,26 +398,74 @@ class TrainingMonitor:
     def evaluate(self, step: int, agent: Agent, scheduled: int | None = None) -> EvalResult | None:
         """Evaluate now and log ``eval/return_mean``, ``eval/return_std``, ``eval/ep_len_mean`` and
         ``eval/best_return_mean``; save the agent to ``best_dir`` when this is the best evaluation so far; then call
-        ``on_eval`` with ``scheduled`` (default ``step``)."""
+        ``on_eval`` with ``scheduled`` (default ``step``).
+
+        With a background evaluator (``hardware.eval_process``), an agent that can ``snapshot`` its policy, no
+        video due and no ``on_eval`` hook, the evaluation runs in the evaluation process instead and this returns
+        None: its results are logged at ``step`` when it finishes (:meth:`collect_evaluation`), with the agent as
+        it was at ``step`` kept for ``best_dir``.
+        """
         if self.evaluator is None:
             return None
+        self.collect_evaluation(wait=True)  # one evaluation at a time, logged in order
         t0 = time.perf_counter()
         video = None
         if self._next_video is not None and self.video_dir is not None and step >= self._next_video:
             video = self.video_dir / f"step_{step}"  # eval.video_every: the evaluation's first episode
             while self._next_video <= step:
                 self._next_video += self.video_every
+        snapshot = getattr(agent, "snapshot", None)
+        background = getattr(self.evaluator, "background", False)  # stand-in evaluators (tests) have no process
+        if background and video is None and self.on_eval is None and snapshot is not None:
+            candidate = None
+            if self.best_dir is not None:  # the agent at this step, in case this evaluation is the best
+                candidate = agent.save(self.best_dir.with_name(f".{self.best_dir.name}.step_{step}"))
+            self.evaluator.submit(snapshot())
+            self._pending_eval = (step, scheduled, candidate)
+            self._last_eval_step = step
+            self._eval_seconds += time.perf_counter() - t0
+            return None
         if video is None:
             result = self.evaluator(agent)
         else:
             result, videos = self.evaluator.record(agent, video)
             for path in videos:
                 self.logger.log_artifact(path, "videos")
+        self._eval_seconds += time.perf_counter() - t0
+        self._record_evaluation(step, scheduled, result, save_best=lambda: agent.save(self.best_dir))  # type: ignore[arg-type]
+        return result
+
+    def collect_evaluation(self, *, wait: bool) -> EvalResult | None:
+        """Log the evaluation running in the evaluation process, if it has finished (``wait``: wait for it)."""
+        if self._pending_eval is None or self.evaluator is None or not (wait or self.evaluator.ready()):
+            return None
+        step, scheduled, candidate = self._pending_eval
+        t0 = time.perf_counter()
+        try:
+            result = self.evaluator.result()
+        finally:
+            self._pending_eval = None
+            self._eval_seconds += time.perf_counter() - t0
+
+        def keep_candidate() -> None:
+            assert candidate is not None and self.best_dir is not None
+            rmtree(self.best_dir, ignore_errors=True)
+            os.replace(candidate, self.best_dir)
+
+        try:
+            self._record_evaluation(step, scheduled, result, save_best=keep_candidate)
+        finally:
+            if candidate is not None and candidate.exists():
+                rmtree(candidate, ignore_errors=True)
+        return result
+
+    def _record_evaluation(
+        self, step: int, scheduled: int | None, result: EvalResult, *, save_best: Callable[[], Any]
+    ) -> None:
         if self.best_eval is None or result.mean > self.best_eval.mean:
             self.best_eval, self.best_step = result, step
             if self.best_dir is not None:
-                agent.save(self.best_dir)
-        self._eval_seconds += time.perf_counter() - t0
+                save_best()
         self.last_eval, self._last_eval_step = result, step
         self.logger.log_metrics(
             {"eval/return_mean": result.mean, "eval/return_std": result.std,
@@ -311,7 +476,6 @@ class TrainingMonitor:
                  len(result.returns))  # fmt: skip
         if self.on_eval is not None:
             self.on_eval(step if scheduled is None else scheduled, result.mean)
-        return result
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:
         """Final evaluation (unless one just ran at this step) and close the progress bar."""
@@ -320,6 +484,7 @@ class TrainingMonitor:
             self._log_rollout_stats(step)
         if self.evaluator is not None and self._last_eval_step != step:
             self.evaluate(step, agent, scheduled=self.total_steps)
+        self.collect_evaluation(wait=True)
         self._advance_bar(step, None)
         self.close()
         return self.last_eval
@@ -330,6 +495,8 @@ class TrainingMonitor:
             self._bar = None
         if self.evaluator is not None:
             self.evaluator.close()
+        if self._pending_eval is not None and self._pending_eval[2] is not None:  # a run that ended early
+            rmtree(self._pending_eval[2], ignore_errors=True)
 
     # -- resume ------------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict[str, Any]:

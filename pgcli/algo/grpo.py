@@ -38,7 +38,7 @@ from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
-from pgcli.algo.policies import Policy, make_policy, obs_tensor
+from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.grpo import (
@@ -328,6 +328,10 @@ class GRPO:
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
+
+    def snapshot(self) -> PolicySnapshot:
+        """A frozen copy of the policy, to evaluate in another process while training goes on."""
+        return PolicySnapshot(self.policy)
 
     def _stateful(self) -> dict[str, Any]:
         return {"policy": self.policy, "optimizer": self.optimizer, "ref_policy": self.ref_policy}

@@ -24,6 +24,7 @@ The value network :class:`ValueNetwork` is separate from the policy (no shared t
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -484,6 +485,17 @@ class DiagGaussianPolicy(_PolicyModule):
     @torch.no_grad()
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.to_env(self.sample(obs_tensor(obs, self.log_std.device), deterministic))
+
+
+class PolicySnapshot:
+    """A frozen copy of a policy that acts as its trainer's ``act`` does: what an evaluation in another process
+    gets (``hardware.eval_process``), so training can go on changing the policy meanwhile."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = copy.deepcopy(policy)
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.policy.predict(obs, deterministic)
 
 
 class ValueNetwork(nn.Module):

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
 from pgcli.monitor import TrainingMonitor
@@ -180,6 +180,10 @@ class PPOKL:
     # -- Trainer interface -------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
+
+    def snapshot(self) -> PolicySnapshot:
+        """A frozen copy of the policy, to evaluate in another process while training goes on."""
+        return PolicySnapshot(self.policy)
 
     def _stateful(self) -> dict[str, Any]:
         return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}

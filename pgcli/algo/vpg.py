@@ -24,7 +24,7 @@ from torch import Tensor
 
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, detach_params, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
 from pgcli.monitor import TrainingMonitor
@@ -126,6 +126,10 @@ class VPG:
     # -- Trainer interface -------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return self.policy.predict(obs, deterministic)
+
+    def snapshot(self) -> PolicySnapshot:
+        """A frozen copy of the policy, to evaluate in another process while training goes on."""
+        return PolicySnapshot(self.policy)
 
     def _stateful(self) -> dict[str, Any]:
         return {"policy": self.policy, "value": self.value, "pi_optimizer": self.pi_optimizer,

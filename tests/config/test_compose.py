@@ -171,3 +171,15 @@ def test_cuda_without_gpu_is_a_clear_error():
         pytest.skip("a GPU is present: hardware=cuda is valid here")
     with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
         compose_train_config(["hardware=cuda"])
+
+
+def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
+    cfg = compose_train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
+    assert (cfg.hardware.vec_env, cfg.hardware.eval_process) == ("worker", True)
+    default = compose_train_config(["algo=trpo", "env=hopper"])
+    assert (default.hardware.vec_env, default.hardware.eval_process) == ("sync", False)  # opt-in (docs/benchmarks.md)
+    with pytest.raises(
+        ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker \(got 'threads'\)"
+    ) as err:
+        compose_train_config(["hardware.vec_env=threads"])
+    assert "\n" not in str(err.value)

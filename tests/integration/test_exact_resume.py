@@ -47,12 +47,12 @@ CASES = {
 }
 
 
-def build(case: str, seed: int):
+def build(case: str, seed: int, vectorization: str = "sync"):
     """As pgcli.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the trainer."""
     trainer_cls, cfg, env_id = CASES[case]
     seed_everything(seed)
     env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True), seed=seed,
-                       gamma=cfg.gamma)  # fmt: skip
+                       gamma=cfg.gamma, vectorization=vectorization)  # fmt: skip
     return trainer_cls(cfg, env=env, model=MODEL, seed=seed, device=CPU)
 
 
@@ -91,21 +91,25 @@ def steps_of(trainer) -> int:
     return int(trainer.model.num_timesteps) if isinstance(trainer, SB3Trainer) else trainer.steps
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_one_update_save_load_one_update_equals_two_updates(case: str, tmp_path: Path):
-    probe = build(case, seed=3)
+@pytest.mark.parametrize(
+    ("case", "vectorization"),
+    [(case, "sync") for case in CASES] + [("trpo-pendulum", "worker")],
+    ids=[*CASES, "trpo-pendulum-worker_env"],
+)
+def test_one_update_save_load_one_update_equals_two_updates(case: str, vectorization: str, tmp_path: Path):
+    probe = build(case, seed=3, vectorization=vectorization)
     train(probe, 1, tmp_path / "probe")  # stops at the first update boundary
     one_update = steps_of(probe)
     probe.close()
 
     # straight: 2 updates (a budget one step past the first update), checkpointing after each
-    straight = build(case, seed=3)
+    straight = build(case, seed=3, vectorization=vectorization)
     train(straight, one_update + 1, tmp_path / "straight")
     two_updates = steps_of(straight)
     assert two_updates > one_update
 
     # resumed: a trainer built with another seed, the process RNGs moved on, then the first checkpoint loaded
-    resumed = build(case, seed=11)
+    resumed = build(case, seed=11, vectorization=vectorization)
     random.random(), np.random.rand(), torch.rand(3)
     resumed.load(tmp_path / "straight" / f"step_{one_update}")
     assert steps_of(resumed) == one_update

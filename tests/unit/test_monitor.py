@@ -366,3 +366,88 @@ def test_on_eval_raising_stops_training_there(tmp_path: Path):
         for step in range(50, 1001, 50):
             monitor.update(step, RowPolicy())
     assert logger.steps_of("eval/return_mean") == [100, 200]  # the evaluation that decided it is logged
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation in a separate process (hardware.eval_process)
+# --------------------------------------------------------------------------------------------------------------------
+class SnapshotAgent:
+    """A real CartPole policy whose weights change at every update; ``save`` writes its weights."""
+
+    def __init__(self) -> None:
+        import torch
+
+        from pgcli.algo.policies import make_policy
+        from pgcli.config import ModelConfig
+
+        env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=1), seed=0)
+        torch.manual_seed(0)
+        self.policy = make_policy(
+            env.single_observation_space, env.single_action_space, ModelConfig(pi_hidden_sizes=[8])
+        )
+        env.close()
+
+    def perturb(self, update: int) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(update)
+        with torch.no_grad():
+            for p in self.policy.parameters():
+                p.add_(torch.randn(p.shape, generator=gen))
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.policy.predict(obs, deterministic)
+
+    def snapshot(self) -> Any:
+        from pgcli.algo.policies import PolicySnapshot
+
+        return PolicySnapshot(self.policy)
+
+    def save(self, path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "weights.txt").write_text(repr([p.tolist() for p in self.policy.parameters()]))
+        return path
+
+
+def eval_history(tmp_path: Path, *, background: bool) -> tuple[list[tuple[int, dict[str, float]]], str]:
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
+    logger, agent = RecordingLogger(), SnapshotAgent()
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=3), seed=0, train_env=make_vec_env(env_cfg, seed=0),
+                          background=background)  # fmt: skip
+    monitor = make_monitor(logger, tmp_path, evaluator=evaluator, checkpoint_every=250, best_dir=tmp_path / "best")
+    for update, step in enumerate(range(40, 401, 40)):
+        agent.perturb(update)
+        monitor.update(step, agent)
+    monitor.finish(400, agent)
+    evals = sorted((s, m) for s, m in logger.metrics if "eval/return_mean" in m)
+    assert not list(tmp_path.glob(".best.step_*"))  # candidates of evaluations that were not the best are gone
+    assert (evaluator._process is not None) == background  # the evaluations ran where they were meant to
+    return evals, (tmp_path / "best" / "weights.txt").read_text()
+
+
+def test_evaluation_process_logs_what_in_process_evaluation_logs(tmp_path: Path):
+    serial, serial_best = eval_history(tmp_path / "serial", background=False)
+    background, background_best = eval_history(tmp_path / "background", background=True)
+    assert [s for s, _ in serial] == [120, 200, 320, 400]
+    assert len({m["eval/return_mean"] for _, m in serial}) > 1  # the policy changed between evaluations
+    assert background == serial
+    assert background_best == serial_best  # the agent as it was at the best evaluation, not at the end
+
+
+def test_a_dead_evaluation_process_is_a_one_line_error(tmp_path: Path):
+    import os
+    import signal
+
+    from pgcli.vecenv import EnvWorkerError
+
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=2), seed=0, train_env=make_vec_env(env_cfg, seed=0),
+                          background=True)  # fmt: skip
+    agent = SnapshotAgent()
+    evaluator.submit(agent.snapshot())
+    assert evaluator._process is not None
+    os.kill(evaluator._process._process.pid, signal.SIGKILL)
+    with pytest.raises(EnvWorkerError) as err:
+        evaluator.result()
+    assert "\n" not in str(err.value) and "evaluation process" in str(err.value) and "died" in str(err.value)
+    evaluator.close()

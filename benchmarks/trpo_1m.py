@@ -1,0 +1,184 @@
+"""TRPO Hopper-v5 wall time on two cores (issue 11, item 2): the one-process path against the two-core path, side by
+side, with sb3-contrib's TRPO as a reference.
+
+Each run is ``pgcli.build.train`` on the config ``pgcli train algo=<a> env=hopper seed=<s>`` composes (the preset:
+2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process, one at
+a time, with ``tracking=off`` (metrics.csv only). Variants:
+
+- ``serial``: ``hardware.vec_env=sync hardware.eval_process=false``: everything in one process, on one core.
+- ``parallel``: ``hardware.vec_env=worker hardware.eval_process=true``: one sub-env steps in a worker process while
+  the trainer steps the other; evaluations run on a policy snapshot in a third process, concurrently.
+- ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
+  also given scaled to ``--steps``), one process.
+
+Per run: wall time of ``train`` (not the CLI's import-time startup), CPU seconds of the trainer process and of all
+processes (its children included), the evaluation curve, and a digest of the metric history without ``time/*``:
+``parallel`` must learn exactly what ``serial`` learns, so its digest must be the same. Variants alternate within a
+round (the order flips every round) so that load from other processes hits both alike; the load average is
+recorded. Results go to benchmarks/results/trpo_1m.json, rewritten after each run; runs already there (same variant,
+seed, steps, round) are skipped, so an interrupted benchmark continues where it stopped.
+
+    .venv/bin/python benchmarks/trpo_1m.py --steps 1000000                # 1 round, ~10 min on an idle machine
+    .venv/bin/python benchmarks/trpo_1m.py --steps 100000 --rounds 2 --sb3-steps 0 --out /tmp/trpo_100k.json
+    .venv/bin/python benchmarks/trpo_1m.py --report benchmarks/results/trpo_1m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VARIANTS = {
+    "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false"]),
+    "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true"]),
+    "sb3_trpo": ("sb3_trpo", []),
+}
+LAST_EVALS = 5
+
+
+def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
+    """One training run in this (fresh) process: wall time, CPU times, curve and metric digest."""
+    from pgcli.build import RunContext, train
+    from pgcli.compose import compose_train_config
+
+    algo, extra = VARIANTS[variant]
+    overrides = [f"algo={algo}", "env=hopper", f"seed={seed}", f"total_steps={steps}", "tracking=off",
+                 "progress=false", "eval.every=50000", "eval.episodes=10", *extra]  # fmt: skip
+    cfg = compose_train_config(overrides)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix=f"pgcli_trpo_1m_{variant}_") as tmp:
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        summary = train(cfg, RunContext(algo_name=algo, env_name="hopper", output_dir=Path(tmp), overrides=overrides))
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with (Path(tmp) / "metrics.csv").open() as f:
+            rows = sorted(
+                (r["key"], r["step"], r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")
+            )
+    children_cpu = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
+    curve = sorted((int(step), float(value)) for key, step, value in rows if key == "eval/return_mean")
+    return {
+        "variant": variant, "algo": algo, "seed": seed, "steps": summary.steps, "overrides": overrides,
+        "wall_s": wall, "trainer_cpu_s": cpu, "all_cpu_s": cpu + children_cpu,
+        "final": summary.final_return, "best": max(v for _, v in curve),
+        "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
+        "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "n_metric_rows": len(rows), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    }  # fmt: skip
+
+
+def _child(conn: Any, variant: str, seed: int, steps: int) -> None:
+    conn.send(run_one(variant, seed, steps))
+
+
+def in_fresh_process(variant: str, seed: int, steps: int) -> dict[str, Any]:
+    """``run_one`` in a spawned, non-daemonic process (the parallel path starts processes of its own)."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, variant, seed, steps))
+    proc.start()
+    child.close()
+    try:
+        result: dict[str, Any] = parent.recv()
+    except EOFError:
+        raise SystemExit(f"the {variant} run failed (exit code {proc.join() or proc.exitcode})") from None
+    proc.join()
+    return result
+
+
+def summary_rows(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+    """Per variant: medians over runs of wall and CPU time, wall relative to serial in the same round, learning."""
+    serial = {(r["seed"], r["round"]): r for r in runs if r["variant"] == "serial"}
+    rows = []
+    for variant in VARIANTS:
+        group = [r for r in runs if r["variant"] == variant]
+        if not group:
+            continue
+        scale = steps / group[0]["steps"]
+        paired = [(r, serial[(r["seed"], r["round"])]) for r in group if (r["seed"], r["round"]) in serial]
+        ratios = [r["wall_s"] / s["wall_s"] for r, s in paired if r["steps"] == s["steps"]]
+        same = [r["metrics_digest"] == s["metrics_digest"] for r, s in paired if r["algo"] == "trpo"]
+        rows.append({
+            "variant": variant, "runs": len(group), "steps": group[0]["steps"],
+            "wall_s": float(np.median([r["wall_s"] for r in group])),
+            "wall_s_at_steps": float(np.median([r["wall_s"] for r in group])) * scale,
+            "trainer_cpu_s": float(np.median([r["trainer_cpu_s"] for r in group])),
+            "all_cpu_s": float(np.median([r["all_cpu_s"] for r in group])),
+            "wall_vs_serial": float(np.median(ratios)) if ratios else None,
+            "final": float(np.mean([r["final"] for r in group])), "last5": float(np.mean([r["last5"] for r in group])),
+            "best": float(np.mean([r["best"] for r in group])),
+            "same_metrics_as_serial": all(same) if same else None,
+            "loadavg": float(np.mean([r["loadavg_before"][0] for r in group])),
+        })  # fmt: skip
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], steps: int) -> str:
+    header = (f"| variant | env steps | wall s | wall s per {steps:,} | wall / serial | trainer CPU s | all CPU s | "
+              "final | last-5 | best | same metrics as serial | load avg |")  # fmt: skip
+    lines = [header, "|---|---:|" + "---:|" * 8 + "---|---:|"]
+    for r in rows:
+        ratio = "" if r["wall_vs_serial"] is None else f"{r['wall_vs_serial']:.2f}"
+        same = {True: "yes", False: "**no**", None: ""}[r["same_metrics_as_serial"]]
+        lines.append(f"| {r['variant']} | {r['steps']:,} | {r['wall_s']:.1f} | {r['wall_s_at_steps']:.0f} | {ratio} | "
+                     f"{r['trainer_cpu_s']:.1f} | {r['all_cpu_s']:.1f} | {r['final']:.0f} | {r['last5']:.0f} | "
+                     f"{r['best']:.0f} | {same} | {r['loadavg']:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=1_000_000, help="env steps of the TRPO runs")
+    parser.add_argument("--sb3-steps", type=int, default=200_000, help="env steps of the sb3-contrib run (0: skip)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "trpo_1m.json")
+    parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
+    args = parser.parse_args()
+    if args.report:
+        data = json.loads(args.report.read_text())
+        print(markdown(data["summary"], data["meta"]["steps"]))
+        return
+    from pgcli.build import git_state
+
+    runs: list[dict[str, Any]] = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
+    meta = {"command": "benchmarks/trpo_1m.py " + " ".join(sys.argv[1:]), "steps": args.steps,
+            "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            **git_state()}  # fmt: skip
+    for rnd in range(args.rounds):
+        for seed in args.seeds:
+            order = ["serial", "parallel"] if rnd % 2 == 0 else ["parallel", "serial"]
+            plan = [(v, args.steps) for v in order] + ([("sb3_trpo", args.sb3_steps)] if args.sb3_steps else [])
+            for variant, steps in plan:
+                if any(r["variant"] == variant and r["seed"] == seed and r["round"] == rnd and r["steps"] >= steps
+                       for r in runs):  # fmt: skip
+                    continue
+                r = {**in_fresh_process(variant, seed, steps), "round": rnd}
+                runs.append(r)
+                print(f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
+                      f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
+                      f"load {r['loadavg_before'][0]:.1f}", flush=True)  # fmt: skip
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"meta": meta, "summary": summary_rows(runs, args.steps),
+                                                "runs": runs}, indent=1))  # fmt: skip
+    print(markdown(summary_rows(runs, args.steps), args.steps))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

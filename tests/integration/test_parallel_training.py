@@ -1,0 +1,86 @@
+"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker`` and ``hardware.eval_process=true`` change
+where the work runs, not what is learned.
+
+An end-to-end TRPO Hopper run through ``pgcli.build.train`` gives the same metric history (wall-clock ``time/*``
+aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
+mid-training ends with a one-line error and a FAILED run instead of hanging.
+"""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pgcli.build import RunContext, train
+from pgcli.compose import compose_train_config
+from tests.conftest import Store, cli_env
+
+# the Hopper preset (2 envs x 1024 steps, normalised) cut to 3 updates with an evaluation after each
+TINY = ["algo=trpo", "env=hopper", "total_steps=6144", "eval.every=2048", "eval.episodes=2", "algo.n_critic_updates=2",
+        "algo.cg_iters=5", "tracking=off", "progress=false", "checkpoint_every=4096", "seed=3"]  # fmt: skip
+
+
+def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
+    cfg = compose_train_config([*TINY, *overrides])
+    summary = train(cfg, RunContext(algo_name="trpo", env_name="hopper", output_dir=out))
+    with (summary.output_dir / "metrics.csv").open() as f:
+        rows = [(r["key"], r["step"], r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")]
+    return sorted(rows)  # evaluations in the background are logged when they finish, after later train/* rows
+
+
+def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(tmp_path: Path):
+    serial = run(tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false")
+    parallel = run(tmp_path / "parallel", "hardware.vec_env=worker", "hardware.eval_process=true")
+    evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]
+    assert [step for step, _ in evals] == ["2048", "4096", "6144"]
+    assert serial == parallel
+    # the best model is the agent as it was at its evaluation, in both runs
+    best = [
+        torch.load(tmp_path / run / "best_model" / "model.pt", weights_only=False) for run in ("serial", "parallel")
+    ]
+    for name in best[0]["policy"]:
+        assert torch.equal(best[0]["policy"][name], best[1]["policy"][name]), name
+    assert not list((tmp_path / "parallel").glob(".best_model.step_*"))  # candidates of other evaluations removed
+    assert [p.name for p in (tmp_path / "parallel" / "checkpoints").iterdir()] == ["step_4096"]
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The processes ``pid`` started with multiprocessing's spawn (not its resource tracker or other helpers)."""
+    kids = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    return [k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from /proc")
+def test_a_killed_env_worker_ends_the_run_failed_with_one_line(migrated_store: Store, workdir: Path):
+    stderr = workdir / "stderr.txt"
+    args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "env=hopper", "total_steps=10000000",
+            "eval.every=0", "hardware.vec_env=worker", "progress=true", f"tracking.uri={migrated_store.uri}",
+            f"hydra.run.dir={workdir / 'run'}"]  # fmt: skip
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+        try:
+            deadline = time.monotonic() + 180
+            while "sps=" not in stderr.read_text():  # the first update is done: the run exists and is training
+                assert proc.poll() is None, stderr.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no training update within 180 s"
+                time.sleep(0.1)  # polling interval
+            (worker,) = spawned_children(proc.pid)  # the env worker (evaluation is off)
+            subprocess.run(["kill", "-KILL", str(worker)], check=True)
+            returncode = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+    text = stderr.read_text()
+    assert returncode == 1, text[-3000:]
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("pgcli: error:")]
+    assert "the env worker process" in line and "died during" in line and "hardware.vec_env=sync" in line
+    assert "Traceback" not in text
+    (failed,) = migrated_store.runs("hopper")
+    assert failed.info.status == "FAILED" and failed.info.end_time is not None
