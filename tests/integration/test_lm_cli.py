@@ -105,3 +105,16 @@ def test_grpo_from_the_sft_run_lands_a_finished_run_with_accuracy(sft):
     (run,) = [r for r in store.runs("addition") if r.data.params.get("algo") == "grpo"]
     assert run.info.status == "FINISHED" and run.data.tags["init_run_id"] == run_id
     assert "eval/accuracy" in run.data.metrics and "eval/pass_at_2" in run.data.metrics
+
+
+def test_pgcli_eval_of_the_sft_run_repeats_its_last_evaluation(sft):
+    store, workdir, run_id = sft
+    proc = run_pgcli(["eval", run_id, f"tracking.uri={store.uri}"], cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = store.client().get_run(run_id)
+    (evaluation,) = [r for r in store.runs("addition") if r.data.tags.get("source_run_id") == run_id]
+    assert evaluation.info.status == "FINISHED" and evaluation.info.run_name == "eval-sft-addition-s0"
+    for key in ("eval/accuracy", "eval/pass_at_2", "eval/reward_mean", "eval/completion_len"):
+        assert evaluation.data.metrics[key] == source.data.metrics[key], key  # same problems, same sampling seed
+    assert "accuracy" in proc.stdout and {a.path for a in store.client().list_artifacts(evaluation.info.run_id,
+                                                                                         "samples")} == {"samples/eval.json"}  # fmt: skip
