@@ -119,3 +119,15 @@ def test_pgcli_eval_of_the_sft_run_repeats_its_last_evaluation(sft):
     assert "accuracy" in proc.stdout
     tables = {a.path for a in store.client().list_artifacts(evaluation.info.run_id, "samples")}
     assert tables == {"samples/eval.json"}
+
+
+def test_resume_continues_the_sft_run(sft):
+    """Last in this module: it extends the shared SFT run."""
+    store, workdir, run_id = sft
+    proc = run_pgcli(["train", f"resume={run_id}", "total_steps=1536"], cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = store.client()
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run_id, "eval/accuracy")] == [512, 1024, 1536]
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert steps == list(range(32, 1537, 32))  # every update once: none repeated, none missing
