@@ -124,7 +124,8 @@ def test_pgcli_eval_of_the_sft_run_repeats_its_last_evaluation(sft):
 def test_resume_continues_the_sft_run(sft):
     """Last in this module: it extends the shared SFT run."""
     store, workdir, run_id = sft
-    proc = run_pgcli(["train", f"resume={run_id}", "total_steps=1536"], cwd=workdir, timeout=300)
+    args = ["train", f"resume={run_id}", f"tracking.uri={store.uri}", "total_steps=1536"]
+    proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = store.client()
     assert client.get_run(run_id).info.status == "FINISHED"
