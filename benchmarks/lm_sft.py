@@ -64,16 +64,18 @@ def load() -> dict[str, object]:
 
 
 def table(results: dict[str, object]) -> str:
-    """Mean (min-max over seeds) held-out accuracy at each recorded budget, per n_digits."""
+    """Mean (min-max over seeds) held-out accuracy at each recorded budget, per (n_digits, demos, eval_every)."""
     runs: dict[str, list[dict[str, float]]] = results["runs"]  # type: ignore[assignment]
     by_digits: dict[str, list[list[dict[str, float]]]] = {}
     for key, curve in sorted(runs.items()):
-        by_digits.setdefault(key.split("-")[0], []).append(curve)
+        digits, _seed, demos, every = key.split("-")
+        by_digits.setdefault(f"{digits}-{demos}-{every}", []).append(curve)
     lines = [
         "| n_digits | demonstrations | train CPU s (mean) | held-out accuracy mean (min-max) | pass@8 mean | seeds |",
         "|---|---|---|---|---|---|",
     ]
-    for digits, curves in by_digits.items():
+    for group, curves in by_digits.items():
+        digits = group.split("-")[0]
         n = min(len(c) for c in curves)
         for i in range(n):
             acc = [c[i]["accuracy"] for c in curves]
