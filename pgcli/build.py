@@ -102,6 +102,8 @@ class TrainSummary:
     """Env steps at the best evaluation; its agent is in ``output_dir/best_model`` when ``eval.save_best``."""
     final_metrics: dict[str, float] = field(default_factory=dict)
     """The final evaluation's further ``eval/*`` metrics (text tasks: ``eval/accuracy``, ...)."""
+    step_unit: str = "env steps"
+    """What a step counts: env steps, or on text tasks sampled completions (RL) or demonstrations (SFT)."""
 
 
 class TrainerFactory(Protocol):
@@ -404,4 +406,5 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
         best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
         best_step=monitor.best_step,
         final_metrics=dict(final.extra) if final else {},
+        step_unit="demonstrations" if isinstance(cfg.algo, SFTConfig) else "sampled completions",
     )

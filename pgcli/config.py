@@ -715,11 +715,11 @@ class AdditionEnvConfig(TextEnvConfig):
 
     id: str = "addition"
     """The task (addition, sort or countdown); labels the run as a gymnasium id does."""
-    n_digits: int = 3
+    n_digits: int = 4
     """Digits of each operand (at most)."""
 
     def __post_init__(self) -> None:
-        _require(1 <= self.n_digits <= 12, "env.n_digits", self.n_digits, "in [1, 12]", "typical: 3")
+        _require(1 <= self.n_digits <= 12, "env.n_digits", self.n_digits, "in [1, 12]", "typical: 4")
         super().__post_init__()
 
 

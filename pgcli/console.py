@@ -23,7 +23,7 @@ def _relative(path: Path) -> str:
 
 def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> None:
     """A short end-of-run report: final evaluation, run id, output dir, and how to look at it."""
-    lines = [f"\n{algo} on {env} (seed {seed}): {summary.steps:,} env steps in {summary.wall_time_s:.1f} s"]
+    lines = [f"\n{algo} on {env} (seed {seed}): {summary.steps:,} {summary.step_unit} in {summary.wall_time_s:.1f} s"]
     if not math.isnan(summary.final_return):
         solved = ""
         if summary.reward_threshold is not None:
