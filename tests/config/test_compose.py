@@ -98,7 +98,7 @@ def test_a_text_env_implies_the_lm_model_and_grpo():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.max_len=10", r"^model.max_len must be >= 18 \(env=addition: BOS \+ prompt \+ completion \+ EOS\)"),
+        ("model.max_len=10", r"^model.max_len must be >= 17 \(env=addition: BOS \+ prompt \+ completion \+ EOS\)"),
         ("env.n_digits=1", r"^env.n_eval must be <= half of the 100 distinct addition prompts \(got 256\)"),
         ("env.id=sort", r"^env.id must be 'addition' for env=addition \(got 'sort'\)"),
         ("model.n_heads=3", r"^model.d_model must be divisible by model.n_heads=3"),
