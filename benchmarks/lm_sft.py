@@ -67,7 +67,7 @@ def table(results: dict[str, object]) -> str:
     """Mean (min-max over seeds) held-out accuracy at each recorded budget, per (n_digits, demos, eval_every)."""
     runs: dict[str, list[dict[str, float]]] = results["runs"]  # type: ignore[assignment]
     by_digits: dict[str, list[list[dict[str, float]]]] = {}
-    for key, curve in sorted(runs.items()):
+    for key, curve in sorted(runs.items(), key=lambda item: [int(x) for x in item[0].split("-")]):
         digits, _seed, demos, every = key.split("-")
         by_digits.setdefault(f"{digits}-{demos}-{every}", []).append(curve)
     lines = [
