@@ -17,7 +17,7 @@ evaluator needs; :class:`RawPolicy` wraps it for raw environment observations in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,21 +26,23 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
+from pgcli.config import ALGO_CONFIGS, TEXT_ENV_CONFIGS, EnvConfig, LMModelConfig, ModelConfig, TrainConfig
 from pgcli.errors import ConfigError
 from pgcli.redact import redact_tree
 
 AGENT_FILE = "agent.json"
 TORCH_FILE = "model.pt"
 SB3_FILE = "model.zip"
+TEXT_POLICY_FILE = "policy.pt"
+"""A text policy's weights (``pgcli.lm.model.POLICY_FILE``)."""
 NORMALIZER_FILE = "normalizer.npz"
 SB3_NORMALIZER_FILE = "vecnormalize.pkl"
 FORMAT_VERSION = 1
 
 
 def is_model_dir(path: Path) -> bool:
-    """Whether ``path`` holds a saved agent (``model.pt`` or SB3's ``model.zip``)."""
-    return (path / TORCH_FILE).is_file() or (path / SB3_FILE).is_file()
+    """Whether ``path`` holds a saved agent (``model.pt``, SB3's ``model.zip`` or a text policy's ``policy.pt``)."""
+    return any((path / name).is_file() for name in (TORCH_FILE, SB3_FILE, TEXT_POLICY_FILE))
 
 
 def space_spec(space: gym.Space) -> dict[str, Any]:
@@ -95,6 +97,28 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
         write_sb3_vecnormalize(model_dir, cfg.env, gamma=cfg.algo.gamma, env=env)
 
 
+def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str) -> None:
+    """Write ``agent.json`` for a text policy (``policy.pt``, issue 12): what ``init=<run>`` and ``pgcli eval`` read.
+
+    Args:
+        model_dir: a directory the trainer has saved into (``policy.pt``).
+        cfg: the run's validated config (a text env, ``model=tiny_gpt``).
+        algo_name: the algo option (``sft``, ``grpo``, ...).
+        env_name: the env option (``addition``, ...).
+    """
+    from pgcli.lm.tasks import make_puzzle
+
+    spec = {
+        "format": FORMAT_VERSION,
+        "algo": algo_name,
+        "env": env_name,
+        "backend": "text",
+        "vocab": make_puzzle(cfg.env).chars,
+        "config": redact_tree(asdict(cfg)),
+    }
+    (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
+
+
 def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env: VectorEnv) -> Path:
     """``model_dir/vecnormalize.pkl``: pgcli's saved statistics as an SB3 ``VecNormalize`` (``VecNormalize.save``)."""
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -144,6 +168,10 @@ def train_config_from_dict(values: dict[str, Any], algo_name: str) -> TrainConfi
         raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGO_CONFIGS)})")
     schema = OmegaConf.structured(TrainConfig)
     schema.algo = OmegaConf.structured(ALGO_CONFIGS[algo_name])
+    env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
+    text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
+    schema.env = OmegaConf.structured(text_env or EnvConfig)
+    schema.model = OmegaConf.structured(LMModelConfig if text_env else ModelConfig)
     try:
         run_cfg = OmegaConf.to_object(OmegaConf.merge(schema, values))
     except OmegaConfBaseException as exc:

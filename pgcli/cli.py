@@ -19,7 +19,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pgcli
-from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
+from pgcli.compose import (
+    CONF_DIR,
+    compose_dictconfig,
+    compose_train_config,
+    text_task_overrides,
+    to_train_config,
+    validate_overrides,
+)
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
@@ -32,6 +39,7 @@ usage: pgcli <command> [options] [key=value ...]
 
 commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
+  sft        supervised warm start on a text task        pgcli sft env=addition total_steps=200000
   eval       score a trained agent (and record video)    pgcli eval <run id | run dir> --video
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
@@ -129,6 +137,7 @@ def _train_command(args: list[str]) -> int:
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
         args = from_run_args(args, overrides=_task_overrides(args), store_for=_run_store)
+    args = [*args, *text_task_overrides(_task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         from pgcli.labels import stale_preset_overrides
 
@@ -144,6 +153,9 @@ def _train_command(args: list[str]) -> int:
             from pgcli.preflight import check_train_environment, plan_from_overrides
 
             check_train_environment(plan_from_overrides(_task_overrides(args), multirun=multirun))
+            from pgcli.lm.init import check_init_overrides
+
+            check_init_overrides(_task_overrides(args))  # init=<SFT run>: found and fitting, before anything starts
         preset_drop.announce()
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
@@ -350,10 +362,23 @@ def _compare_command(args: list[str]) -> int:
     return int(compare_main(args) or 0)
 
 
+def _sft_command(args: list[str]) -> int:
+    """``pgcli sft env=<text task> ...``: ``pgcli train algo=sft ...``, a supervised run of its own (issue 12); the
+    task is ``env=addition`` unless given."""
+    algo = [a for a in _task_overrides(args) if a.split("=", 1)[0].lstrip("+~") == "algo"]
+    if algo:
+        raise ConfigError(f"pgcli sft trains algo=sft; drop {algo[0]} (or use pgcli train {algo[0]})")
+    if any(a.startswith("resume=") for a in args):
+        raise ConfigError("pgcli sft resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
+    has_env = any(a.split("=", 1)[0].lstrip("+~") == "env" for a in _task_overrides(args))
+    return _train_command(["algo=sft", *([] if has_env else ["env=addition"]), *args])
+
+
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
-    return {"train": _train_command, "eval": _eval_command, "ui": _ui_command, "compare": _compare_command,
-            "runs": _runs_command, "sync": _sync_command, "completion": _completion_command}  # fmt: skip
+    return {"train": _train_command, "sft": _sft_command, "eval": _eval_command, "ui": _ui_command,
+            "compare": _compare_command, "runs": _runs_command, "sync": _sync_command,
+            "completion": _completion_command}  # fmt: skip
 
 
 if __name__ == "__main__":
