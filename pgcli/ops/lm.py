@@ -15,6 +15,7 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
 - `zero_variance_groups`: groups whose rewards are all equal (no signal; DAPO's dynamic sampling drops them).
 - `clipped_policy_loss`: the clipped surrogate, -min(r A, clip(r, 1 - eps, 1 + eps_high) A), aggregated with a
   `loss_agg` of `LOSS_AGGREGATIONS`, plus the clip fraction.
+- `masked_mean`, `masked_whiten`: statistics over the real tokens.
 - `kl_penalized_rewards` and `token_gae`: the per-token reward of RLHF (Ziegler et al., 2019; Ouyang et al., 2022),
   r_t = -beta (log pi(y_t) - log pi_ref(y_t)) + [t = last] R, and GAE over the tokens of each completion
   (gamma, lambda) with a value head, for PPO.
@@ -231,6 +232,16 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     if n_real == 0:
         raise ValueError("masked_mean: mask has no real token")
     return torch.where(mask.bool(), values, 0.0).sum() / n_real
+
+
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(values - mean) / (std + eps) over the entries where `mask` [B, C] is 1.0 (population std); 0.0 elsewhere.
+
+    PPO's advantage normalisation over a batch of completions' tokens (TRL's `whiten`, without re-adding the mean).
+    """
+    mean = masked_mean(values, mask)
+    std = masked_mean((values - mean) ** 2, mask).sqrt()
+    return torch.where(mask.bool(), (values - mean) / (std + eps), 0.0)
 
 
 def last_token_mask(mask: Tensor) -> Tensor:

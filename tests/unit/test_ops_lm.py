@@ -15,6 +15,7 @@ from pgcli.ops.lm import (
     kl_penalized_rewards,
     last_token_mask,
     masked_mean,
+    masked_whiten,
     rloo_advantages,
     token_advantages,
     token_gae,
@@ -164,3 +165,12 @@ def test_token_gae_lambda_one_is_return_minus_value():
     rewards, values, mask = T([[0.5, -0.1, 2.0]]), T([[1.0, 0.3, 0.7]]), torch.ones(1, 3)
     adv, _ = token_gae(rewards, values, mask, gamma=1.0, lam=1.0)
     assert torch.allclose(adv, T([[2.4 - 1.0, 1.9 - 0.3, 2.0 - 0.7]]))
+
+
+def test_masked_whiten_uses_only_the_real_tokens():
+    values = T([[1.0, 3.0, 100.0], [2.0, -50.0, -50.0]])
+    mask = T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    # real: 1, 3, 2 -> mean 2, population std sqrt(2/3)
+    std = math.sqrt(2.0 / 3.0)
+    expected = T([[-1.0 / std, 1.0 / std, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(masked_whiten(values, mask), expected, atol=1e-6)
