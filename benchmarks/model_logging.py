@@ -29,7 +29,7 @@ import torch
 
 from pgcli.agent import write_agent_files
 from pgcli.build import trainer_class
-from pgcli.config import EnvConfig, PPOConfig, TrainConfig, TRPOConfig
+from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TrainConfig, TRPOConfig
 from pgcli.env import make_vec_env
 from pgcli.tracking import MLflowBackend, TrackingTarget
 
@@ -42,7 +42,7 @@ AGENTS = {
 def saved_agent(name: str, root: Path) -> Path:
     """A model directory as a finished run leaves it (an untrained agent: its size is what matters here)."""
     algo, env_cfg = AGENTS[name]
-    cfg = TrainConfig(algo=algo, env=env_cfg)
+    cfg = TrainConfig(algo=algo, env=env_cfg, model=ModelConfig())
     env = make_vec_env(cfg.env, seed=0)
     trainer = trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=0, device=torch.device("cpu"))
     model_dir = trainer.save(root / name / "model")

@@ -17,7 +17,7 @@ evaluator needs; :class:`RawPolicy` wraps it for raw environment observations in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
+from pgcli.config import ALGO_CONFIGS, TEXT_ENV_CONFIGS, EnvConfig, LMModelConfig, ModelConfig, TrainConfig
 from pgcli.errors import ConfigError
 from pgcli.redact import redact_tree
 
@@ -144,6 +144,10 @@ def train_config_from_dict(values: dict[str, Any], algo_name: str) -> TrainConfi
         raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGO_CONFIGS)})")
     schema = OmegaConf.structured(TrainConfig)
     schema.algo = OmegaConf.structured(ALGO_CONFIGS[algo_name])
+    env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
+    text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
+    schema.env = OmegaConf.structured(text_env or EnvConfig)
+    schema.model = OmegaConf.structured(LMModelConfig if text_env else ModelConfig)
     try:
         run_cfg = OmegaConf.to_object(OmegaConf.merge(schema, values))
     except OmegaConfBaseException as exc:

@@ -19,7 +19,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pgcli
-from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config, validate_overrides
+from pgcli.compose import (
+    CONF_DIR,
+    compose_dictconfig,
+    compose_train_config,
+    text_task_overrides,
+    to_train_config,
+    validate_overrides,
+)
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
@@ -129,6 +136,7 @@ def _train_command(args: list[str]) -> int:
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
         args = from_run_args(args, overrides=_task_overrides(args), store_for=_run_store)
+    args = [*args, *text_task_overrides(_task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         from pgcli.labels import stale_preset_overrides
 

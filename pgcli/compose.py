@@ -69,6 +69,20 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
     return run_cfg
 
 
+def text_task_overrides(overrides: list[str]) -> list[str]:
+    """The group choices a text task implies when the command line leaves them out (issue 12).
+
+    ``env=addition`` (a text task) without ``model=`` adds ``model=tiny_gpt`` (the MLP default cannot read text), and
+    without ``algo=`` adds ``algo=grpo`` (PPO is SB3's, for gymnasium envs). A sweep over ``env`` gets nothing added.
+    """
+    from pgcli.config import TEXT_ENV_CONFIGS
+
+    values = {o.split("=", 1)[0].strip(): o.split("=", 1)[1].strip() for o in overrides if "=" in o}
+    if values.get("env") not in TEXT_ENV_CONFIGS:
+        return []
+    return [f"{group}={option}" for group, option in (("model", "tiny_gpt"), ("algo", "grpo")) if group not in values]
+
+
 def compose_dictconfig(overrides: list[str]) -> DictConfig:
     """The composed (not yet validated) DictConfig for ``overrides``; a composition error is a one-line ConfigError."""
     from hydra import compose, initialize_config_dir
@@ -77,6 +91,7 @@ def compose_dictconfig(overrides: list[str]) -> DictConfig:
 
     register_configs()
     reject_unknown_preset(overrides)
+    overrides = [*overrides, *text_task_overrides(overrides)]
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
             return compose("train", overrides=overrides)

@@ -546,21 +546,50 @@ class GRPOConfig:
         """Rules that involve ``env.n_envs``: none (a batch is whole episodes, collected n_envs at a time)."""
 
     def check_text_env(self) -> None:
-        """Rules for a text env (issue 12): a completion has one outcome reward, so only outcome advantages apply."""
+        """Rules for a text env (issue 12): a completion is one episode with one outcome reward."""
         if self.advantage != "outcome":
-            raise ConfigError(f"algo.advantage={self.advantage} is for control envs; a text env scores each completion "
-                              "once, so use algo.advantage=outcome")  # fmt: skip
+            raise ConfigError(
+                f"algo.advantage={self.advantage} needs per-step rewards of a control task; a text task scores a "
+                "whole completion once: use algo.advantage=outcome"
+            )
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning on a text task's demonstrations: the warm start of RL runs (``pgcli sft``, issue 12)."""
+
+    name: ClassVar[str] = "sft"
+
+    learning_rate: float = 1e-3
+    """AdamW step size (constant after a linear warm-up of warmup_steps demonstrations)."""
+    warmup_steps: int = 2000
+    """Demonstrations over which the learning rate rises linearly from 0."""
+    batch_size: int = 64
+    """Demonstrations per gradient step."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+
+    def __post_init__(self) -> None:
+        _finite_fields(self, "algo")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 1e-3")
+        _require(self.warmup_steps >= 0, "algo.warmup_steps", self.warmup_steps, ">= 0")
+        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        _at_most("algo.batch_size", self.batch_size, 65536, "typical: 64")
+        _require(self.weight_decay >= 0, "algo.weight_decay", self.weight_decay, ">= 0")
+        _positive("algo.max_grad_norm", self.max_grad_norm)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: SFT runs on text tasks only."""
+
+    def check_text_env(self) -> None:
+        """Every SFT option applies to a text task."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # algo: language-model fine-tuning on text envs (issue 12; docs/algorithms/lm.md)
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def _text_only(name: str) -> None:
-    """``check_rollout`` of the text-only algorithms: called for gymnasium envs, which they cannot train on."""
-    raise ConfigError(f"algo={name} trains language models on text envs only (env=addition, sort or countdown); "
-                      "for a gymnasium env use algo=grpo, vpg, trpo, ppo_kl or ppo")  # fmt: skip
 
 
 def _clipped_lm_rules(algo: Any, min_group: int) -> None:
@@ -622,8 +651,7 @@ class RLOOConfig:
         _clipped_lm_rules(self, min_group=2)
 
     def check_rollout(self, n_envs: int) -> None:
-        """A gymnasium env: refused (text envs only)."""
-        _text_only(self.name)
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
     def check_text_env(self) -> None:
         """Rules for a text env: none beyond the field rules."""
@@ -665,8 +693,7 @@ class REINFORCEConfig:
         _clipped_lm_rules(self, min_group=1)
 
     def check_rollout(self, n_envs: int) -> None:
-        """A gymnasium env: refused (text envs only)."""
-        _text_only(self.name)
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
     def check_text_env(self) -> None:
         """Rules for a text env: none beyond the field rules."""
@@ -723,8 +750,7 @@ class PPOLMConfig:
             _positive("algo.clip_range_vf", self.clip_range_vf, "typical: 0.2; null turns value clipping off")
 
     def check_rollout(self, n_envs: int) -> None:
-        """A gymnasium env: refused (text envs only; SB3's PPO is algo=ppo)."""
-        _text_only(self.name)
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env; SB3's PPO is algo=ppo)."""
 
     def check_text_env(self) -> None:
         """Rules for a text env: none beyond the field rules."""
@@ -732,11 +758,13 @@ class PPOLMConfig:
 
 ALGO_CONFIGS: dict[str, type] = {
     c.name: c
-    for c in (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig, RLOOConfig,
-              REINFORCEConfig, PPOLMConfig)  # fmt: skip
+    for c in (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig, SFTConfig,
+              RLOOConfig, REINFORCEConfig, PPOLMConfig)  # fmt: skip
 }
-TEXT_ALGO_CONFIGS: tuple[type, ...] = (GRPOConfig, RLOOConfig, REINFORCEConfig, PPOLMConfig)
-"""Algo configs that train on text envs; each has ``check_text_env()`` (the others are refused there)."""
+TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, RLOOConfig, REINFORCEConfig, PPOLMConfig)
+"""Algo configs that train on a text env (``pgcli.build.TEXT_TRAINERS`` holds their trainers)."""
+CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
+"""Algo configs that train on a gymnasium env (``pgcli.build.TRAINERS``)."""
 
 # --------------------------------------------------------------------------------------------------------------------
 # env, model, hardware, tracking
@@ -813,6 +841,137 @@ class ModelConfig:
 
 
 @dataclass
+class TextEnvConfig:
+    """A generated text task (issue 12): character prompts, a verifiable reward and a fixed held-out set."""
+
+    name: ClassVar[str] = "text"
+
+    id: str = MISSING
+    """The task (addition, sort or countdown); labels the run as a gymnasium id does."""
+    n_eval: int = 256
+    """Held-out problems (never sampled for training) scored at each evaluation."""
+    eval_seed: int = 1234
+    """Seed of the held-out set: the same set for every run, whatever its seed."""
+    reward: dict[str, Any] = field(default_factory=dict)
+    """{_target_: module.fn, **kwargs}: fn(problem, completion) -> float replaces the 0/1 checker ({}: the checker)."""
+    format_reward: float = 0.0
+    """Added to the reward when the completion is well formed (a number; digits; a parsable expression)."""
+    eval_pass_k: int = 8
+    """k of eval/pass@k: a held-out problem passes when one of k sampled completions is correct."""
+    eval_samples: int = 16
+    """Held-out completions written to the samples table (samples/step_<n>.json) at each evaluation."""
+
+    def __post_init__(self) -> None:
+        _finite_fields(self, "env")
+        _require(self.id == self.name, "env.id", self.id, f"'{self.name}' for env={self.name}",
+                 "choose the task with env=addition|sort|countdown")  # fmt: skip
+        _require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
+        _require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
+        _require(self.format_reward >= 0, "env.format_reward", self.format_reward, ">= 0", "0 turns it off")
+        _require(1 <= self.eval_pass_k <= 256, "env.eval_pass_k", self.eval_pass_k, "in [1, 256]", "typical: 8")
+        _require(self.eval_samples >= 0, "env.eval_samples", self.eval_samples, ">= 0", "0 writes no samples table")
+        from pgcli.lm.tasks import make_puzzle, resolve_reward  # light: numpy only
+
+        resolve_reward(self.reward)
+        distinct = make_puzzle(self).n_distinct
+        _require(self.n_eval <= distinct // 2, "env.n_eval", self.n_eval, f"<= half of the {distinct} distinct "
+                 f"{self.name} prompts", "lower env.n_eval or make the task larger")  # fmt: skip
+
+
+@dataclass
+class AdditionEnvConfig(TextEnvConfig):
+    """n-digit addition: 'a+b=' -> a + b, operands uniform in [0, 10**n_digits)."""
+
+    name: ClassVar[str] = "addition"
+
+    id: str = "addition"
+    """The task (addition, sort or countdown); labels the run as a gymnasium id does."""
+    n_digits: int = 3
+    """Digits of each operand (at most)."""
+
+    def __post_init__(self) -> None:
+        _require(1 <= self.n_digits <= 12, "env.n_digits", self.n_digits, "in [1, 12]", "typical: 3")
+        super().__post_init__()
+
+
+@dataclass
+class SortEnvConfig(TextEnvConfig):
+    """Sort a digit string: '3912=' -> '1239'."""
+
+    name: ClassVar[str] = "sort"
+
+    id: str = "sort"
+    """The task (addition, sort or countdown); labels the run as a gymnasium id does."""
+    n_digits: int = 6
+    """Length of the digit string."""
+
+    def __post_init__(self) -> None:
+        _require(2 <= self.n_digits <= 24, "env.n_digits", self.n_digits, "in [2, 24]", "typical: 6")
+        super().__post_init__()
+
+
+@dataclass
+class CountdownEnvConfig(TextEnvConfig):
+    """Countdown: reach the target with the given numbers (each at most once) and + - * ('3,5,7>22=' -> '3*5+7')."""
+
+    name: ClassVar[str] = "countdown"
+
+    id: str = "countdown"
+    """The task (addition, sort or countdown); labels the run as a gymnasium id does."""
+    n_numbers: int = 3
+    """Numbers given per problem (the reference solution uses them all)."""
+    max_number: int = 9
+    """Numbers are drawn from 1..max_number."""
+    max_target: int = 100
+    """Targets lie in 0..max_target."""
+
+    def __post_init__(self) -> None:
+        _require(2 <= self.n_numbers <= 6, "env.n_numbers", self.n_numbers, "in [2, 6]", "typical: 3")
+        _require(2 <= self.max_number <= 999, "env.max_number", self.max_number, "in [2, 999]", "typical: 9")
+        _require(1 <= self.max_target <= 10**6, "env.max_target", self.max_target, "in [1, 1e6]", "typical: 100")
+        super().__post_init__()
+
+
+TEXT_ENV_CONFIGS: dict[str, type] = {c.name: c for c in (AdditionEnvConfig, SortEnvConfig, CountdownEnvConfig)}
+
+
+@dataclass
+class LMModelConfig:
+    """TinyGPT: a small pre-LN causal transformer over characters (issue 12), and how the policy samples."""
+
+    name: ClassVar[str] = "tiny_gpt"
+
+    n_layers: int = 2
+    """Transformer blocks."""
+    n_heads: int = 4
+    """Attention heads per block (d_model must divide by it)."""
+    d_model: int = 128
+    """Width of the residual stream (and of the tied token embedding)."""
+    d_ff: int = 512
+    """Hidden width of each block's MLP."""
+    max_len: int = 32
+    """Positions the model has: prompt + completion tokens must fit."""
+    init_std: float = 0.02
+    """Standard deviation of the initial weights (GPT-2)."""
+    temperature: float = 1.0
+    """Sampling temperature of RL rollouts and of their log-probabilities (greedy decoding scores eval/accuracy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass of RL rollouts and eval/pass@k (1.0: the whole distribution)."""
+
+    def __post_init__(self) -> None:
+        _finite_fields(self, "model")
+        for key in ("n_layers", "n_heads", "d_model", "d_ff", "max_len"):
+            value = getattr(self, key)
+            _require(1 <= value <= MAX_WIDTH, f"model.{key}", value, f"in [1, {MAX_WIDTH}]")
+        _require(self.d_model % self.n_heads == 0, "model.d_model", self.d_model,
+                 f"divisible by model.n_heads={self.n_heads}")  # fmt: skip
+        _positive("model.init_std", self.init_std, "typical: 0.02")
+        _positive("model.temperature", self.temperature, "typical: 1.0")
+        _at_most("model.temperature", self.temperature, 10.0, "typical: 1.0")
+        _require(0 < self.top_p <= 1, "model.top_p", self.top_p, "in (0, 1]", "1.0 samples the whole distribution")
+
+
+@dataclass
 class HardwareConfig:
     """Where the networks run and how the vectorised envs step."""
 
@@ -886,8 +1045,10 @@ class TrainConfig:
 
     algo: Any = MISSING
     """One of the algo group's schemas (PPOConfig, TRPOConfig, ...)."""
-    env: EnvConfig = MISSING
-    model: ModelConfig = field(default_factory=ModelConfig)
+    env: Any = MISSING
+    """A gymnasium env (EnvConfig) or a text task (AdditionEnvConfig, ...)."""
+    model: Any = MISSING
+    """ModelConfig (MLP actor-critic) for gymnasium envs, LMModelConfig (model=tiny_gpt) for text tasks."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -908,6 +1069,9 @@ class TrainConfig:
     n_seeds: int = 1
     """Train seeds seed, seed+1, ... (this many, one after another) and return their mean final eval return: the
     objective of a hyperparameter-search trial, so the search averages over seeds instead of optimising one."""
+    init: str | None = None
+    """Text tasks: an SFT run (run id or run directory) whose final weights start training and are the frozen
+    reference policy of the KL term (None: a freshly initialised model, no reference)."""
 
     def __post_init__(self) -> None:
         _require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
@@ -921,16 +1085,51 @@ class TrainConfig:
         _require(last <= MAX_SEED, "seed + n_seeds - 1", last, f"<= 2**32 - 1 = {MAX_SEED}", "numpy seeds are 32-bit")
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
+        if isinstance(self.env, TextEnvConfig):
+            self._check_text()
+            return
+        if not isinstance(self.env, EnvConfig):
+            raise ConfigError(f"env must be one of the env group's options (got {type(self.env).__name__})")
+        text = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
+        if type(self.algo) not in CONTROL_ALGOS:
+            raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown); "
+                              f"{self.env.id} is a gymnasium env")  # fmt: skip
+        model = "tiny_gpt" if isinstance(self.model, LMModelConfig) else self.model
+        _require(isinstance(self.model, ModelConfig), "model", model,
+                 "an MLP option (mlp, mlp_large) on a gymnasium env", "model=tiny_gpt is for text tasks")  # fmt: skip
+        _require(self.init is None, "init", self.init, "null on a gymnasium env",
+                 f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
         from pgcli.envspec import check_train_config  # probes one throwaway env for its spaces
 
         check_train_config(self)
 
+    def _check_text(self) -> None:
+        """Cross-group rules of a text run: a text algo, the TinyGPT model, prompt + completion within max_len."""
+        if type(self.algo) not in TEXT_ALGOS:
+            able = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
+            raise ConfigError(f"algo={self.algo.name} does not train on text tasks; env={self.env.id} takes algo="
+                              f"{able}")  # fmt: skip
+        if not isinstance(self.model, LMModelConfig):
+            raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt (got an MLP model option)")
+        self.algo.check_text_env()
+        from pgcli.lm.tasks import make_puzzle  # light: numpy only
+
+        puzzle = make_puzzle(self.env)
+        need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
+        _require(self.model.max_len >= need, "model.max_len", self.model.max_len,
+                 f">= {need} (env={self.env.id}: BOS + prompt + completion + EOS)",
+                 f"set model.max_len={need} or more")  # fmt: skip
+        if self.init is not None:
+            _require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
+
     @property
     def steps_per_rollout(self) -> int | None:
         """Env steps per update, ``algo.n_steps * env.n_envs`` (None for GRPO, whose updates are whole episodes)."""
         n_steps = getattr(self.algo, "n_steps", None)
-        return n_steps * self.env.n_envs if n_steps is not None else None
+        if n_steps is None or isinstance(self.env, TextEnvConfig):
+            return None
+        return int(n_steps * self.env.n_envs)
 
     @property
     def planned_steps(self) -> int | None:
@@ -951,6 +1150,9 @@ def register_configs() -> None:
     for name, schema in ALGO_CONFIGS.items():
         cs.store(group="schema/algo", name=name, node=schema)
     cs.store(group="schema/env", name="env", node=EnvConfig)
+    for name, schema in TEXT_ENV_CONFIGS.items():
+        cs.store(group="schema/env", name=name, node=schema)
     cs.store(group="schema/model", name="model", node=ModelConfig)
+    cs.store(group="schema/model", name="tiny_gpt", node=LMModelConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
     cs.store(group="schema/tracking", name="tracking", node=TrackingConfig)

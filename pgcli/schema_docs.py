@@ -27,7 +27,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 SECTIONS: tuple[tuple[str, type], ...] = (
     *((f"algo={name}", schema) for name, schema in ALGO_CONFIGS.items()),
     ("env", config.EnvConfig),
+    *((f"env={name}", schema) for name, schema in config.TEXT_ENV_CONFIGS.items()),
     ("model", config.ModelConfig),
+    ("model=tiny_gpt", config.LMModelConfig),
     ("hardware", config.HardwareConfig),
     ("tracking", config.TrackingConfig),
     ("eval", config.EvalConfig),
@@ -38,14 +40,16 @@ NESTED = {"algo", "env", "model", "hardware", "tracking", "eval"}
 
 
 def field_docs(schema: type) -> dict[str, str]:
-    """Field name -> its attribute docstring (the string literal under the field), read from the source."""
-    tree = ast.parse(inspect.getsource(schema))
-    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+    """Field name -> its attribute docstring (the string literal under the field), read from the source of the
+    schema and of the dataclasses it extends (a text task's schema extends TextEnvConfig)."""
     docs: dict[str, str] = {}
-    for node, following in itertools.pairwise(body):
-        documented = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and documented:
-            docs[node.target.id] = " ".join(str(following.value.value).split())  # type: ignore[attr-defined]
+    for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):
+        tree = ast.parse(inspect.getsource(cls))
+        body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+        for node, following in itertools.pairwise(body):
+            documented = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and documented:
+                docs[node.target.id] = " ".join(str(following.value.value).split())  # type: ignore[attr-defined]
     return docs
 
 

@@ -162,6 +162,7 @@ class LMGRPO:
             # 2. sequence advantages; 3. mu epochs of clipped minibatch steps
             stats = rollout_stats(batch) | self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
+            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
             losses = ("train/policy_loss", "train/loss", "train/grad_norm") if "train/loss" in stats else ()
             check_update(monitor, self.steps, stats, losses, params=self.policy.parameters())
             monitor.log(self.steps, stats)

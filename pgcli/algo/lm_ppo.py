@@ -111,6 +111,7 @@ class LMPPO:
             # 2. KL-penalised token rewards, GAE; 3. clipped policy and value epochs
             stats = rollout_stats(batch) | self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
+            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
             losses = ("train/policy_loss", "train/value_loss", "train/grad_norm") if "train/value_loss" in stats else ()
             params = [*self.policy.parameters(), *self.value.parameters()]
             check_update(monitor, self.steps, stats, losses, params=params)

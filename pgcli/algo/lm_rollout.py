@@ -54,8 +54,8 @@ class CompletionBatch(NamedTuple):
     """[B] bool: the completion is correct (exact match / verified)."""
     group_ids: Tensor
     """[B] long, 0..M-1."""
-    generate_seconds: float
-    """Wall time of the batched generation alone (the throughput in `time/tokens_per_s`)."""
+    sample_seconds: float
+    """Wall time of the sampling phase: prompt encoding, the batched generation, decoding and scoring."""
 
     @property
     def n_tokens(self) -> int:
@@ -90,22 +90,18 @@ def sample_completions(
     Returns:
         `CompletionBatch`.
     """
+    start = time.perf_counter()
     repeated = [p for p in problems for _ in range(group_size)]  # row b answers problem b // G
     prompt_tokens, prompt_mask = encode_prompts(task.vocab, repeated, device)
     training = policy.training
     policy.eval()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
     out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
                    eos_id=task.vocab.eos_id, temperature=temperature, top_p=top_p, generator=generator)  # fmt: skip
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
     policy.train(training)
-    texts = decode_completions(task.vocab, out.tokens)
+    texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
     rewards = [task.reward(p, text) for p, text in zip(repeated, texts, strict=True)]
     correct = [task.correct(p, text) for p, text in zip(repeated, texts, strict=True)]
+    seconds = time.perf_counter() - start
     return CompletionBatch(
         prompt_tokens=prompt_tokens,
         prompt_mask=prompt_mask,
@@ -114,17 +110,18 @@ def sample_completions(
         rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
         correct=torch.tensor(correct, dtype=torch.bool, device=device),
         group_ids=torch.arange(len(problems), device=device).repeat_interleave(group_size),
-        generate_seconds=seconds,
+        sample_seconds=seconds,
     )
 
 
 def rollout_stats(batch: CompletionBatch) -> dict[str, float]:
-    """The sampled batch's `rollout/*` metrics and `time/tokens_per_s` (generated tokens per second of generation)."""
+    """The sampled batch's `rollout/*` metrics and `time/tokens_per_s`: generated tokens per second of the sampling
+    phase (encoding, generation, decoding, scoring; benchmarks/lm_grpo.py compares it with a bare generation loop)."""
     return {
         "rollout/reward_mean": float(batch.rewards.mean()),
         "rollout/accuracy": float(batch.correct.float().mean()),
         "rollout/completion_len": float(batch.mask.sum(1).mean()),
-        "time/tokens_per_s": batch.n_tokens / max(batch.generate_seconds, 1e-9),
+        "time/tokens_per_s": batch.n_tokens / max(batch.sample_seconds, 1e-9),
     }
 
 

@@ -14,7 +14,15 @@ import pytest
 
 from pgcli.cli import main
 from pgcli.compose import CONF_DIR, compose_train_config
-from pgcli.config import ALGO_CONFIGS, EnvConfig, TrainConfig
+from pgcli.config import (
+    ALGO_CONFIGS,
+    CONTROL_ALGOS,
+    TEXT_ALGOS,
+    TEXT_ENV_CONFIGS,
+    EnvConfig,
+    LMModelConfig,
+    TrainConfig,
+)
 from pgcli.errors import ConfigError
 
 
@@ -23,6 +31,10 @@ def options(group: str) -> list[str]:
 
 
 ALGOS, ENVS, PRESETS = options("algo"), options("env"), options("preset")
+TEXT_ENVS = [e for e in ENVS if e in TEXT_ENV_CONFIGS]
+GYM_ENVS = [e for e in ENVS if e not in TEXT_ENV_CONFIGS]
+CONTROL = [a for a in ALGOS if ALGO_CONFIGS[a] in CONTROL_ALGOS]
+TEXT = [a for a in ALGOS if ALGO_CONFIGS[a] in TEXT_ALGOS]
 
 
 @functools.cache
@@ -44,13 +56,7 @@ def test_conf_lists_the_foundation_options():
     assert set(options("tracking")) >= {"local", "server", "off"}
 
 
-TEXT_ONLY_ALGOS = {"rloo", "reinforce", "ppo_lm"}
-"""Language-model trainers (issue 12): a gymnasium env is refused for them (tests/config/test_lm_algo_config.py)."""
-
-
-@pytest.mark.parametrize(
-    ("algo", "env"), [(a, e) for a, e in itertools.product(ALGOS, ENVS) if a not in TEXT_ONLY_ALGOS]
-)
+@pytest.mark.parametrize(("algo", "env"), list(itertools.product(CONTROL, GYM_ENVS)))
 def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
     cfg = composed(f"algo={algo}", f"env={env}")
     assert isinstance(cfg, TrainConfig)
@@ -59,12 +65,60 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
     assert cfg.total_steps >= 1 and cfg.env.n_envs >= 1
 
 
+@pytest.mark.parametrize(("algo", "env"), list(itertools.product(TEXT, TEXT_ENVS)))
+def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
+    cfg = composed(f"algo={algo}", f"env={env}")  # model=tiny_gpt is implied by a text env
+    assert type(cfg.algo) is ALGO_CONFIGS[algo]
+    assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
+    assert isinstance(cfg.model, LMModelConfig)
+
+
+def test_text_and_control_options_do_not_mix():
+    assert {"addition", "sort", "countdown"} <= set(TEXT_ENVS) and "sft" in TEXT and "ppo" in CONTROL
+    with pytest.raises(ConfigError, match=r"^algo=ppo does not train on text tasks; env=addition takes algo="):
+        compose_train_config(["algo=ppo", "env=addition"])
+    with pytest.raises(ConfigError, match=r"^algo=sft trains on text tasks only"):
+        compose_train_config(["algo=sft", "env=cartpole"])
+    with pytest.raises(ConfigError, match=r"^env=addition is a text task: it needs model=tiny_gpt"):
+        compose_train_config(["algo=sft", "env=addition", "model=mlp"])
+    with pytest.raises(ConfigError, match=r"^model must be an MLP option .* model=tiny_gpt is for text tasks"):
+        compose_train_config(["env=cartpole", "model=tiny_gpt"])
+    with pytest.raises(ConfigError, match=r"^init must be null on a gymnasium env"):
+        compose_train_config(["env=cartpole", "init=abc"])
+
+
+def test_a_text_env_implies_the_lm_model_and_grpo():
+    cfg = composed("env=sort")
+    assert isinstance(cfg.model, LMModelConfig) and cfg.algo.name == "grpo"
+    assert composed("env=sort", "algo=sft").algo.name == "sft"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.max_len=10", r"^model.max_len must be >= 14 \(env=addition: BOS \+ prompt \+ completion \+ EOS\)"),
+        ("env.n_digits=1", r"^env.n_eval must be <= half of the 100 distinct addition prompts \(got 256\)"),
+        ("env.id=sort", r"^env.id must be 'addition' for env=addition \(got 'sort'\)"),
+        ("model.n_heads=3", r"^model.d_model must be divisible by model.n_heads=3"),
+        ("model.top_p=0", r"^model.top_p must be in \(0, 1\]"),
+        ("'+env.reward={_target_: nowhere.fn}'", r"^env.reward._target_ 'nowhere.fn'"),
+        ("+env.reward.weight=2", r"^env.reward must be \{_target_: module.function, ...\}"),
+        ("algo.advantage=process", r"^algo.advantage=process needs per-step rewards of a control task"),
+    ],
+)
+def test_bad_text_settings_are_one_line_errors(override: str, message: str):
+    algo = "algo=grpo" if override.startswith("algo.") else "algo=sft"
+    with pytest.raises(ConfigError, match=message):
+        compose_train_config([algo, "env=addition", override.strip("'")])
+
+
 @pytest.mark.parametrize("group", ["model", "hardware", "tracking"])
 def test_every_option_of_the_other_groups_composes(group: str):
     for option in options(group):
         if group == "hardware" and option == "cuda":
             continue  # needs a GPU: see test_cuda_without_gpu_is_a_clear_error
-        cfg = compose_train_config([f"{group}={option}"])
+        text = ["env=addition", "algo=sft"] if group == "model" and option == "tiny_gpt" else []
+        cfg = compose_train_config([f"{group}={option}", *text])
         assert isinstance(cfg, TrainConfig)
 
 

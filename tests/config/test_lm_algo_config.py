@@ -27,9 +27,16 @@ def test_the_yaml_documents_every_default_of_the_schema(algo: str):
 
 @pytest.mark.parametrize("algo", SCHEMAS)
 def test_a_gymnasium_env_is_refused_in_one_line(algo: str):
-    with pytest.raises(ConfigError, match=f"algo={algo} trains language models on text envs only") as err:
+    with pytest.raises(ConfigError, match=f"algo={algo} trains on text tasks only") as err:
         compose_train_config([f"algo={algo}", "env=cartpole"])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("algo", SCHEMAS)
+def test_composes_on_every_text_env_with_the_schema_defaults(algo: str):
+    for env in ("addition", "sort", "countdown"):
+        cfg = compose_train_config([f"algo={algo}", f"env={env}", "~preset"])
+        assert cfg.algo == SCHEMAS[algo]()
 
 
 @pytest.mark.parametrize(
@@ -51,5 +58,5 @@ def test_bad_values_are_one_line_errors(schema: type, kwargs: dict, message: str
 
 def test_grpo_on_a_text_env_takes_outcome_advantages_only():
     GRPOConfig().check_text_env()
-    with pytest.raises(ConfigError, match="algo.advantage=process is for control envs"):
+    with pytest.raises(ConfigError, match="algo.advantage=process needs per-step rewards"):
         GRPOConfig(advantage="process").check_text_env()

@@ -13,14 +13,18 @@ import torch
 from pgcli.agent import RawPolicy, read_agent_spec, train_config_from_dict, write_agent_files
 from pgcli.algo.checkpoint import save_checkpoint
 from pgcli.algo.policies import make_policy
-from pgcli.config import EnvConfig, TrainConfig, TRPOConfig
+from pgcli.config import EnvConfig, ModelConfig, TrainConfig, TRPOConfig
 from pgcli.env import find_normalizer, make_vec_env
 from pgcli.errors import ConfigError
 
 
 def pendulum_model_dir(tmp_path: Path) -> tuple[Path, TrainConfig, torch.nn.Module, np.ndarray, np.ndarray]:
     """A TRPO-style model dir for Pendulum with observation normalisation and known statistics."""
-    cfg = TrainConfig(algo=TRPOConfig(), env=EnvConfig(id="Pendulum-v1", n_envs=1, normalize_obs=True, clip_obs=2.0))
+    cfg = TrainConfig(
+        algo=TRPOConfig(),
+        env=EnvConfig(id="Pendulum-v1", n_envs=1, normalize_obs=True, clip_obs=2.0),
+        model=ModelConfig(),
+    )
     env = make_vec_env(cfg.env, seed=0)
     torch.manual_seed(0)
     policy = make_policy(env.single_observation_space, env.single_action_space, cfg.model)
@@ -94,7 +98,7 @@ def test_truncated_weights_are_a_config_error(tmp_path: Path):
 
 
 def test_discrete_actions_are_int64(tmp_path: Path):
-    cfg = TrainConfig(algo=TRPOConfig(), env=replace(EnvConfig(id="CartPole-v1"), n_envs=1))
+    cfg = TrainConfig(algo=TRPOConfig(), env=replace(EnvConfig(id="CartPole-v1"), n_envs=1), model=ModelConfig())
     env = make_vec_env(cfg.env, seed=0)
     policy = make_policy(env.single_observation_space, env.single_action_space, cfg.model)
     model_dir = save_checkpoint(tmp_path / "model", env, {"policy": policy}, {"steps": 0})

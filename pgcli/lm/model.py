@@ -1,0 +1,261 @@
+"""TinyGPT: a small causal transformer policy over characters, with key/value-cache generation (issue 12).
+
+Pre-LN GPT blocks (Radford et al., 2019): ``x + attn(ln(x))``, ``x + mlp(ln(x))``, a final LayerNorm and a linear
+head tied to the token embedding. Learned absolute positions are counted from the padding mask (``cumsum(mask) - 1``),
+so a left-padded row gets the same positions, and therefore the same logits, as the same row unpadded; padded keys
+are masked out of attention.
+
+Generation (:func:`generate`) runs the prompt once (prefill) into a :class:`KVCache` and then one token per step,
+sampling from ``softmax(logits / temperature)`` restricted to the top-p nucleus (Holtzman et al., 2020); temperature
+0 is greedy. :func:`completion_logprobs` re-scores sampled completions in one differentiable forward pass: the
+per-token log-probabilities and entropies of the same tempered distribution, what the RL losses need.
+
+Shapes: B batch, P prompt length, C completion length, T = P + C, V vocabulary, D model width, H heads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+POLICY_FILE = "policy.pt"
+"""The policy's ``state_dict`` in a saved model or checkpoint directory (what ``init=<run>`` loads)."""
+
+
+@dataclass(frozen=True)
+class TinyGPTSizes:
+    """The architecture (``pgcli.config.LMModelConfig`` without its sampling settings)."""
+
+    vocab_size: int
+    max_len: int
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 128
+    d_ff: int = 512
+    init_std: float = 0.02
+
+
+class KVCache:
+    """Keys and values of every layer for positions seen so far, preallocated to ``max_len``.
+
+    ``mask`` [B, max_len] marks real (non-pad) positions; ``n_real`` [B] counts them (the next token's position).
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, max_len: int, head_dim: int, device: torch.device,
+                 dtype: torch.dtype) -> None:  # fmt: skip
+        self.k = torch.zeros(n_layers, batch, n_heads, max_len, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.mask = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
+        self.n_real = torch.zeros(batch, dtype=torch.long, device=device)
+        self.length = 0
+        self.max_len = max_len
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: Tensor, attn_mask: Tensor, cache: KVCache | None, layer: int) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))  # [B, H, t, Dh]
+        if cache is not None:
+            start = cache.length
+            cache.k[layer, :, :, start : start + t] = k
+            cache.v[layer, :, :, start : start + t] = v
+            k, v = cache.k[layer, :, :, : start + t], cache.v[layer, :, :, : start + t]  # [B, H, S, Dh]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, H, t, Dh]
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """Causal transformer over a character vocabulary (module docstring)."""
+
+    def __init__(self, sizes: TinyGPTSizes) -> None:
+        super().__init__()
+        if sizes.d_model % sizes.n_heads:
+            raise ValueError(f"d_model {sizes.d_model} is not divisible by n_heads {sizes.n_heads}")
+        self.sizes = sizes
+        self.tok_emb = nn.Embedding(sizes.vocab_size, sizes.d_model)
+        self.pos_emb = nn.Embedding(sizes.max_len, sizes.d_model)
+        self.blocks = nn.ModuleList(_Block(sizes.d_model, sizes.n_heads, sizes.d_ff) for _ in range(sizes.n_layers))
+        self.ln_f = nn.LayerNorm(sizes.d_model)
+        self.head = nn.Linear(sizes.d_model, sizes.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # tied (Press & Wolf, 2017)
+        self.apply(self._init)
+        for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2 * n_layers)
+            assert isinstance(block, _Block)
+            for proj in (block.proj, block.mlp[2]):
+                assert isinstance(proj, nn.Linear)
+                nn.init.normal_(proj.weight, std=sizes.init_std / math.sqrt(2 * sizes.n_layers))
+
+    def _init(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=self.sizes.init_std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=self.sizes.init_std)
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        s = self.sizes
+        p = self.tok_emb.weight
+        return KVCache(s.n_layers, batch, s.n_heads, max_len or s.max_len, s.d_model // s.n_heads, p.device, p.dtype)
+
+    def hidden(self, tokens: Tensor, mask: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Final (post-LayerNorm) hidden states [B, t, D] of ``tokens`` [B, t] with real-token ``mask`` [B, t]
+        (continuing ``cache`` when given: the new positions follow the cached ones, which they attend to)."""
+        b, t = tokens.shape
+        past = cache.length if cache is not None else 0
+        n_before = cache.n_real if cache is not None else torch.zeros(b, dtype=torch.long, device=tokens.device)
+        positions = (n_before[:, None] + mask.long().cumsum(1) - 1).clamp(min=0)  # [B, t]
+        if int(positions.max()) >= self.sizes.max_len or past + t > (cache.max_len if cache else self.sizes.max_len):
+            raise ValueError(f"sequence longer than the model's max_len {self.sizes.max_len}")
+        if cache is not None:
+            cache.mask[:, past : past + t] = mask
+            key_mask = cache.mask[:, : past + t]  # [B, S]
+        else:
+            key_mask = mask
+        s = past + t
+        causal = torch.ones(t, s, dtype=torch.bool, device=tokens.device).tril(diagonal=past)  # [t, S]
+        attn = causal[None] & key_mask[:, None, :]  # [B, t, S]
+        # a pad query may have no real key before it: let every query see itself so its softmax stays finite
+        attn = attn | torch.eye(t, s, dtype=torch.bool, device=tokens.device).roll(past, dims=1)[None]
+        x = self.tok_emb(tokens) + self.pos_emb(positions)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, attn[:, None], cache, layer)
+        if cache is not None:
+            cache.length += t
+            cache.n_real += mask.long().sum(1)
+        return self.ln_f(x)
+
+    def forward(self, tokens: Tensor, mask: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Next-token logits [B, t, V] (see :meth:`hidden`)."""
+        return self.head(self.hidden(tokens, mask, cache))
+
+
+class Generation(NamedTuple):
+    tokens: Tensor
+    """[B, C] long: sampled tokens, PAD after each row's EOS."""
+    mask: Tensor
+    """[B, C] bool: True for sampled tokens up to and including EOS."""
+
+
+def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
+    """One token per row of ``logits`` [B, V]: argmax at temperature 0, else from the tempered top-p nucleus."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # [B, V]
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p  # the most likely token is always kept
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: TinyGPT,
+    prompt_tokens: Tensor,
+    prompt_mask: Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    pad_id: int = 0,
+) -> Generation:
+    """Sample completions of left-padded prompts with a key/value cache.
+
+    Args:
+        model: the policy.
+        prompt_tokens: [B, P] long, left-padded (``pgcli.lm.tasks.encode_prompts``).
+        prompt_mask: [B, P] bool, True on real prompt tokens.
+        max_new_tokens: at most this many tokens per row (EOS included).
+        eos_id: a row ends after sampling it.
+        temperature: softmax temperature (0: greedy).
+        top_p: nucleus mass (1.0: the whole distribution).
+        generator: the sampling RNG (torch's default RNG when None).
+
+    Returns:
+        :class:`Generation` with C <= ``max_new_tokens`` columns (generation stops once every row has ended).
+    """
+    b, p = prompt_tokens.shape
+    cache = model.new_cache(b, p + max_new_tokens)
+    logits = model(prompt_tokens, prompt_mask, cache)[:, -1]  # [B, V]
+    done = torch.zeros(b, dtype=torch.bool, device=prompt_tokens.device)
+    tokens, masks = [], []
+    for _ in range(max_new_tokens):
+        alive = ~done  # [B]: rows still generating sample a real token this step
+        nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
+        tokens.append(nxt)
+        masks.append(alive)
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+        logits = model(nxt[:, None], alive[:, None], cache)[:, -1]
+    return Generation(torch.stack(tokens, 1), torch.stack(masks, 1))
+
+
+def completion_logprobs(
+    model: TinyGPT,
+    prompt_tokens: Tensor,
+    prompt_mask: Tensor,
+    completion: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-token log-probabilities and entropies of ``completion`` under ``softmax(logits / temperature)``.
+
+    One forward pass over ``[prompt, completion]``; differentiable. Positions outside ``completion_mask`` get finite
+    values that the caller masks out.
+
+    Args:
+        prompt_tokens, prompt_mask: [B, P] (left-padded prompts).
+        completion, completion_mask: [B, C] (``Generation.tokens`` / ``Generation.mask``).
+        temperature: the sampling temperature (0 is treated as 1: greedy decoding has no density).
+
+    Returns:
+        (logprobs [B, C], entropies [B, C]).
+    """
+    p = prompt_tokens.shape[1]
+    tokens = torch.cat([prompt_tokens, completion], 1)  # [B, T]
+    mask = torch.cat([prompt_mask, completion_mask], 1)
+    logits = model(tokens, mask)[:, p - 1 : -1]  # [B, C, V]: position t predicts token t + 1
+    logp_all = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, C, V]
+    logprobs = logp_all.gather(-1, completion[..., None]).squeeze(-1)  # [B, C]
+    entropies = -(logp_all.exp() * logp_all).sum(-1)  # [B, C]
+    return logprobs, entropies
+
+
+def save_policy(model: TinyGPT, directory: Path) -> Path:
+    """Write the policy's weights to ``directory/policy.pt`` (what ``init=<run>`` and ``pgcli eval`` load)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / POLICY_FILE
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_policy(model: TinyGPT, directory: Path) -> TinyGPT:
+    """Load ``directory/policy.pt`` into ``model`` (same sizes) and return it."""
+    state = torch.load(directory / POLICY_FILE, map_location=model.tok_emb.weight.device, weights_only=True)
+    model.load_state_dict(state)
+    return model
