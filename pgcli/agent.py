@@ -95,6 +95,28 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
         write_sb3_vecnormalize(model_dir, cfg.env, gamma=cfg.algo.gamma, env=env)
 
 
+def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str) -> None:
+    """Write ``agent.json`` for a text policy (``policy.pt``, issue 12): what ``init=<run>`` and ``pgcli eval`` read.
+
+    Args:
+        model_dir: a directory the trainer has saved into (``policy.pt``).
+        cfg: the run's validated config (a text env, ``model=tiny_gpt``).
+        algo_name: the algo option (``sft``, ``grpo``, ...).
+        env_name: the env option (``addition``, ...).
+    """
+    from pgcli.lm.tasks import make_puzzle
+
+    spec = {
+        "format": FORMAT_VERSION,
+        "algo": algo_name,
+        "env": env_name,
+        "backend": "text",
+        "vocab": make_puzzle(cfg.env).chars,
+        "config": redact_tree(asdict(cfg)),
+    }
+    (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
+
+
 def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env: VectorEnv) -> Path:
     """``model_dir/vecnormalize.pkl``: pgcli's saved statistics as an SB3 ``VecNormalize`` (``VecNormalize.save``)."""
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize

@@ -24,10 +24,13 @@ from pgcli.config import (
     A2CConfig,
     GRPOConfig,
     HardwareConfig,
+    LMModelConfig,
     ModelConfig,
     PPOConfig,
     PPOKLConfig,
     SB3TRPOConfig,
+    SFTConfig,
+    TextEnvConfig,
     TrainConfig,
     TRPOConfig,
     VPGConfig,
@@ -38,7 +41,9 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import VectorEnv
 
-    from pgcli.monitor import Trainer
+    from pgcli.lm.model import TinyGPT
+    from pgcli.lm.tasks import TextTask
+    from pgcli.monitor import Learner, Trainer
     from pgcli.run import ResumePoint
     from pgcli.tracking import MLflowBackend
 
@@ -51,6 +56,13 @@ TRAINERS: dict[type, str] = {
     PPOKLConfig: "pgcli.algo.ppo_kl:PPOKL",
     GRPOConfig: "pgcli.algo.grpo:GRPO",
 }
+TEXT_TRAINERS: dict[type, str] = {
+    SFTConfig: "pgcli.lm.sft:SFT",
+    GRPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
+}
+"""Trainers of text tasks (issue 12), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
+device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
+:data:`TRAINERS`."""
 
 
 @dataclass
@@ -88,12 +100,31 @@ class TrainSummary:
     """The best evaluation's mean return (nan without evaluation)."""
     best_step: int | None = None
     """Env steps at the best evaluation; its agent is in ``output_dir/best_model`` when ``eval.save_best``."""
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    """The final evaluation's further ``eval/*`` metrics (text tasks: ``eval/accuracy``, ...)."""
 
 
 class TrainerFactory(Protocol):
     """A trainer class: ``TRPO(cfg, env=env, model=model, seed=seed, device=device)``."""
 
     def __call__(self, cfg: Any, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> Trainer: ...
+
+
+class TextTrainerFactory(Protocol):
+    """A text trainer class: ``SFT(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed,
+    device=device)``."""
+
+    def __call__(
+        self,
+        cfg: Any,
+        *,
+        task: TextTask,
+        policy: TinyGPT,
+        reference: TinyGPT | None,
+        model: LMModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> Learner: ...
 
 
 def trainer_class(algo_cfg: Any) -> TrainerFactory:
@@ -104,6 +135,17 @@ def trainer_class(algo_cfg: Any) -> TrainerFactory:
         raise ConfigError(f"no trainer registered for {type(algo_cfg).__name__}") from None
     module, name = target.split(":")
     trainer: TrainerFactory = getattr(importlib.import_module(module), name)
+    return trainer
+
+
+def text_trainer_class(algo_cfg: Any) -> TextTrainerFactory:
+    """The text-task trainer class for an algo config (imported on demand)."""
+    try:
+        target = TEXT_TRAINERS[type(algo_cfg)]
+    except KeyError:
+        raise ConfigError(f"no text-task trainer registered for {type(algo_cfg).__name__}") from None
+    module, name = target.split(":")
+    trainer: TextTrainerFactory = getattr(importlib.import_module(module), name)
     return trainer
 
 
@@ -210,6 +252,8 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     from pgcli.run import Run
     from pgcli.tracking import resolve_tracking_target
 
+    if isinstance(cfg.env, TextEnvConfig):
+        return train_text(cfg, ctx, resume)
     device = select_device(cfg.hardware)
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
@@ -261,4 +305,103 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
         reward_threshold=reward_threshold(cfg.env),
         best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
         best_step=monitor.best_step,
+    )
+
+
+def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device) -> TinyGPT:
+    """A freshly initialised TinyGPT for ``task``'s vocabulary with the sizes of ``model``."""
+    from pgcli.lm.model import TinyGPT, TinyGPTSizes
+
+    sizes = TinyGPTSizes(
+        vocab_size=task.vocab.size,
+        max_len=model.max_len,
+        n_layers=model.n_layers,
+        n_heads=model.n_heads,
+        d_model=model.d_model,
+        d_ff=model.d_ff,
+        init_std=model.init_std,
+    )
+    return TinyGPT(sizes).to(device)
+
+
+def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
+    """:func:`train` for a text task (issue 12): the task, the TinyGPT policy (from ``init`` when given, which is
+    also the frozen reference), the text trainer and the held-out evaluator, in the same :class:`pgcli.run.Run`."""
+    import copy
+
+    import torch
+
+    from pgcli.agent import write_text_agent_files
+    from pgcli.lm.evaluate import TextEvalSettings, TextEvaluator
+    from pgcli.lm.init import check_init, locate_init
+    from pgcli.lm.model import load_policy
+    from pgcli.lm.tasks import make_task
+    from pgcli.monitor import TrainingMonitor
+    from pgcli.run import Run
+    from pgcli.tracking import resolve_tracking_target
+
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
+    device = select_device(cfg.hardware)
+    if cfg.hardware.torch_threads > 0:
+        torch.set_num_threads(cfg.hardware.torch_threads)
+    seed_everything(cfg.seed)
+    task = make_task(cfg.env)
+    policy = make_text_policy(task, cfg.model, device)
+    reference = None
+    tags = run_tags(cfg, ctx, device)
+    if cfg.init is not None:
+        source = locate_init(cfg.init, cfg.tracking)
+        check_init(source, cfg.env, cfg.model, cfg.init)
+        load_policy(policy, source.model_dir)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        tags |= {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
+    start = time.perf_counter()
+    with Run(
+        ctx.output_dir,
+        lambda run_id: open_backend(cfg, ctx, tags, run_id),
+        params=config_params(cfg, ctx),
+        resume=resume,
+        log_model=cfg.tracking.log_model,
+        describe_model=lambda path: write_text_agent_files(path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name),
+        pyfunc=False,
+    ) as run:
+        trainer = run.closing(
+            text_trainer_class(cfg.algo)(
+                cfg.algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=cfg.seed, device=device
+            )
+        )
+        settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
+                                    top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
+        monitor = run.closing(
+            TrainingMonitor(
+                run.logger,
+                total_steps=cfg.total_steps,
+                evaluator=TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device),
+                eval_every=cfg.eval.every,
+                checkpoint_dir=ctx.output_dir / "checkpoints",
+                checkpoint_every=cfg.checkpoint_every,
+                checkpoint_keep=cfg.checkpoint_keep,
+                best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
+                samples_dir=ctx.output_dir / "samples",
+                progress=cfg.progress,
+                stop=run.stop,
+                on_eval=ctx.on_eval,
+            )
+        )
+        run.start(trainer, monitor)
+        steps = trainer.learn(cfg.total_steps, monitor)
+        final = monitor.finish(steps, trainer)
+        run.save_model(trainer)
+    return TrainSummary(
+        run_id=run.logger.run_id,
+        steps=steps,
+        final_return=final.mean if final else float("nan"),
+        final_return_std=final.std if final else float("nan"),
+        wall_time_s=time.perf_counter() - start,
+        output_dir=ctx.output_dir,
+        tracking_uri=resolve_tracking_target(cfg.tracking).uri if cfg.tracking.backend == "mlflow" else None,
+        reward_threshold=None,
+        best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
+        best_step=monitor.best_step,
+        final_metrics=dict(final.extra) if final else {},
     )

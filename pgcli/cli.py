@@ -39,6 +39,7 @@ usage: pgcli <command> [options] [key=value ...]
 
 commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
+  sft        supervised warm start on a text task        pgcli sft env=addition total_steps=200000
   eval       score a trained agent (and record video)    pgcli eval <run id | run dir> --video
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
@@ -152,6 +153,9 @@ def _train_command(args: list[str]) -> int:
             from pgcli.preflight import check_train_environment, plan_from_overrides
 
             check_train_environment(plan_from_overrides(_task_overrides(args), multirun=multirun))
+            from pgcli.lm.init import check_init_overrides
+
+            check_init_overrides(_task_overrides(args))  # init=<SFT run>: found and fitting, before anything starts
         preset_drop.announce()
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
@@ -358,10 +362,21 @@ def _compare_command(args: list[str]) -> int:
     return int(compare_main(args) or 0)
 
 
+def _sft_command(args: list[str]) -> int:
+    """``pgcli sft env=<text task> ...``: ``pgcli train algo=sft ...``, a supervised run of its own (issue 12)."""
+    algo = [a for a in _task_overrides(args) if a.split("=", 1)[0].lstrip("+~") == "algo"]
+    if algo:
+        raise ConfigError(f"pgcli sft trains algo=sft; drop {algo[0]} (or use pgcli train {algo[0]})")
+    if any(a.startswith("resume=") for a in args):
+        raise ConfigError("pgcli sft resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
+    return _train_command(["algo=sft", *args])
+
+
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
-    return {"train": _train_command, "eval": _eval_command, "ui": _ui_command, "compare": _compare_command,
-            "runs": _runs_command, "sync": _sync_command, "completion": _completion_command}  # fmt: skip
+    return {"train": _train_command, "sft": _sft_command, "eval": _eval_command, "ui": _ui_command,
+            "compare": _compare_command, "runs": _runs_command, "sync": _sync_command,
+            "completion": _completion_command}  # fmt: skip
 
 
 if __name__ == "__main__":

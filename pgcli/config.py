@@ -1113,6 +1113,8 @@ class TrainConfig:
         if not isinstance(self.model, LMModelConfig):
             raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt (got an MLP model option)")
         self.algo.check_text_env()
+        _require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
+                 "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip
         from pgcli.lm.tasks import make_puzzle  # light: numpy only
 
         puzzle = make_puzzle(self.env)

@@ -30,6 +30,8 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
             mark = "solved" if summary.final_return >= summary.reward_threshold else "not solved"
             solved = f"  [{mark}: threshold {summary.reward_threshold:g}]"
         lines.append(f"  final eval return  {summary.final_return:.1f} ± {summary.final_return_std:.1f}{solved}")
+    for key, value in summary.final_metrics.items():  # a text task's held-out accuracy, pass@k, ...
+        lines.append(f"  {key.removeprefix('eval/'):<18} {value:.3f}")
     if summary.best_step is not None and summary.best_return > summary.final_return:
         saved = summary.output_dir / "best_model"
         where = f" ({_relative(saved)})" if saved.is_dir() else ""  # eval.save_best=false saves none

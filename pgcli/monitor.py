@@ -22,10 +22,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from shutil import rmtree
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -49,23 +49,25 @@ MONITOR_STATE_FILE = "monitor.json"
 """Written into each checkpoint: what the monitor needs to continue the run's curves on resume."""
 
 
+@runtime_checkable
 class Actor(Protocol):
-    """What evaluation needs: actions for a batch of observations."""
+    """What evaluation on a gymnasium env needs: actions for a batch of observations."""
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray: ...
 
 
-class Agent(Actor, Protocol):
-    """What the monitor needs from a trainer: act for evaluation, save for checkpoints."""
+class Agent(Protocol):
+    """What the monitor needs from a trainer: save for checkpoints (its evaluator knows how to score it)."""
 
     def save(self, path: Path) -> Path: ...
 
 
-class Trainer(Agent, Protocol):
-    """A training algorithm, built by ``pgcli.build`` as ``Trainer(algo_cfg, env=, model=, seed=, device=)``."""
+class Learner(Agent, Protocol):
+    """A training algorithm: gymnasium trainers (:class:`Trainer`) and text trainers (``pgcli.lm``) alike."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
-        """Train until at least ``total_steps`` env steps; returns the env steps actually taken."""
+        """Train until at least ``total_steps`` steps (env steps; sampled completions on text tasks); returns the
+        steps actually taken."""
         ...
 
     def load(self, path: Path) -> None:
@@ -76,10 +78,21 @@ class Trainer(Agent, Protocol):
     def close(self) -> None: ...
 
 
+class Trainer(Learner, Actor, Protocol):
+    """A gymnasium training algorithm, built by ``pgcli.build`` as ``Trainer(algo_cfg, env=, model=, seed=,
+    device=)``; it acts for evaluation episodes."""
+
+
 @dataclass
 class EvalResult:
     returns: np.ndarray
+    """Per evaluated episode (on text tasks: per held-out problem, the reward of the greedy completion)."""
     lengths: np.ndarray
+    """Episode lengths (completion lengths in tokens, EOS included)."""
+    extra: dict[str, float] = field(default_factory=dict)
+    """Further ``eval/*`` metrics of this evaluation (text tasks: ``eval/accuracy``, ``eval/pass@k``, ...)."""
+    samples: list[dict[str, Any]] | None = None
+    """Rows of a samples table (text tasks: prompt, reference, completions), logged as ``samples/step_<n>.json``."""
 
     @property
     def mean(self) -> float:
@@ -88,6 +101,18 @@ class EvalResult:
     @property
     def std(self) -> float:
         return float(self.returns.std())
+
+
+class EvaluatorLike(Protocol):
+    """What the monitor evaluates with: :class:`Evaluator` (episodes) or ``pgcli.lm.evaluate.TextEvaluator``."""
+
+    cfg: EvalConfig
+
+    def __call__(self, agent: Agent) -> EvalResult: ...
+
+    def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]: ...
+
+    def close(self) -> None: ...
 
 
 class Evaluator:
@@ -105,6 +130,8 @@ class Evaluator:
         return self._run(agent, video)
 
     def _run(self, agent: Agent, video: Path | None) -> tuple[EvalResult, list[Path]]:
+        if not isinstance(agent, Actor):
+            raise TypeError(f"{type(agent).__name__} cannot act on a gymnasium env")
         if self._env is None:
             if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
                 self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
@@ -167,13 +194,14 @@ class TrainingMonitor:
         logger: MetricLogger,
         *,
         total_steps: int,
-        evaluator: Evaluator | None,
+        evaluator: EvaluatorLike | None,
         eval_every: int,
         checkpoint_dir: Path | None,
         checkpoint_every: int = 0,
         checkpoint_keep: int = 0,
         best_dir: Path | None = None,
         video_dir: Path | None = None,
+        samples_dir: Path | None = None,
         progress: bool = True,
         window: int = 100,
         log_every_steps: int = 1000,
@@ -188,6 +216,8 @@ class TrainingMonitor:
         self.last_eval: EvalResult | None = None
         self.best_dir = best_dir
         self.video_dir = video_dir
+        self.samples_dir = samples_dir
+        """Where an evaluator's samples tables go (``samples/step_<n>.json``)."""
         video_every = evaluator.cfg.video_every if evaluator is not None and video_dir is not None else 0
         self.video_every, self._next_video = video_every, (video_every if video_every > 0 else None)
         self.best_eval: EvalResult | None = None
@@ -300,15 +330,22 @@ class TrainingMonitor:
             self.best_eval, self.best_step = result, step
             if self.best_dir is not None:
                 agent.save(self.best_dir)
+        if result.samples is not None and self.samples_dir is not None:  # a text task's completions, as a table
+            self.samples_dir.mkdir(parents=True, exist_ok=True)
+            table = self.samples_dir / f"step_{step}.json"
+            table.write_text(json.dumps(result.samples, indent=1) + "\n")
+            self.logger.log_artifact(table, "samples")
         self._eval_seconds += time.perf_counter() - t0
         self.last_eval, self._last_eval_step = result, step
         self.logger.log_metrics(
             {"eval/return_mean": result.mean, "eval/return_std": result.std,
-             "eval/ep_len_mean": float(result.lengths.mean()), "eval/best_return_mean": self.best_eval.mean},
+             "eval/ep_len_mean": float(result.lengths.mean()), "eval/best_return_mean": self.best_eval.mean,
+             **result.extra},
             step,
         )  # fmt: skip
-        log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, result.mean, result.std,
-                 len(result.returns))  # fmt: skip
+        extra = "".join(f", {k.removeprefix('eval/')} {v:.3f}" for k, v in result.extra.items())
+        log.info("eval at step %d: return %.2f ± %.2f over %d episodes%s", step, result.mean, result.std,
+                 len(result.returns), extra)  # fmt: skip
         if self.on_eval is not None:
             self.on_eval(step if scheduled is None else scheduled, result.mean)
         return result

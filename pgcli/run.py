@@ -37,7 +37,7 @@ from pgcli.errors import PgcliError
 from pgcli.spool import strip_credentials
 
 if TYPE_CHECKING:
-    from pgcli.monitor import Trainer, TrainingMonitor
+    from pgcli.monitor import Learner, TrainingMonitor
     from pgcli.tracking import MLflowBackend, RunLogger, RunRecord, RunStore
 
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -298,20 +298,23 @@ class Run:
         resume: ResumePoint | None = None,
         log_model: bool = True,
         describe_model: Callable[[Path], None] | None = None,
+        pyfunc: bool = True,
     ) -> None:
         """``open_backend(None)`` creates the MLflow run and ``open_backend(run_id)`` re-opens one (resume); both return
         None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has.
-        ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``)."""
+        ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``). ``pyfunc``:
+        log the saved agents as MLflow Models (gymnasium agents), else as plain artifact directories (text policies)."""
         from pgcli.tracking import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
         self.describe_model = describe_model
+        self.pyfunc = pyfunc
         self._open_backend = open_backend
         self.logger: RunLogger = RunLogger(output_dir)
         """What the trainer and monitor log through; its MLflow backend is attached when the run opens."""
         self._opened = False
         self.stop = StopRequest()
-        self.trainer: Trainer | None = None
+        self.trainer: Learner | None = None
         self.monitor: TrainingMonitor | None = None
         self._resources = ExitStack()
         self._signals = ExitStack()
@@ -340,7 +343,7 @@ class Run:
         self._resources.callback(obj.close)
         return obj
 
-    def start(self, trainer: Trainer, monitor: TrainingMonitor) -> None:
+    def start(self, trainer: Learner, monitor: TrainingMonitor) -> None:
         """Training begins. On resume: load the checkpoint into ``trainer`` and ``monitor``, then re-open the MLflow
         run with its stored metric history (later points are logged only past it: no step is logged twice)."""
         self.trainer, self.monitor = trainer, monitor
@@ -358,7 +361,7 @@ class Run:
             self._open(self.resume.run_id)
         self.stop.armed = True
 
-    def save_model(self, trainer: Trainer) -> Path:
+    def save_model(self, trainer: Learner) -> Path:
         """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as MLflow Models."""
         model_dir = trainer.save(self.output_dir / "model")
         best = self.monitor.best_dir if self.monitor is not None else None
@@ -366,8 +369,10 @@ class Run:
         for path, name in saved:
             if self.describe_model is not None:  # agent.json: what `pgcli eval` and the MLflow Model load it from
                 self.describe_model(path)
-            if self.log_model:
+            if self.log_model and self.pyfunc:
                 self.logger.log_model(path, name)
+            elif self.log_model:
+                self.logger.log_artifact(path, name)
         return model_dir
 
     # -- leaving -----------------------------------------------------------------------------------------------------

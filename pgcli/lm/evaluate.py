@@ -1,0 +1,150 @@
+"""Held-out evaluation of a text policy (issue 12): what ``eval/*`` means on a text task.
+
+On the task's fixed held-out problems (never sampled for training):
+
+- ``eval/accuracy``: share of problems whose greedy completion (temperature 0) is correct (exact match; countdown:
+  verified);
+- ``eval/pass_at_<k>``: share of problems with at least one correct completion among k sampled ones (the policy's
+  sampling settings, ``model.temperature`` and ``model.top_p``); with n = k samples per problem this is the unbiased
+  pass@k estimator of Chen et al. (2021). MLflow metric names cannot hold ``@``, hence ``pass_at``;
+- ``eval/reward_mean``: mean reward of those sampled completions (format reward included);
+- ``eval/completion_len``: mean length in tokens (EOS included) of the greedy completions;
+- ``eval/return_mean`` (every run's key): mean reward of the greedy completions, what the best model is chosen by.
+
+The sampled completions use a generator seeded the same way at every evaluation, so curves compare like with like.
+The first ``env.eval_samples`` problems go into a samples table (prompt, reference, greedy and sampled completions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pgcli.config import EvalConfig
+from pgcli.lm.model import TinyGPT, generate
+from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
+from pgcli.monitor import Agent, EvalResult
+
+EVAL_SEED_OFFSET = 10_000
+"""The evaluation's sampling seed is the run's seed plus this (as for gymnasium evaluation envs)."""
+
+
+@dataclass
+class TextEvalSettings:
+    """How a held-out evaluation samples (from ``env`` and ``model`` of a text run)."""
+
+    pass_k: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n_table_rows: int = 16
+    batch_size: int = 1024
+    """Completions generated per forward batch."""
+
+
+@torch.no_grad()
+def evaluate_text(
+    task: TextTask,
+    policy: TinyGPT,
+    problems: list[Problem],
+    settings: TextEvalSettings,
+    *,
+    seed: int,
+    device: torch.device,
+) -> EvalResult:
+    """Score ``policy`` on ``problems`` (module docstring); the policy's train/eval mode is restored afterwards."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        greedy = _complete(task, policy, problems, settings, temperature=0.0, generator=None, device=device)
+        generator = torch.Generator(device=device).manual_seed(seed + EVAL_SEED_OFFSET)
+        k = settings.pass_k
+        repeated = [p for p in problems for _ in range(k)]
+        sampled = _complete(task, policy, repeated, settings, temperature=settings.temperature, generator=generator,
+                            device=device)  # fmt: skip
+    finally:
+        policy.train(was_training)
+    greedy_texts, greedy_lens = greedy
+    sampled_texts, _ = sampled
+    correct = np.array([task.correct(p, c) for p, c in zip(problems, greedy_texts, strict=True)])
+    rewards = np.array([task.reward(p, c) for p, c in zip(problems, greedy_texts, strict=True)])
+    sampled_correct = np.array([task.correct(p, c) for p, c in zip(repeated, sampled_texts, strict=True)])
+    sampled_rewards = np.array([task.reward(p, c) for p, c in zip(repeated, sampled_texts, strict=True)])
+    passed = sampled_correct.reshape(len(problems), k).any(axis=1)
+    rows: list[dict[str, Any]] = [
+        {
+            "prompt": p.prompt,
+            "reference": p.answer,
+            "greedy": greedy_texts[i],
+            "correct": bool(correct[i]),
+            "reward": float(rewards[i]),
+            "sampled": sampled_texts[i * k : (i + 1) * k],
+            "sampled_correct": int(sampled_correct[i * k : (i + 1) * k].sum()),
+        }
+        for i, p in enumerate(problems[: settings.n_table_rows])
+    ]
+    extra = {
+        "eval/accuracy": float(correct.mean()),
+        f"eval/pass_at_{k}": float(passed.mean()),
+        "eval/reward_mean": float(sampled_rewards.mean()),
+        "eval/completion_len": float(np.mean(greedy_lens)),
+    }
+    return EvalResult(rewards, np.asarray(greedy_lens), extra=extra, samples=rows if settings.n_table_rows else None)
+
+
+def _complete(
+    task: TextTask,
+    policy: TinyGPT,
+    problems: list[Problem],
+    settings: TextEvalSettings,
+    *,
+    temperature: float,
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> tuple[list[str], list[int]]:
+    """Completions of ``problems`` in batches: their texts and lengths in tokens (EOS included)."""
+    texts: list[str] = []
+    lengths: list[int] = []
+    for start in range(0, len(problems), settings.batch_size):
+        chunk = problems[start : start + settings.batch_size]
+        tokens, mask = encode_prompts(task.vocab, chunk, device)
+        gen = generate(policy, tokens, mask, max_new_tokens=task.max_completion_len, eos_id=task.vocab.eos_id,
+                       temperature=temperature, top_p=settings.top_p, generator=generator)  # fmt: skip
+        texts += decode_completions(task.vocab, gen.tokens)
+        lengths += gen.mask.sum(1).tolist()
+    return texts, lengths
+
+
+class TextEvaluator:
+    """The monitor's evaluator on a text task: :func:`evaluate_text` on the held-out set.
+
+    It scores the policy module it was built with, which the run's trainer trains in place (the ``agent`` the
+    monitor passes is the trainer, used by the monitor for saving only).
+    """
+
+    def __init__(
+        self,
+        task: TextTask,
+        policy: TinyGPT,
+        settings: TextEvalSettings,
+        cfg: EvalConfig,
+        *,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.task, self.policy, self.settings, self.cfg = task, policy, settings, cfg
+        self.seed, self.device = seed, device
+        self.problems = task.eval_problems()
+
+    def __call__(self, agent: Agent) -> EvalResult:
+        return evaluate_text(self.task, self.policy, self.problems, self.settings, seed=self.seed, device=self.device)
+
+    def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
+        """Text tasks have no video (``eval.video_every`` is refused for them): an evaluation, no files."""
+        return self(agent), []
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,120 @@
+"""Supervised fine-tuning on a text task's demonstrations (``pgcli sft``, ``algo=sft``; issue 12).
+
+The warm start of RL on text: minimise the negative log-likelihood of the reference completion (answer + EOS) given
+the prompt, averaged over completion tokens (the prompt is not a target):
+
+    L(theta) = - sum_{i,t} m_{i,t} log pi_theta(y_{i,t} | x_i, y_{i,<t}) / sum_{i,t} m_{i,t}
+
+on fresh training problems every step (the held-out set is never drawn), with AdamW, a linear learning-rate warm-up
+over ``warmup_steps`` demonstrations and a global gradient-norm clip. A "step" is one demonstration, so
+``total_steps`` is the number of demonstrations seen. The run's final ``model/policy.pt`` is what
+``pgcli train init=<this run>`` starts from and keeps as its frozen KL reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
+from pgcli.algo.guard import check_update
+from pgcli.config import LMModelConfig, SFTConfig
+from pgcli.errors import PgcliError
+from pgcli.lm.model import POLICY_FILE, TinyGPT, completion_logprobs, load_policy, save_policy
+from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
+from pgcli.monitor import TrainingMonitor
+
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.json"
+
+
+class SFT:
+    """Supervised fine-tuning trainer (module docstring); the text-trainer signature of ``pgcli.lm``."""
+
+    def __init__(
+        self,
+        cfg: SFTConfig,
+        *,
+        task: TextTask,
+        policy: TinyGPT,
+        reference: TinyGPT | None,
+        model: LMModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        del reference, model  # SFT has no KL term and samples nothing
+        self.cfg, self.task, self.device = cfg, task, device
+        self.policy = policy.to(device).train()
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.learning_rate,
+                                           weight_decay=cfg.weight_decay)  # fmt: skip
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+
+    def learning_rate(self) -> float:
+        """The step size at the current step (linear warm-up, then constant)."""
+        if self.cfg.warmup_steps == 0:
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * min(1.0, (self.steps + self.cfg.batch_size) / self.cfg.warmup_steps)
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        while self.steps < total_steps:
+            stats = self._step()
+            self.steps += self.cfg.batch_size
+            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=self.policy.parameters())
+            monitor.log(self.steps, stats)
+            monitor.update(self.steps, self)
+        return self.steps
+
+    def _step(self) -> dict[str, float]:
+        """One gradient step on a fresh batch of demonstrations."""
+        problems = self.task.sample(self.rng, self.cfg.batch_size)
+        prompts, prompt_mask = encode_prompts(self.task.vocab, problems, self.device)  # [B, P]
+        targets = [self.task.demonstration(p) for p in problems]
+        completion, completion_mask = encode_completions(self.task.vocab, targets, self.task.max_completion_len,
+                                                         self.device)  # fmt: skip  # [B, C]
+        logprobs, _ = completion_logprobs(self.policy, prompts, prompt_mask, completion, completion_mask)  # [B, C]
+        weights = completion_mask.float()
+        loss = -(logprobs * weights).sum() / weights.sum()
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():  # sequences whose every target token is the argmax (teacher-forced exact match)
+            seq_exact = ((logprobs > np.log(0.5)) | ~completion_mask).all(1).float().mean()
+        return {
+            "train/loss": float(loss.detach()),
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": lr,
+            "train/teacher_forced_exact": float(seq_exact),
+        }
+
+    def save(self, path: Path) -> Path:
+        """Atomically write ``policy.pt``, ``optimizer.pt`` and ``state.json`` (steps, problem RNG, process RNGs)."""
+        with atomic_dir(path) as tmp:
+            save_policy(self.policy, tmp)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            state = {"steps": self.steps, "problem_rng": self.rng.bit_generator.state, "rng": rng_state()}
+            (tmp / STATE_FILE).write_text(json.dumps(state))
+        return path
+
+    def load(self, path: Path) -> None:
+        read_file(path / POLICY_FILE, lambda _: load_policy(self.policy, path))
+        optimizer = read_file(path / OPTIMIZER_FILE, lambda f: torch.load(f, map_location=self.device,
+                                                                            weights_only=True))  # fmt: skip
+        self.optimizer.load_state_dict(optimizer)
+        state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+        try:
+            self.steps = int(state["steps"])
+            self.rng.bit_generator.state = state["problem_rng"]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit an SFT run ({exc})") from None
+
+    def close(self) -> None:
+        """Nothing to release."""
