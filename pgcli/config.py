@@ -609,7 +609,7 @@ def _clipped_lm_rules(algo: Any, min_group: int) -> None:
     n_completions = algo.group_size * algo.n_groups
     _require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
              f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
-    _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 1e-4")
+    _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 3e-5")
     _positive("algo.max_grad_norm", algo.max_grad_norm)
     _require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
     _require(algo.ent_coef >= 0, "algo.ent_coef", algo.ent_coef, ">= 0")
@@ -638,7 +638,7 @@ class RLOOConfig:
     """mu: epochs of policy updates over each batch."""
     batch_size: int = 64
     """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-5
     """Adam step size."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
@@ -680,7 +680,7 @@ class REINFORCEConfig:
     """mu: epochs of policy updates over each batch (1 with one minibatch: the plain REINFORCE gradient)."""
     batch_size: int = 64
     """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-5
     """Adam step size."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
@@ -718,13 +718,13 @@ class PPOLMConfig:
     """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
     loss_agg: str = "token_mean"
     """Aggregation of the policy loss: 'seq_mean', 'token_mean' or 'constant'."""
-    n_iterations: int = 4
+    n_iterations: int = 1
     """Epochs of minibatch updates over each batch."""
-    batch_size: int = 32
+    batch_size: int = 64
     """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-5
     """Adam step size of the policy."""
-    vf_learning_rate: float = 3e-4
+    vf_learning_rate: float = 1e-4
     """Adam step size of the value network (a copy of the initial policy's trunk with a scalar head)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (policy and value network each)."""
