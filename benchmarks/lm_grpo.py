@@ -138,7 +138,7 @@ def speed(args: argparse.Namespace) -> None:
     from pgcli.lm.tasks import encode_prompts, make_task
 
     torch.set_num_threads(1)
-    overrides = ["algo=grpo", "env=addition", f"env.n_digits={args.n_digits}", "total_steps=1000000"]
+    overrides = ["algo=grpo", "env=addition", f"env.n_digits={args.n_digits}", "total_steps=1000000", "tracking=off"]
     cfg = compose_train_config(overrides + ([f"init={args.init}"] if args.init else []))
     task = make_task(cfg.env)
     policy, reference = _policy(cfg, task)
@@ -195,10 +195,20 @@ def speed(args: argparse.Namespace) -> None:
 
 
 def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
-    """The policy (from ``init`` when given) and its frozen reference, as ``pgcli train`` builds them."""
-    from pgcli.lm.build import text_policies
+    """The policy (from ``init`` when given) and its frozen reference, built as ``pgcli train`` builds them."""
+    import copy
 
-    return text_policies(cfg, task)
+    import torch
+
+    from pgcli.build import make_text_policy
+    from pgcli.lm.init import locate_init
+    from pgcli.lm.model import load_policy
+
+    policy = make_text_policy(task, cfg.model, torch.device("cpu"))
+    if cfg.init is None:
+        return policy, None
+    load_policy(policy, locate_init(cfg.init, cfg.tracking).model_dir)
+    return policy, copy.deepcopy(policy).eval().requires_grad_(False)
 
 
 def table(args: argparse.Namespace) -> None:
