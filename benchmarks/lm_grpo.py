@@ -122,8 +122,11 @@ def learn(args: argparse.Namespace) -> None:
                       "tokens_per_s": last(history, "time/tokens_per_s"), "accuracy_curve": curve,
                       "load_before": load, "load_after": load_average()}  # fmt: skip
             out.write_text(json.dumps(result, indent=1))
-            print(f"{label} seed {seed}: accuracy {result['accuracy']:.3f} (sft {warm['accuracy']:.3f}), kl "
-                  f"{result['kl_ref']:.4f}, {wall:.0f} s", flush=True)
+            print(
+                f"{label} seed {seed}: accuracy {result['accuracy']:.3f} (sft {warm['accuracy']:.3f}), kl "
+                f"{result['kl_ref']:.4f}, {wall:.0f} s",
+                flush=True,
+            )
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -179,8 +182,10 @@ def speed(args: argparse.Namespace) -> None:
         trainer.learn(trainer.steps + args.updates * batch_rows, keep)  # type: ignore[arg-type]
         sampling.append(statistics.median(m["time/tokens_per_s"] for m in keep.metrics))
         overall.append(statistics.median(m["time/tokens_per_s_overall"] for m in keep.metrics))
-        print(f"round {round_}: bare {bare[-1]:.0f} tok/s, RL sampling {sampling[-1]:.0f}, RL overall "
-              f"{overall[-1]:.0f}", flush=True)
+        print(
+            f"round {round_}: bare {bare[-1]:.0f} tok/s, RL sampling {sampling[-1]:.0f}, RL overall {overall[-1]:.0f}",
+            flush=True,
+        )
     result = {"kind": "speed", "overrides": overrides, "init": args.init, "rounds": args.rounds,
               "updates_per_round": args.updates, "completions_per_update": batch_rows,
               "bare_tokens_per_s": statistics.median(bare), "rl_sampling_tokens_per_s": statistics.median(sampling),
@@ -219,13 +224,17 @@ def table(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|---|")
     order = list(ALGOS)
     for r in sorted(rl, key=lambda r: (order.index(r["algo"]), r["seed"])):
-        print(f"| {r['algo']} | {r['seed']} | {r['completions']:,} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} "
-              f"| {r['best_accuracy']:.3f} | {r['kl_ref']:.4f} | {r['wall_s'] / 60:.1f} min |")
+        print(
+            f"| {r['algo']} | {r['seed']} | {r['completions']:,} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} "
+            f"| {r['best_accuracy']:.3f} | {r['kl_ref']:.4f} | {r['wall_s'] / 60:.1f} min |"
+        )
     for r in rows:
         if r.get("kind") == "speed":
-            print(f"\nspeed: bare {r['bare_tokens_per_s']:.0f} tok/s; RL sampling {r['rl_sampling_tokens_per_s']:.0f} "
-                  f"(ratio {r['ratio_sampling']:.2f}); RL overall {r['rl_overall_tokens_per_s']:.0f} "
-                  f"(ratio {r['ratio_overall']:.2f}); load {r['load']:.1f}")
+            print(
+                f"\nspeed: bare {r['bare_tokens_per_s']:.0f} tok/s; RL sampling {r['rl_sampling_tokens_per_s']:.0f} "
+                f"(ratio {r['ratio_sampling']:.2f}); RL overall {r['rl_overall_tokens_per_s']:.0f} "
+                f"(ratio {r['ratio_overall']:.2f}); load {r['load']:.1f}"
+            )
 
 
 def main() -> None:

@@ -756,12 +756,20 @@ class PPOLMConfig:
         """Rules for a text env: none beyond the field rules."""
 
 
-ALGO_CONFIGS: dict[str, type] = {
-    c.name: c
-    for c in (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig, SFTConfig,
-              RLOOConfig, REINFORCEConfig, PPOLMConfig)  # fmt: skip
-}
-TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, RLOOConfig, REINFORCEConfig, PPOLMConfig)
+TEXT_RL_ALGOS: tuple[Any, ...] = (RLOOConfig, REINFORCEConfig, PPOLMConfig)
+"""The language-model RL algorithms that train on text tasks only (issue 12)."""
+_FIRST_ALGOS: tuple[Any, ...] = (
+    PPOConfig,
+    A2CConfig,
+    SB3TRPOConfig,
+    TRPOConfig,
+    VPGConfig,
+    PPOKLConfig,
+    GRPOConfig,
+    SFTConfig,
+)
+ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS)}
+TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS)
 """Algo configs that train on a text env (``pgcli.build.TEXT_TRAINERS`` holds their trainers)."""
 CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
 """Algo configs that train on a gymnasium env (``pgcli.build.TRAINERS``)."""

@@ -6,7 +6,8 @@ one verifiable reward R_i per completion, then mu epochs of minibatch steps on
 
     J(theta) = agg_{i,t} [ min(r_{i,t} A_i, clip(r_{i,t}, 1 - eps, 1 + eps_high) A_i)
                            - beta * k3(pi_theta, pi_ref)_{i,t} + c_ent * H(pi_theta(.|q, o_{i,<t})) ]
-    r_{i,t} = pi_theta(o_{i,t}|q, o_{i,<t}) / pi_old(o_{i,t}|q, o_{i,<t}),   k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1
+    r_{i,t} = pi_theta(o_{i,t}|q, o_{i,<t}) / pi_old(o_{i,t}|q, o_{i,<t})
+    k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1
 
 where the sequence advantage A_i is broadcast to every token of completion i and comes from the config's estimator:
 
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
     CompletionBatch,
@@ -207,9 +209,9 @@ class LMGRPO:
                 totals["clip_fraction"] += out.clip_fraction
                 totals["grad_norm"] += float(grad_norm)
         self.n_updates += 1
-        if isinstance(cfg, GRPOConfig) and self.reference is not None and cfg.ref_update_interval:
-            if self.n_updates % cfg.ref_update_interval == 0:
-                self.reference.load_state_dict(self.policy.state_dict())
+        interval = cfg.ref_update_interval if isinstance(cfg, GRPOConfig) else 0
+        if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
+            self.reference.load_state_dict(self.policy.state_dict())
         with torch.no_grad():  # KL(old || new) over the whole update: k3 on the sampled tokens
             new_logp = self._logprobs(self.policy, batch)
             approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], batch.mask[rows]))
@@ -227,17 +229,22 @@ class LMGRPO:
     def save(self, path: Path) -> Path:
         """``model.pt`` (policy, reference, optimizer), ``policy.pt`` and ``state.json`` (completions so far,
         updates, the prompt and sampling generators, the process RNGs); see `pgcli.algo.lm_rollout`."""
-        values = {"steps": self.steps, "n_updates": self.n_updates,
-                  "prompt_rng": self.prompt_rng.bit_generator.state, "generator": generator_state(self.generator)}  # fmt: skip
-        modules = {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
-        return save_text_trainer(path, self.policy, modules, values)
+        values = {
+            "steps": self.steps,
+            "n_updates": self.n_updates,
+            "prompt_rng": self.prompt_rng.bit_generator.state,
+            "generator": generator_state(self.generator),
+        }
+        return save_text_trainer(path, self.policy, self._modules(), values)
 
     def load(self, path: Path) -> None:
-        modules = {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
-        values = load_text_trainer(path, self.device, modules)
+        values = load_text_trainer(path, self.device, self._modules())
         self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
         self.prompt_rng.bit_generator.state = values["prompt_rng"]
         set_generator_state(self.generator, values["generator"])
+
+    def _modules(self) -> dict[str, Stateful | None]:
+        return {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
 
     def close(self) -> None:
         """Nothing to release: a text task holds no env."""

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
     CompletionBatch,
@@ -61,7 +62,9 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, prompt_tokens: Tensor, prompt_mask: Tensor, completion: Tensor, completion_mask: Tensor) -> Tensor:
+    def forward(
+        self, prompt_tokens: Tensor, prompt_mask: Tensor, completion: Tensor, completion_mask: Tensor
+    ) -> Tensor:
         """Values [B, C]: column t is the value of the state before completion token t."""
         p = prompt_tokens.shape[1]
         tokens = torch.cat([prompt_tokens, completion], 1)  # [B, P + C]
@@ -203,8 +206,12 @@ class LMPPO:
 
     def save(self, path: Path) -> Path:
         """``model.pt`` (policy, value network, reference, both optimizers), ``policy.pt`` and ``state.json``."""
-        values = {"steps": self.steps, "n_updates": self.n_updates,
-                  "prompt_rng": self.prompt_rng.bit_generator.state, "generator": generator_state(self.generator)}  # fmt: skip
+        values = {
+            "steps": self.steps,
+            "n_updates": self.n_updates,
+            "prompt_rng": self.prompt_rng.bit_generator.state,
+            "generator": generator_state(self.generator),
+        }
         return save_text_trainer(path, self.policy, self._modules(), values)
 
     def load(self, path: Path) -> None:
@@ -213,7 +220,7 @@ class LMPPO:
         self.prompt_rng.bit_generator.state = values["prompt_rng"]
         set_generator_state(self.generator, values["generator"])
 
-    def _modules(self) -> dict[str, nn.Module | torch.optim.Optimizer | None]:
+    def _modules(self) -> dict[str, Stateful | None]:
         return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer,
                 "vf_optimizer": self.vf_optimizer, "reference": self.reference}  # fmt: skip
 

@@ -19,12 +19,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from pgcli.algo.checkpoint import MODEL_FILE, STATE_FILE, STATE_FORMAT, Stateful, atomic_dir, read_file
-from pgcli.algo.checkpoint import rng_state, set_rng_state
+from pgcli.algo.checkpoint import (
+    MODEL_FILE,
+    STATE_FILE,
+    STATE_FORMAT,
+    Stateful,
+    atomic_dir,
+    read_file,
+    rng_state,
+    set_rng_state,
+)
 from pgcli.errors import PgcliError
 from pgcli.lm.model import TinyGPT, generate, save_policy
 from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
@@ -166,4 +173,3 @@ def load_text_trainer(path: Path, device: torch.device, modules: Mapping[str, St
     except (KeyError, TypeError, ValueError) as exc:
         raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: "
                          f"{exc})") from exc  # fmt: skip
-

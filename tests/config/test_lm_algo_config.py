@@ -1,4 +1,4 @@
-"""algo=rloo / reinforce / ppo_lm (issue 12): YAML defaults equal the schemas, text envs only, bad values are one line."""
+"""algo=rloo / reinforce / ppo_lm (issue 12): YAML defaults equal the schemas, text envs only, one-line errors."""
 
 from __future__ import annotations
 
@@ -58,5 +58,5 @@ def test_bad_values_are_one_line_errors(schema: type, kwargs: dict, message: str
 
 def test_grpo_on_a_text_env_takes_outcome_advantages_only():
     GRPOConfig().check_text_env()
-    with pytest.raises(ConfigError, match="algo.advantage=process needs per-step rewards"):
+    with pytest.raises(ConfigError, match=r"algo\.advantage=process needs per-step rewards"):
         GRPOConfig(advantage="process").check_text_env()

@@ -47,10 +47,17 @@ def make_policy(task: Task) -> TinyGPT:
     return TinyGPT(sizes)
 
 
+DR_GRPO = {
+    "group_size": 4,
+    "n_groups": 4,
+    "batch_size": 8,
+    "scale_rewards": "none",
+    "loss_agg": "constant",
+    "beta": 0.04,
+}
 CONFIGS = {
     "grpo": lambda **kw: GRPOConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8, "beta": 0.04} | kw)),
-    "dr_grpo": lambda **kw: GRPOConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8, "scale_rewards": "none",
-                                            "loss_agg": "constant", "beta": 0.04} | kw)),  # fmt: skip
+    "dr_grpo": lambda **kw: GRPOConfig(**(DR_GRPO | kw)),
     "rloo": lambda **kw: RLOOConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
     "reinforce": lambda **kw: REINFORCEConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
     "ppo_lm": lambda **kw: PPOLMConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
@@ -63,6 +70,18 @@ def make_trainer(algo: str, task: Task | None = None, **kw) -> LMGRPO | LMPPO:
     trainer_class = LMPPO if algo == "ppo_lm" else LMGRPO
     return trainer_class(cfg, task=task, policy=make_policy(task), reference=None, model=Sampling(), seed=0,
                          device=CPU)  # type: ignore[arg-type]  # fmt: skip
+
+
+LM_METRICS = {
+    "train/entropy",
+    "train/clip_fraction",
+    "train/approx_kl",
+    "rollout/reward_mean",
+    "rollout/completion_len",
+    "time/tokens_per_s",
+    "train/dropped_frac",
+    "train/zero_variance_frac",
+}
 
 
 class Recorder:
@@ -106,9 +125,7 @@ def test_learn_counts_completions_and_logs_the_language_rl_metrics(algo):
     steps = trainer.learn(32, monitor)  # type: ignore[arg-type]
     assert steps == 32 and monitor.updates == [16, 32]
     stats = monitor.metrics[-1][1]
-    for key in ("train/entropy", "train/clip_fraction", "train/approx_kl", "rollout/reward_mean",
-                "rollout/completion_len", "time/tokens_per_s", "train/dropped_frac", "train/zero_variance_frac"):  # fmt: skip
-        assert key in stats, key
+    assert set(stats) >= LM_METRICS
     assert ("train/kl_ref" in stats) == (trainer.cfg.beta > 0)
     assert stats["time/tokens_per_s"] > 0 and 1 <= stats["rollout/completion_len"] <= 4
     assert any(not torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
@@ -118,8 +135,8 @@ def test_learn_counts_completions_and_logs_the_language_rl_metrics(algo):
 def test_one_update_raises_the_likelihood_of_the_rewarded_completions(algo):
     # one epoch, one minibatch, no KL: the policy gradient must move log-probs up for A > 0, down for A < 0
     task = make_task(reward=starts_low)
-    trainer = make_trainer(algo, task, n_iterations=1, batch_size=16, beta=0.0, learning_rate=1e-3,
-                           **({"normalize_advantage": False, "gae_lambda": 1.0} if algo == "ppo_lm" else {}))  # fmt: skip
+    ppo = {"normalize_advantage": False, "gae_lambda": 1.0} if algo == "ppo_lm" else {}
+    trainer = make_trainer(algo, task, n_iterations=1, batch_size=16, beta=0.0, learning_rate=1e-3, **ppo)
     problems = task.sample(trainer.prompt_rng, 4)
     batch = sample_completions(task, trainer.policy, problems, group_size=4, temperature=1.0, top_p=1.0,
                                generator=trainer.generator, device=CPU)  # fmt: skip

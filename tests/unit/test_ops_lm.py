@@ -155,7 +155,8 @@ def test_token_gae_by_hand():
     adv, ret = token_gae(rewards, values, mask, gamma=0.9, lam=0.5)
     # row 0 ends at t=1: delta_1 = 1 - 0.8 = 0.2 (no bootstrap from the padding's 9.0);
     # delta_0 = 0 + 0.9 * 0.8 - 0.5 = 0.22; A_0 = 0.22 + 0.9 * 0.5 * 0.2 = 0.31
-    # row 1: delta = (0 + 0.9 - 1, 0 + 0.9 - 1, 2 - 1) = (-0.1, -0.1, 1); A_2 = 1, A_1 = -0.1 + 0.45, A_0 = -0.1 + 0.45 A_1
+    # row 1: delta = (0 + 0.9 - 1, 0 + 0.9 - 1, 2 - 1) = (-0.1, -0.1, 1);
+    # A_2 = 1, A_1 = -0.1 + 0.45, A_0 = -0.1 + 0.45 A_1
     a1 = -0.1 + 0.45 * 1.0
     assert torch.allclose(adv, T([[0.31, 0.2, 0.0], [-0.1 + 0.45 * a1, a1, 1.0]]))
     assert torch.allclose(ret, T([[0.81, 1.0, 0.0], [1.0 - 0.1 + 0.45 * a1, 1.0 + a1, 2.0]]))
