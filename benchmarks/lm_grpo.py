@@ -74,6 +74,9 @@ def run_cli(command: str, args: list[str], run_dir: Path) -> tuple[float, dict[s
 
 
 def last(history: dict[str, list[tuple[int, float]]], key: str) -> float:
+    """The last value of ``key``; ``eval/pass_at_k`` stands for the run's ``eval/pass_at_<k>``."""
+    if key == "eval/pass_at_k":
+        key = next((k for k in history if k.startswith("eval/pass_at_")), key)
     points = history.get(key)
     return points[-1][1] if points else float("nan")
 
@@ -89,7 +92,7 @@ def sft(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     load = load_average()
     wall, history, line = run_cli("sft", ["env=addition", *overrides], run_dir)
     result = {"kind": "sft", "seed": seed, "command": line, "wall_s": wall, "run_dir": str(run_dir),
-              "accuracy": last(history, "eval/accuracy"), "pass_at_k": last(history, "eval/pass@k"),
+              "accuracy": last(history, "eval/accuracy"), "pass_at_k": last(history, "eval/pass_at_k"),
               "load_before": load, "load_after": load_average()}  # fmt: skip
     out.write_text(json.dumps(result, indent=1))
     return result
@@ -116,7 +119,7 @@ def learn(args: argparse.Namespace) -> None:
                       "completions": args.completions, "command": line, "wall_s": wall,
                       "sft_accuracy": warm["accuracy"], "accuracy": last(history, "eval/accuracy"),
                       "best_accuracy": max((v for _, v in curve), default=float("nan")),
-                      "pass_at_k": last(history, "eval/pass@k"), "kl_ref": kl[-1] if kl else float("nan"),
+                      "pass_at_k": last(history, "eval/pass_at_k"), "kl_ref": kl[-1] if kl else float("nan"),
                       "kl_ref_last5": sum(kl[-5:]) / len(kl[-5:]) if kl else float("nan"),
                       "reward_mean": last(history, "rollout/reward_mean"),
                       "tokens_per_s": last(history, "time/tokens_per_s"), "accuracy_curve": curve,
@@ -217,17 +220,38 @@ def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
 
 
 def table(args: argparse.Namespace) -> None:
+    import statistics
+
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
-    rl = [r for r in rows if r.get("kind") == "rl"]
-    print("| algorithm | seed | completions | SFT accuracy | final accuracy | best accuracy | KL to ref (k3/token) "
-          "| wall time |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    rl = [r for r in rows if r.get("kind") == "rl" and r["n_digits"] == args.n_digits]
     order = list(ALGOS)
+    print("| algorithm | seed | SFT accuracy | final accuracy | best of 5 evals | pass@8 | KL to ref (k3/token) "
+          "| wall time | load |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rl, key=lambda r: (order.index(r["algo"]), r["seed"])):
         print(
-            f"| {r['algo']} | {r['seed']} | {r['completions']:,} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} "
-            f"| {r['best_accuracy']:.3f} | {r['kl_ref']:.4f} | {r['wall_s'] / 60:.1f} min |"
+            f"| {r['algo']} | {r['seed']} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} | {r['best_accuracy']:.3f} "
+            f"| {r['pass_at_k']:.3f} | {r['kl_ref']:.4f} | {r['wall_s'] / 60:.1f} min "
+            f"| {r['load_before']:.0f}-{r['load_after']:.0f} |"
         )
+    seeds = sorted({r["seed"] for r in rl})
+    if len(seeds) > 1:
+        print("\n| algorithm | seeds | SFT accuracy | final accuracy | gain over SFT | KL to ref | wall time |")
+        print("|---|---|---|---|---|---|---|")
+        for algo in order:
+            runs = [r for r in rl if r["algo"] == algo]
+            if not runs:
+                continue
+
+            def mean_sd(key: str, runs: list[dict[str, Any]] = runs) -> str:
+                values = [r[key] for r in runs]
+                sd = statistics.stdev(values) if len(values) > 1 else 0.0
+                return f"{statistics.mean(values):.3f} +- {sd:.3f}"
+
+            gains = [r["accuracy"] - r["sft_accuracy"] for r in runs]
+            print(f"| {algo} | {len(runs)} | {mean_sd('sft_accuracy')} | {mean_sd('accuracy')} "
+                  f"| {statistics.mean(gains):+.3f} | {mean_sd('kl_ref')} "
+                  f"| {statistics.mean(r['wall_s'] for r in runs) / 60:.1f} min |")  # fmt: skip
     for r in rows:
         if r.get("kind") == "speed":
             print(
