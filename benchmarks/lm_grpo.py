@@ -233,6 +233,10 @@ def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
     return policy, copy.deepcopy(policy).eval().requires_grad_(False)
 
 
+def _minutes(seconds: float) -> str:
+    return "-" if seconds != seconds else f"{seconds / 60:.1f} min"
+
+
 def table(args: argparse.Namespace) -> None:
     import statistics
 
@@ -246,7 +250,7 @@ def table(args: argparse.Namespace) -> None:
         print(
             f"| {r['algo']} | {r['seed']} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} | {r['best_accuracy']:.3f} "
             f"| {r['pass_at_k']:.3f} | {r['kl_ref']:.4f} | {r['wall_s'] / 60:.1f} min "
-            f"| {r.get('cpu_s', float('nan')) / 60:.1f} min "
+            f"| {_minutes(r.get('cpu_s', float('nan')))} "
             f"| {r['load_before']:.0f}-{r['load_after']:.0f} |"
         )
     seeds = sorted({r["seed"] for r in rl})
