@@ -33,14 +33,16 @@ from pgcli.redact import redact_tree
 AGENT_FILE = "agent.json"
 TORCH_FILE = "model.pt"
 SB3_FILE = "model.zip"
+TEXT_POLICY_FILE = "policy.pt"
+"""A text policy's weights (``pgcli.lm.model.POLICY_FILE``)."""
 NORMALIZER_FILE = "normalizer.npz"
 SB3_NORMALIZER_FILE = "vecnormalize.pkl"
 FORMAT_VERSION = 1
 
 
 def is_model_dir(path: Path) -> bool:
-    """Whether ``path`` holds a saved agent (``model.pt`` or SB3's ``model.zip``)."""
-    return (path / TORCH_FILE).is_file() or (path / SB3_FILE).is_file()
+    """Whether ``path`` holds a saved agent (``model.pt``, SB3's ``model.zip`` or a text policy's ``policy.pt``)."""
+    return any((path / name).is_file() for name in (TORCH_FILE, SB3_FILE, TEXT_POLICY_FILE))
 
 
 def space_spec(space: gym.Space) -> dict[str, Any]:

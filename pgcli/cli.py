@@ -363,13 +363,15 @@ def _compare_command(args: list[str]) -> int:
 
 
 def _sft_command(args: list[str]) -> int:
-    """``pgcli sft env=<text task> ...``: ``pgcli train algo=sft ...``, a supervised run of its own (issue 12)."""
+    """``pgcli sft env=<text task> ...``: ``pgcli train algo=sft ...``, a supervised run of its own (issue 12); the
+    task is ``env=addition`` unless given."""
     algo = [a for a in _task_overrides(args) if a.split("=", 1)[0].lstrip("+~") == "algo"]
     if algo:
         raise ConfigError(f"pgcli sft trains algo=sft; drop {algo[0]} (or use pgcli train {algo[0]})")
     if any(a.startswith("resume=") for a in args):
         raise ConfigError("pgcli sft resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
-    return _train_command(["algo=sft", *args])
+    has_env = any(a.split("=", 1)[0].lstrip("+~") == "env" for a in _task_overrides(args))
+    return _train_command(["algo=sft", *([] if has_env else ["env=addition"]), *args])
 
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:

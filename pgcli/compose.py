@@ -73,12 +73,14 @@ def text_task_overrides(overrides: list[str]) -> list[str]:
     """The group choices a text task implies when the command line leaves them out (issue 12).
 
     ``env=addition`` (a text task) without ``model=`` adds ``model=tiny_gpt`` (the MLP default cannot read text), and
-    without ``algo=`` adds ``algo=grpo`` (PPO is SB3's, for gymnasium envs). A sweep over ``env`` gets nothing added.
+    without ``algo=`` adds ``algo=grpo`` (PPO is SB3's, for gymnasium envs); so does a sweep over text tasks only
+    (``env=addition,sort``).
     """
     from pgcli.config import TEXT_ENV_CONFIGS
 
     values = {o.split("=", 1)[0].strip(): o.split("=", 1)[1].strip() for o in overrides if "=" in o}
-    if values.get("env") not in TEXT_ENV_CONFIGS:
+    envs = values.get("env", "").split(",")
+    if not all(env.strip() in TEXT_ENV_CONFIGS for env in envs):
         return []
     return [f"{group}={option}" for group, option in (("model", "tiny_gpt"), ("algo", "grpo")) if group not in values]
 

@@ -186,11 +186,14 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     import torch
 
     from pgcli.agent import load_agent
+    from pgcli.config import TextEnvConfig
     from pgcli.env import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
     from pgcli.monitor import run_episodes
     from pgcli.video import EpisodeRecorder, make_recording_env
 
     cfg = target.cfg
+    if isinstance(cfg.env, TextEnvConfig):
+        return evaluate_text_target(target, ns, store=store, artifact_root=artifact_root)
     episodes = ns.episodes or cfg.eval.episodes
     seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
     deterministic = not ns.stochastic
@@ -232,6 +235,63 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
         env.close()
     _print_result(target, result, seed=seed, deterministic=deterministic, elapsed=elapsed, videos=videos,
                   source=source, eval_run=eval_run, store=store)  # fmt: skip
+    return 0
+
+
+def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
+    """``pgcli eval`` of a text policy (issue 12): the run's own held-out evaluation (``pgcli.lm.evaluate``), with the
+    same sampling seed, so a final model scores exactly the run's last ``eval/accuracy``; ``--seed`` changes the seed
+    of the pass@k samples. The samples table is logged as ``samples/eval.json``."""
+    import json
+
+    import torch
+
+    from pgcli.build import make_text_policy
+    from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
+    from pgcli.lm.model import load_policy
+    from pgcli.lm.tasks import make_task
+
+    if ns.video:
+        raise ConfigError("--video: a text task has no frames; its samples table is logged instead")
+    cfg = target.cfg
+    device = torch.device("cpu")
+    task = make_task(cfg.env)
+    policy = load_policy(make_text_policy(task, cfg.model, device), target.model_dir)
+    settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature, top_p=cfg.model.top_p,
+                                n_table_rows=cfg.env.eval_samples)  # fmt: skip
+    seed = cfg.seed if ns.seed is None else ns.seed
+    source = _source_run(target, store) if store is not None else target.run
+    eval_run = _open_eval_run(store, target, source, artifact_root) if store is not None else None
+    status = "FAILED"
+    try:
+        start = time.perf_counter()
+        result = evaluate_text(task, policy, task.eval_problems(), settings, seed=seed, device=device)
+        elapsed = time.perf_counter() - start
+        if eval_run is not None:
+            store.log_params(eval_run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
+            store.log_metrics(eval_run.run_id, {"eval/return_mean": result.mean, **result.extra})
+            with tempfile.TemporaryDirectory() as tmp:
+                table = Path(tmp) / "eval.json"
+                table.write_text(json.dumps(result.samples or [], indent=1) + "\n")
+                store.log_artifact(eval_run.run_id, table, "samples")
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if eval_run is not None:
+            store.end(eval_run.run_id, status)
+    where = f"run {source.run_id}" if source is not None else str(target.model_dir)
+    lines = [f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} held-out "
+             f"problems, sampling seed {seed}, {elapsed:.1f} s"]  # fmt: skip
+    lines += [f"  {key.removeprefix('eval/'):<15} {value:.3f}" for key, value in result.extra.items()]
+    if source is not None and "eval/accuracy" in source.metrics and target.which == "final":
+        lines.append(
+            f"  logged          {source.metrics['eval/accuracy']:.3f} (eval/accuracy of the run's last evaluation)"
+        )
+    if eval_run is not None:
+        lines.append(f"  MLflow run      {eval_run.run_id}  ({store.uri})")
+    print("\n".join(lines), flush=True)
     return 0
 
 

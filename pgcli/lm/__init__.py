@@ -15,7 +15,9 @@ of the ``init`` weights (``requires_grad`` off, eval mode) or None when the run 
 validated ``pgcli.config.LMModelConfig``: its ``temperature`` and ``top_p`` are the rollouts' sampling settings (and
 the temperature of ``completion_logprobs``).
 A "step" is one sampled completion: ``learn(total_steps, monitor)`` samples that many completions, calling
-``monitor.log(step, {"train/...": ...})`` and ``monitor.update(step, agent=self)`` after each update; the monitor's
+``monitor.log(step, {"train/...": ...})`` and ``monitor.update(step, agent=self)`` after each update (and, to get
+``rollout/ep_return_mean`` / ``rollout/ep_len_mean`` as for control runs, ``monitor.add_episodes(step, rewards,
+completion_lengths)`` for each sampled batch); the monitor's
 text evaluator reads ``self.policy`` for ``eval/accuracy`` etc. ``save(dir)`` must write the weights with
 ``pgcli.lm.model.save_policy(self.policy, dir)`` (plus optimiser/RNG state for checkpoints) so that ``pgcli eval``
 and ``init=<run>`` find ``dir/policy.pt``.

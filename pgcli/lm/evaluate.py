@@ -67,24 +67,38 @@ def evaluate_text(
                             device=device)  # fmt: skip
     finally:
         policy.train(was_training)
-    greedy_texts, greedy_lens = greedy
-    sampled_texts, _ = sampled
-    correct = np.array([task.correct(p, c) for p, c in zip(problems, greedy_texts, strict=True)])
-    rewards = np.array([task.reward(p, c) for p, c in zip(problems, greedy_texts, strict=True)])
-    sampled_correct = np.array([task.correct(p, c) for p, c in zip(repeated, sampled_texts, strict=True)])
-    sampled_rewards = np.array([task.reward(p, c) for p, c in zip(repeated, sampled_texts, strict=True)])
+    return score_completions(task, problems, *greedy, sampled[0], k=settings.pass_k, n_table_rows=settings.n_table_rows)
+
+
+def score_completions(
+    task: TextTask,
+    problems: list[Problem],
+    greedy: list[str],
+    greedy_lens: list[int],
+    sampled: list[str],
+    *,
+    k: int,
+    n_table_rows: int,
+) -> EvalResult:
+    """The evaluation of given completions: ``greedy[i]`` (``greedy_lens[i]`` tokens) answers ``problems[i]``, and
+    ``sampled[i * k : (i + 1) * k]`` are its k samples (module docstring for the metrics)."""
+    correct = np.array([task.correct(p, c) for p, c in zip(problems, greedy, strict=True)])
+    rewards = np.array([task.reward(p, c) for p, c in zip(problems, greedy, strict=True)])
+    repeated = [p for p in problems for _ in range(k)]
+    sampled_correct = np.array([task.correct(p, c) for p, c in zip(repeated, sampled, strict=True)])
+    sampled_rewards = np.array([task.reward(p, c) for p, c in zip(repeated, sampled, strict=True)])
     passed = sampled_correct.reshape(len(problems), k).any(axis=1)
     rows: list[dict[str, Any]] = [
         {
             "prompt": p.prompt,
             "reference": p.answer,
-            "greedy": greedy_texts[i],
+            "greedy": greedy[i],
             "correct": bool(correct[i]),
             "reward": float(rewards[i]),
-            "sampled": sampled_texts[i * k : (i + 1) * k],
+            "sampled": sampled[i * k : (i + 1) * k],
             "sampled_correct": int(sampled_correct[i * k : (i + 1) * k].sum()),
         }
-        for i, p in enumerate(problems[: settings.n_table_rows])
+        for i, p in enumerate(problems[:n_table_rows])
     ]
     extra = {
         "eval/accuracy": float(correct.mean()),
@@ -92,7 +106,7 @@ def evaluate_text(
         "eval/reward_mean": float(sampled_rewards.mean()),
         "eval/completion_len": float(np.mean(greedy_lens)),
     }
-    return EvalResult(rewards, np.asarray(greedy_lens), extra=extra, samples=rows if settings.n_table_rows else None)
+    return EvalResult(rewards, np.asarray(greedy_lens), extra=extra, samples=rows if n_table_rows else None)
 
 
 def _complete(

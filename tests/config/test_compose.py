@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pgcli.cli import main
-from pgcli.compose import CONF_DIR, compose_train_config
+from pgcli.compose import CONF_DIR, compose_train_config, text_task_overrides
 from pgcli.config import (
     ALGO_CONFIGS,
     CONTROL_ALGOS,
@@ -91,6 +91,8 @@ def test_a_text_env_implies_the_lm_model_and_grpo():
     cfg = composed("env=sort")
     assert isinstance(cfg.model, LMModelConfig) and cfg.algo.name == "grpo"
     assert composed("env=sort", "algo=sft").algo.name == "sft"
+    assert text_task_overrides(["env=addition,sort", "algo=sft"]) == ["model=tiny_gpt"]  # a sweep of text tasks
+    assert text_task_overrides(["env=addition,cartpole"]) == [] and text_task_overrides(["seed=1"]) == []
 
 
 @pytest.mark.parametrize(
@@ -229,5 +231,6 @@ def test_cuda_without_gpu_is_a_clear_error():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: hardware=cuda is valid here")
-    with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
-        compose_train_config(["hardware=cuda"])
+    for text in ([], ["algo=sft", "env=addition"]):  # a text task too (issue 12)
+        with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
+            compose_train_config(["hardware=cuda", *text])
