@@ -60,3 +60,11 @@ def test_grpo_on_a_text_env_takes_outcome_advantages_only():
     GRPOConfig().check_text_env()
     with pytest.raises(ConfigError, match=r"algo\.advantage=process needs per-step rewards"):
         GRPOConfig(advantage="process").check_text_env()
+
+
+def test_the_grpo_presets_of_addition_set_grpo_and_dr_grpo():
+    grpo = compose_train_config(["algo=grpo", "env=addition"]).algo
+    dr = compose_train_config(["algo=grpo", "env=addition", "preset=grpo_addition_dr"]).algo
+    assert (grpo.scale_rewards, grpo.loss_agg) == ("group", "seq_mean")
+    assert (dr.scale_rewards, dr.loss_agg) == ("none", "constant")
+    assert grpo.learning_rate == dr.learning_rate == 3e-5 and grpo.group_size * grpo.n_groups == 128
