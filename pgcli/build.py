@@ -28,6 +28,9 @@ from pgcli.config import (
     ModelConfig,
     PPOConfig,
     PPOKLConfig,
+    PPOLMConfig,
+    REINFORCEConfig,
+    RLOOConfig,
     SB3TRPOConfig,
     SFTConfig,
     TextEnvConfig,
@@ -59,6 +62,9 @@ TRAINERS: dict[type, str] = {
 TEXT_TRAINERS: dict[type, str] = {
     SFTConfig: "pgcli.lm.sft:SFT",
     GRPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
+    RLOOConfig: "pgcli.algo.lm_grpo:LMGRPO",
+    REINFORCEConfig: "pgcli.algo.lm_grpo:LMGRPO",
+    PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
 }
 """Trainers of text tasks (issue 12), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
 device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in

@@ -587,10 +587,189 @@ class SFTConfig:
         """Every SFT option applies to a text task."""
 
 
-ALGO_CONFIGS: dict[str, type] = {
-    c.name: c for c in (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig, SFTConfig)
-}
-TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig)
+# --------------------------------------------------------------------------------------------------------------------
+# algo: language-model fine-tuning on text envs (issue 12; docs/algorithms/lm.md)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _clipped_lm_rules(algo: Any, min_group: int) -> None:
+    """Rules shared by the clipped policy-gradient configs of text envs (RLOO, REINFORCE, PPO with a value head)."""
+    _finite_fields(algo, "algo")
+    _require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}",
+             "completions sampled per prompt")  # fmt: skip
+    _at_most("algo.group_size", algo.group_size, MAX_N_ENVS, "typical: 8")
+    _require(algo.n_groups >= 1, "algo.n_groups", algo.n_groups, ">= 1")
+    _at_most("algo.n_groups", algo.n_groups, MAX_N_ENVS, "typical: 16")
+    _unit_open("algo.epsilon", algo.epsilon, "typical: 0.2")
+    if algo.epsilon_high is not None:
+        _positive("algo.epsilon_high", algo.epsilon_high, "DAPO recommends 0.28")
+    _choice("algo.loss_agg", algo.loss_agg, ("seq_mean", "token_mean", "constant"))
+    _require(algo.n_iterations >= 1, "algo.n_iterations", algo.n_iterations, ">= 1")
+    _at_most("algo.n_iterations", algo.n_iterations, MAX_EPOCHS, "typical: 1 to 4")
+    n_completions = algo.group_size * algo.n_groups
+    _require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
+             f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
+    _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 3e-5")
+    _positive("algo.max_grad_norm", algo.max_grad_norm)
+    _require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
+    _require(algo.ent_coef >= 0, "algo.ent_coef", algo.ent_coef, ">= 0")
+
+
+@dataclass
+class RLOOConfig:
+    """REINFORCE leave-one-out (Ahmadian et al., 2024): each completion's baseline is the mean reward of the
+    other G - 1 completions of its prompt; the same clipped token loss and k3 KL as GRPO, text envs only."""
+
+    name: ClassVar[str] = "rloo"
+
+    group_size: int = 8
+    """G: completions sampled per prompt (>= 2: the baseline leaves one out)."""
+    n_groups: int = 16
+    """M: prompts per update; a batch is M * G completions."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same reward out of the update (their advantages are 0)."""
+    epsilon: float = 0.2
+    """Lower clip: ratio >= 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher, 0.28; None: epsilon)."""
+    loss_agg: str = "token_mean"
+    """'seq_mean' (per-completion mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
+    n_iterations: int = 1
+    """mu: epochs of policy updates over each batch."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    beta: float = 0.04
+    """k3 KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+
+    def __post_init__(self) -> None:
+        _clipped_lm_rules(self, min_group=2)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+@dataclass
+class REINFORCEConfig:
+    """REINFORCE with a batch-mean baseline (Williams, 1992): A = R - mean of the batch's rewards; the same
+    clipped token loss and k3 KL as GRPO, text envs only."""
+
+    name: ClassVar[str] = "reinforce"
+
+    group_size: int = 8
+    """G: completions sampled per prompt (the baseline is the batch mean, so 1 works too)."""
+    n_groups: int = 16
+    """M: prompts per update; a batch is M * G completions."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same reward out of the update."""
+    epsilon: float = 0.2
+    """Lower clip: ratio >= 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
+    loss_agg: str = "token_mean"
+    """'seq_mean' (per-completion mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
+    n_iterations: int = 1
+    """mu: epochs of policy updates over each batch (1 with one minibatch: the plain REINFORCE gradient)."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    beta: float = 0.04
+    """k3 KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+
+    def __post_init__(self) -> None:
+        _clipped_lm_rules(self, min_group=1)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+@dataclass
+class PPOLMConfig:
+    """PPO with a value head for language models (Ouyang et al., 2022): per-token reward -beta * log(pi / pi_ref)
+    plus the task score on the last token, token-level GAE, clipped policy and value losses; text envs only."""
+
+    name: ClassVar[str] = "ppo_lm"
+
+    group_size: int = 8
+    """Completions sampled per prompt (PPO needs no group; 8 matches GRPO's sample count per prompt)."""
+    n_groups: int = 16
+    """Prompts per update; a batch is n_groups * group_size completions."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same score out of the update."""
+    epsilon: float = 0.2
+    """Lower clip: ratio >= 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
+    loss_agg: str = "token_mean"
+    """Aggregation of the policy loss: 'seq_mean', 'token_mean' or 'constant'."""
+    n_iterations: int = 1
+    """Epochs of minibatch updates over each batch."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size of the policy."""
+    vf_learning_rate: float = 1e-4
+    """Adam step size of the value network (a copy of the initial policy's trunk with a scalar head)."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip (policy and value network each)."""
+    beta: float = 0.04
+    """KL-penalty coefficient inside the per-token reward (0: the score alone)."""
+    gamma: float = 1.0
+    """Discount over the tokens of a completion."""
+    gae_lambda: float = 0.95
+    """GAE lambda over the tokens."""
+    clip_range_vf: float | None = 0.2
+    """Clip the new value to old value +- this (None: unclipped value loss)."""
+    normalize_advantage: bool = True
+    """Standardise the token advantages over the batch (TRL's whitening)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+
+    def __post_init__(self) -> None:
+        _clipped_lm_rules(self, min_group=1)
+        _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 3e-4")
+        _gamma("algo.gamma", self.gamma)
+        _lambda("algo.gae_lambda", self.gae_lambda)
+        if self.clip_range_vf is not None:
+            _positive("algo.clip_range_vf", self.clip_range_vf, "typical: 0.2; null turns value clipping off")
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env; SB3's PPO is algo=ppo)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+TEXT_RL_ALGOS: tuple[Any, ...] = (RLOOConfig, REINFORCEConfig, PPOLMConfig)
+"""The language-model RL algorithms that train on text tasks only (issue 12)."""
+_FIRST_ALGOS: tuple[Any, ...] = (
+    PPOConfig,
+    A2CConfig,
+    SB3TRPOConfig,
+    TRPOConfig,
+    VPGConfig,
+    PPOKLConfig,
+    GRPOConfig,
+    SFTConfig,
+)
+ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS)}
+TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS)
 """Algo configs that train on a text env (``pgcli.build.TEXT_TRAINERS`` holds their trainers)."""
 CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
 """Algo configs that train on a gymnasium env (``pgcli.build.TRAINERS``)."""

@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from pgcli.compose import CONF_DIR, compose_train_config
-from pgcli.config import GRPOConfig
+from pgcli.config import TEXT_ENV_CONFIGS, GRPOConfig
 from pgcli.errors import ConfigError
 
-GRPO_PRESETS = sorted(p.stem.removeprefix("grpo_") for p in (Path(CONF_DIR) / "preset").glob("grpo_*.yaml"))
+GRPO_PRESETS = sorted(
+    env
+    for env in (p.stem.removeprefix("grpo_") for p in (Path(CONF_DIR) / "preset").glob("grpo_*.yaml"))
+    if env.split("_")[0] not in TEXT_ENV_CONFIGS  # grpo_addition*: tests/config/test_lm_algo_config.py
+)
 
 
 def test_the_yaml_defaults_are_the_schema_defaults():

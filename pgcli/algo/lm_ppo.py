@@ -1,0 +1,228 @@
+"""PPO with a value network for language models (Ouyang et al., 2022, "InstructGPT"; Ziegler et al., 2019), the RLHF
+baseline of issue 12, on verifiable text tasks.
+
+One update: M prompts, G completions each from the old policy pi_old (the same sampler as GRPO), then
+
+    r_t   = -beta * (log pi_old(o_t) - log pi_ref(o_t)) + [t = |o|] R      the KL-penalised per-token reward
+    A_t   = GAE(gamma, lambda) over the tokens of each completion with V_phi (terminal after the last token)
+    J(theta) = agg_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t) + c_ent H_t,  rho_t = pi_theta / pi_old
+    L(phi)   = 1/2 mean_t max((V_phi - R_t)^2, (clip(V_phi, V_old +- clip_range_vf) - R_t)^2),  R_t = A_t + V_old
+
+for `n_iterations` epochs of minibatches; A is whitened over the batch's tokens when `normalize_advantage`. The value
+network V_phi is a copy of the initial (SFT) policy's transformer with a scalar head on its final hidden states,
+trained by its own Adam; the state before token t is the prompt and o_<t, read at the position that predicts o_t.
+`train/kl_ref` is the same per-token k3 KL to the reference as the critic-free trainers log, so the table of
+docs/benchmarks.md compares like with like. The math is in `pgcli.ops.lm`; sampling in `pgcli.algo.lm_rollout`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from pgcli.algo.checkpoint import Stateful
+from pgcli.algo.guard import check_update
+from pgcli.algo.lm_rollout import (
+    CompletionBatch,
+    SamplingSettings,
+    generator_state,
+    load_text_trainer,
+    rollout_stats,
+    sample_completions,
+    save_text_trainer,
+    set_generator_state,
+)
+from pgcli.config import PPOLMConfig
+from pgcli.lm.model import TinyGPT, completion_logprobs
+from pgcli.lm.tasks import TextTask
+from pgcli.monitor import TrainingMonitor
+from pgcli.ops.grpo import clip_bounds, k3_kl
+from pgcli.ops.lm import (
+    clipped_policy_loss,
+    kl_penalized_rewards,
+    masked_mean,
+    masked_whiten,
+    token_gae,
+    zero_variance_groups,
+)
+
+
+class ValueModel(nn.Module):
+    """V(prompt, o_<t): a TinyGPT trunk and a linear head on its final hidden states."""
+
+    def __init__(self, trunk: TinyGPT) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.head = nn.Linear(trunk.sizes.d_model, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(
+        self, prompt_tokens: Tensor, prompt_mask: Tensor, completion: Tensor, completion_mask: Tensor
+    ) -> Tensor:
+        """Values [B, C]: column t is the value of the state before completion token t."""
+        p = prompt_tokens.shape[1]
+        tokens = torch.cat([prompt_tokens, completion], 1)  # [B, P + C]
+        mask = torch.cat([prompt_mask, completion_mask], 1)
+        hidden = self.trunk.hidden(tokens, mask)[:, p - 1 : -1]  # [B, C, D]: the positions that predict o_t
+        return self.head(hidden).squeeze(-1)
+
+
+class LMPPO:
+    """PPO with a value network on a text task (module docstring)."""
+
+    def __init__(
+        self,
+        cfg: PPOLMConfig,
+        *,
+        task: TextTask,
+        policy: TinyGPT,
+        reference: TinyGPT | None,
+        model: SamplingSettings,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.cfg, self.task, self.device = cfg, task, device
+        self.temperature, self.top_p = model.temperature, model.top_p
+        self.policy = policy.to(device)
+        self.value = ValueModel(copy.deepcopy(self.policy)).to(device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+        self.vf_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.vf_learning_rate)
+        self.reference: TinyGPT | None = None
+        if cfg.beta > 0:  # the KL penalty's pi_ref: the SFT model the run starts from
+            self.reference = (copy.deepcopy(self.policy) if reference is None else reference.to(device)).eval()
+            self.reference.requires_grad_(False)
+        self.prompt_rng = np.random.default_rng(seed)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.steps = 0
+        self.n_updates = 0
+
+    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+        while self.steps < total_steps:
+            start = time.perf_counter()
+            # 1. sample and score
+            problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+            batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
+                                       temperature=self.temperature, top_p=self.top_p, generator=self.generator,
+                                       device=self.device)  # fmt: skip
+            self.steps += len(batch.rewards)
+            # 2. KL-penalised token rewards, GAE; 3. clipped policy and value epochs
+            stats = rollout_stats(batch) | self._update(batch)
+            stats["time/update_s"] = time.perf_counter() - start
+            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
+            losses = ("train/policy_loss", "train/value_loss", "train/grad_norm") if "train/value_loss" in stats else ()
+            params = [*self.policy.parameters(), *self.value.parameters()]
+            check_update(monitor, self.steps, stats, losses, params=params)
+            monitor.log(self.steps, stats)
+            monitor.update(self.steps, agent=self)
+        return self.steps
+
+    def _update(self, batch: CompletionBatch) -> dict[str, float]:
+        cfg = self.cfg
+        zero_variance = zero_variance_groups(batch.rewards, batch.group_ids)
+        keep = torch.ones_like(batch.group_ids, dtype=torch.bool)
+        if cfg.drop_degenerate_groups:
+            keep = ~zero_variance[batch.group_ids]
+        rows = keep.nonzero().squeeze(1)
+        stats = {"train/zero_variance_frac": float(zero_variance.float().mean()),
+                 "train/dropped_frac": 1.0 - len(rows) / len(keep)}  # fmt: skip
+        if len(rows) == 0:
+            return stats
+        mask = batch.mask
+        with torch.no_grad():
+            old_logp = self._logprobs(self.policy, batch)[0]  # [B, C]
+            ref_logp = old_logp if self.reference is None else self._logprobs(self.reference, batch)[0]
+            old_values = self.value(batch.prompt_tokens, batch.prompt_mask, batch.tokens, mask.bool())  # [B, C]
+            rewards = kl_penalized_rewards(batch.rewards, old_logp, ref_logp, mask, beta=cfg.beta)
+            advantages, returns = token_gae(rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.gae_lambda)
+            if cfg.normalize_advantage:
+                advantages = masked_whiten(advantages, mask * keep[:, None])
+        low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
+        max_len = self.task.max_completion_len
+
+        totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
+        n_minibatches = 0
+        for _ in range(cfg.n_iterations):
+            for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
+                mb_mask = mask[mb]
+                width = int(mb_mask.sum(1).max())
+                mb_mask = mb_mask[:, :width]
+                logp, entropy = self._logprobs(self.policy, batch, mb, width)
+                pol = clipped_policy_loss(logp, old_logp[mb, :width], advantages[mb, :width], mb_mask, low=low,
+                                          high=high, loss_agg=cfg.loss_agg, max_len=max_len)  # fmt: skip
+                loss = pol.loss - cfg.ent_coef * masked_mean(entropy, mb_mask)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+
+                values = self.value(batch.prompt_tokens[mb], batch.prompt_mask[mb], batch.tokens[mb, :width],
+                                    mb_mask.bool())  # fmt: skip
+                target, old_v = returns[mb, :width], old_values[mb, :width]
+                value_loss = (values - target) ** 2
+                if cfg.clip_range_vf is not None:  # PPO2 / TRL value clipping around the old estimate
+                    clipped = old_v + (values - old_v).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
+                    value_loss = torch.max(value_loss, (clipped - target) ** 2)
+                vf_loss = 0.5 * masked_mean(value_loss, mb_mask)
+                self.vf_optimizer.zero_grad(set_to_none=True)
+                vf_loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.value.parameters(), cfg.max_grad_norm)
+                self.vf_optimizer.step()
+
+                n_minibatches += 1
+                totals["policy_loss"] += pol.loss.item()
+                totals["value_loss"] += vf_loss.item()
+                totals["entropy"] += float(masked_mean(entropy.detach(), mb_mask))
+                totals["clip_fraction"] += pol.clip_fraction
+                totals["grad_norm"] += float(grad_norm)
+                if self.reference is not None:
+                    totals["kl_ref"] += float(masked_mean(k3_kl(logp.detach(), ref_logp[mb, :width]), mb_mask))
+        self.n_updates += 1
+        with torch.no_grad():
+            new_logp = self._logprobs(self.policy, batch)[0]
+            approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], mask[rows]))
+        stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
+        stats["train/approx_kl"] = approx_kl
+        stats["train/token_reward_mean"] = float(masked_mean(rewards[rows], mask[rows]))
+        if self.reference is None:
+            del stats["train/kl_ref"]
+        return stats
+
+    def _logprobs(
+        self, model: TinyGPT, batch: CompletionBatch, rows: Tensor | None = None, width: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` (all) in the first `width`
+        columns (all) under `model` at the sampling temperature."""
+        index = slice(None) if rows is None else rows
+        cols = slice(None) if width is None else slice(0, width)
+        return completion_logprobs(model, batch.prompt_tokens[index], batch.prompt_mask[index],
+                                   batch.tokens[index, cols], batch.mask[index, cols].bool(),
+                                   temperature=self.temperature)  # fmt: skip
+
+    def save(self, path: Path) -> Path:
+        """``model.pt`` (policy, value network, reference, both optimizers), ``policy.pt`` and ``state.json``."""
+        values = {
+            "steps": self.steps,
+            "n_updates": self.n_updates,
+            "prompt_rng": self.prompt_rng.bit_generator.state,
+            "generator": generator_state(self.generator),
+        }
+        return save_text_trainer(path, self.policy, self._modules(), values)
+
+    def load(self, path: Path) -> None:
+        values = load_text_trainer(path, self.device, self._modules())
+        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
+        self.prompt_rng.bit_generator.state = values["prompt_rng"]
+        set_generator_state(self.generator, values["generator"])
+
+    def _modules(self) -> dict[str, Stateful | None]:
+        return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer,
+                "vf_optimizer": self.vf_optimizer, "reference": self.reference}  # fmt: skip
+
+    def close(self) -> None:
+        """Nothing to release: a text task holds no env."""

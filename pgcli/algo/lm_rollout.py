@@ -1,0 +1,175 @@
+"""The shared core of the language-model trainers (issue 12): sample G completions per prompt, score them, and save
+or restore a text trainer's state.
+
+`sample_completions` is the text counterpart of `pgcli.algo.rollout`: M training prompts from the task, each
+repeated G times, one batched key/value-cache generation (`pgcli.lm.model.generate`) with the sampling settings, the
+task's reward per completion. Row b of the batch answers prompt b // G (its group). A "step" of a text run is one
+sampled completion, so every algorithm compares at the same number of sampled completions.
+
+A text trainer's checkpoint directory holds ``model.pt`` (its networks and optimizers as state dicts, as every
+trainer of ours), ``policy.pt`` (the policy alone, what ``init=<run>`` and ``pgcli eval`` load) and ``state.json``
+(counters, the prompt and sampling generators, the process RNGs); written atomically (`pgcli.algo.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import torch
+from torch import Tensor
+
+from pgcli.algo.checkpoint import (
+    MODEL_FILE,
+    STATE_FILE,
+    STATE_FORMAT,
+    Stateful,
+    atomic_dir,
+    read_file,
+    rng_state,
+    set_rng_state,
+)
+from pgcli.errors import PgcliError
+from pgcli.lm.model import TinyGPT, generate, save_policy
+from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
+
+
+class SamplingSettings(Protocol):
+    """Where a text trainer reads its sampling settings (``pgcli.config.LMModelConfig``)."""
+
+    temperature: float
+    top_p: float
+
+
+class CompletionBatch(NamedTuple):
+    """B = M * G sampled completions of M prompts; row b answers prompt b // G."""
+
+    prompt_tokens: Tensor
+    """[B, P] long, left-padded prompts (BOS first)."""
+    prompt_mask: Tensor
+    """[B, P] bool, True on real prompt tokens."""
+    tokens: Tensor
+    """[B, C] long sampled tokens, PAD after EOS."""
+    mask: Tensor
+    """[B, C] float prefix mask: 1.0 on sampled tokens up to and including EOS."""
+    rewards: Tensor
+    """[B] float task reward of each completion."""
+    correct: Tensor
+    """[B] bool: the completion is correct (exact match / verified)."""
+    group_ids: Tensor
+    """[B] long, 0..M-1."""
+    sample_seconds: float
+    """Wall time of the sampling phase: prompt encoding, the batched generation, decoding and scoring."""
+
+    @property
+    def n_tokens(self) -> int:
+        """Generated tokens (EOS included)."""
+        return int(self.mask.sum())
+
+
+@torch.no_grad()
+def sample_completions(
+    task: TextTask,
+    policy: TinyGPT,
+    problems: list[Problem],
+    *,
+    group_size: int,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+    device: torch.device,
+) -> CompletionBatch:
+    """Sample `group_size` completions of each of `problems` with the policy and score them with the task.
+
+    Args:
+        task: the text task (vocabulary, lengths, reward, checker).
+        policy: the sampling policy (put in eval mode for the generation, restored after).
+        problems: the M prompts of this batch.
+        group_size: G completions per prompt.
+        temperature: sampling temperature (> 0 for RL: greedy completions of one prompt are identical).
+        top_p: nucleus mass.
+        generator: the sampling RNG, on `device`.
+        device: where the tensors live.
+
+    Returns:
+        `CompletionBatch`.
+    """
+    start = time.perf_counter()
+    repeated = [p for p in problems for _ in range(group_size)]  # row b answers problem b // G
+    prompt_tokens, prompt_mask = encode_prompts(task.vocab, repeated, device)
+    training = policy.training
+    policy.eval()
+    out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
+                   eos_id=task.vocab.eos_id, temperature=temperature, top_p=top_p, generator=generator)  # fmt: skip
+    policy.train(training)
+    texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
+    rewards = [task.reward(p, text) for p, text in zip(repeated, texts, strict=True)]
+    correct = [task.correct(p, text) for p, text in zip(repeated, texts, strict=True)]
+    seconds = time.perf_counter() - start
+    return CompletionBatch(
+        prompt_tokens=prompt_tokens,
+        prompt_mask=prompt_mask,
+        tokens=out.tokens,
+        mask=out.mask.float(),
+        rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
+        correct=torch.tensor(correct, dtype=torch.bool, device=device),
+        group_ids=torch.arange(len(problems), device=device).repeat_interleave(group_size),
+        sample_seconds=seconds,
+    )
+
+
+def rollout_stats(batch: CompletionBatch) -> dict[str, float]:
+    """The sampled batch's `rollout/*` metrics and `time/tokens_per_s`: generated tokens per second of the sampling
+    phase (encoding, generation, decoding, scoring; benchmarks/lm_grpo.py compares it with a bare generation loop)."""
+    return {
+        "rollout/reward_mean": float(batch.rewards.mean()),
+        "rollout/accuracy": float(batch.correct.float().mean()),
+        "rollout/completion_len": float(batch.mask.sum(1).mean()),
+        "time/tokens_per_s": batch.n_tokens / max(batch.sample_seconds, 1e-9),
+    }
+
+
+def generator_state(generator: torch.Generator) -> list[int]:
+    """A torch generator's state as plain ints (JSON)."""
+    return generator.get_state().tolist()
+
+
+def set_generator_state(generator: torch.Generator, state: list[int]) -> None:
+    generator.set_state(torch.tensor(state, dtype=torch.uint8))
+
+
+def save_text_trainer(
+    path: Path, policy: TinyGPT, modules: Mapping[str, Stateful | None], values: Mapping[str, Any]
+) -> Path:
+    """Atomically write ``model.pt`` (``modules`` as state dicts), ``policy.pt`` and ``state.json`` (``values`` and
+    the process RNGs) into ``path``; returns ``path``."""
+    payload = {name: None if obj is None else obj.state_dict() for name, obj in modules.items()}
+    with atomic_dir(path) as tmp:
+        torch.save(payload, tmp / MODEL_FILE)
+        save_policy(policy, tmp)
+        state = {"format": STATE_FORMAT, "trainer": dict(values), "rng": rng_state()}
+        (tmp / STATE_FILE).write_text(json.dumps(state))
+    return path
+
+
+def load_text_trainer(path: Path, device: torch.device, modules: Mapping[str, Stateful | None]) -> dict[str, Any]:
+    """Load :func:`save_text_trainer`'s directory into ``modules`` and the process RNGs; returns the saved values."""
+    file = path / MODEL_FILE
+    payload: dict[str, Any] = read_file(file, lambda f: torch.load(f, map_location=device, weights_only=True))
+    for name, obj in modules.items():
+        if obj is not None and payload.get(name) is not None:
+            try:
+                obj.load_state_dict(payload[name])
+            except (KeyError, RuntimeError, ValueError) as exc:
+                detail = (str(exc).strip().splitlines() or [""])[-1].strip()
+                raise PgcliError(f"checkpoint file {file} does not fit this trainer ({name}: {detail[:200]})") from exc
+    state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+    try:
+        set_rng_state(state["rng"])
+        return dict(state["trainer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: "
+                         f"{exc})") from exc  # fmt: skip

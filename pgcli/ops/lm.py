@@ -1,0 +1,313 @@
+"""Policy-gradient math for language-model fine-tuning on verifiable tasks: B completions of up to C tokens.
+
+Layout: a batch holds B sampled completions, per-token tensors are [B, C] with a float prefix `mask` (1.0 on the
+sampled tokens up to and including EOS, then 0.0 on padding), per-completion tensors are [B], and `group_ids` [B]
+(long, 0..M-1) names the prompt a completion answers; the G completions of one prompt form a group. The control
+GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, not repeated: the outcome advantage
+(`group_normalized_advantages` on one-step "episodes"), `k3_kl`, `clip_bounds`, `grpo_clipped_objective`,
+`clip_fractions` and `LOSS_AGGREGATIONS` (seq_mean / token_mean / constant). Implemented here:
+
+- sequence-level advantages, one per completion, broadcast to its tokens by `token_advantages`:
+    `group_advantages`   A_i = (R_i - mean_g R) / (std_g R + eps), or R_i - mean_g R with scale "none"
+                         (GRPO, Shao et al., 2024; Dr. GRPO, Liu et al., 2025)
+    `rloo_advantages`    A_i = R_i - (1 / (G - 1)) sum_{j in g, j != i} R_j       (Ahmadian et al., 2024, RLOO)
+    `batch_mean_advantages`  A_i = R_i - mean_batch R                            (REINFORCE with a mean baseline)
+- `zero_variance_groups`: groups whose rewards are all equal (no signal; DAPO's dynamic sampling drops them).
+- `clipped_policy_loss`: the clipped surrogate, -min(r A, clip(r, 1 - eps, 1 + eps_high) A), aggregated with a
+  `loss_agg` of `LOSS_AGGREGATIONS`, plus the clip fraction.
+- `masked_mean`, `masked_whiten`: statistics over the real tokens.
+- `kl_penalized_rewards` and `token_gae`: the per-token reward of RLHF (Ziegler et al., 2019; Ouyang et al., 2022),
+  r_t = -beta (log pi(y_t) - log pi_ref(y_t)) + [t = last] R, and GAE over the tokens of each completion
+  (gamma, lambda) with a value head, for PPO.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from pgcli.ops.advantages import gae
+from pgcli.ops.grpo import (
+    LOSS_AGGREGATIONS,
+    clip_fractions,
+    group_normalized_advantages,
+    grpo_clipped_objective,
+)
+
+
+def _check_sequence_batch(rewards: Tensor, group_ids: Tensor) -> int:
+    """Validate [B] rewards and [B] group ids (every group of 0..M-1 non-empty) and return M."""
+    if rewards.ndim != 1 or not rewards.is_floating_point() or rewards.shape[0] == 0:
+        raise ValueError(f"rewards must be a non-empty float [B] tensor (got {rewards.dtype} {tuple(rewards.shape)})")
+    if group_ids.shape != rewards.shape or group_ids.dtype != torch.long:
+        raise ValueError(
+            f"group_ids must be a torch.long tensor of shape [B] = {tuple(rewards.shape)} "
+            f"(got {group_ids.dtype} {tuple(group_ids.shape)})"
+        )
+    if group_ids.min() < 0:
+        raise ValueError(f"group_ids must be >= 0 (got min {int(group_ids.min())})")
+    n_groups = int(group_ids.max()) + 1
+    missing = (torch.bincount(group_ids, minlength=n_groups) == 0).nonzero().flatten().tolist()
+    if missing:
+        raise ValueError(f"group_ids must cover 0..{n_groups - 1} without gaps (no completion in groups {missing})")
+    return n_groups
+
+
+def _check_token_batch(mask: Tensor, **tensors: Tensor) -> None:
+    """Validate a [B, C] float prefix mask (at least one real token per row) and tensors of its shape."""
+    if mask.ndim != 2 or not mask.is_floating_point():
+        raise ValueError(f"mask must be a float [B, C] tensor (got {mask.dtype} {tuple(mask.shape)})")
+    for name, tensor in tensors.items():
+        if tensor.shape != mask.shape:
+            raise ValueError(f"{name} must have the shape of mask {tuple(mask.shape)} (got {tuple(tensor.shape)})")
+    if not ((mask == 0) | (mask == 1)).all():
+        raise ValueError("mask must hold only 0.0 and 1.0")
+    if mask.shape[1] == 0 or (mask[:, 0] == 0).any() or (mask[:, 1:] > mask[:, :-1]).any():
+        raise ValueError("mask must be a prefix mask: each completion's tokens first (at least one), then padding")
+
+
+class SequenceAdvantages(NamedTuple):
+    """One advantage per completion and which groups carry no signal."""
+
+    advantages: Tensor
+    """[B] advantage of each completion; 0.0 for every member of a zero-variance group."""
+    zero_variance: Tensor
+    """[M] bool: all the group's rewards are equal."""
+
+
+def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Groups whose completions all got the same reward: their group-relative advantages are all zero.
+
+    Args:
+        rewards: [B] reward of each completion.
+        group_ids: [B] long, the group (prompt) of each completion, values 0..M-1, every group non-empty.
+
+    Returns:
+        [M] bool.
+
+    Raises:
+        ValueError: on a bad layout.
+    """
+    n_groups = _check_sequence_batch(rewards, group_ids)
+    high = rewards.new_full((n_groups,), -torch.inf).scatter_reduce(0, group_ids, rewards, reduce="amax")
+    low = rewards.new_full((n_groups,), torch.inf).scatter_reduce(0, group_ids, rewards, reduce="amin")
+    return high == low
+
+
+def group_advantages(rewards: Tensor, group_ids: Tensor, *, scale: str, eps: float = 1e-4) -> SequenceAdvantages:
+    """GRPO outcome advantages: reward minus the group mean, divided by the group std + eps ("group"), the batch
+    std + eps ("batch") or nothing ("none", Dr. GRPO). Population stds; a zero-variance group gets exactly 0.0.
+
+    This is `pgcli.ops.grpo.group_normalized_advantages(mode="outcome")` with each completion a one-step episode.
+
+    Args:
+        rewards: [B] reward of each completion.
+        group_ids: [B] long group (prompt) of each completion, 0..M-1.
+        scale: "group", "batch" or "none".
+        eps: >= 0, added to the std before dividing.
+
+    Returns:
+        `SequenceAdvantages` (advantages [B], zero_variance [M]).
+
+    Raises:
+        ValueError: on a bad layout, scale or eps.
+    """
+    _check_sequence_batch(rewards, group_ids)
+    out = group_normalized_advantages(
+        rewards[:, None], torch.ones_like(rewards[:, None]), group_ids, mode="outcome", scale=scale, eps=eps
+    )
+    return SequenceAdvantages(out.advantages[:, 0], out.degenerate)
+
+
+def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> SequenceAdvantages:
+    """REINFORCE leave-one-out: A_i = R_i - mean of the other members' rewards = G / (G - 1) * (R_i - mean_g R).
+
+    Groups may differ in size G_g; each needs at least two members.
+
+    Args:
+        rewards: [B] reward of each completion.
+        group_ids: [B] long group (prompt) of each completion, 0..M-1.
+
+    Returns:
+        `SequenceAdvantages` (advantages [B], zero_variance [M]).
+
+    Raises:
+        ValueError: on a bad layout or a group of one.
+    """
+    n_groups = _check_sequence_batch(rewards, group_ids)
+    sizes = torch.bincount(group_ids, minlength=n_groups).to(rewards.dtype)  # [M]
+    if (sizes < 2).any():
+        raise ValueError(f"RLOO needs at least 2 completions per group (group sizes {sizes.long().tolist()})")
+    sums = rewards.new_zeros(n_groups).index_add_(0, group_ids, rewards)  # [M]
+    others = (sums[group_ids] - rewards) / (sizes[group_ids] - 1.0)  # [B]
+    zero_variance = zero_variance_groups(rewards, group_ids)
+    advantages = torch.where(zero_variance[group_ids], 0.0, rewards - others)
+    return SequenceAdvantages(advantages, zero_variance)
+
+
+def batch_mean_advantages(rewards: Tensor, group_ids: Tensor) -> SequenceAdvantages:
+    """REINFORCE with the batch-mean baseline: A_i = R_i - mean_batch R (groups only feed `zero_variance`).
+
+    Args:
+        rewards: [B] reward of each completion.
+        group_ids: [B] long group (prompt) of each completion, 0..M-1.
+
+    Returns:
+        `SequenceAdvantages` (advantages [B], zero_variance [M]); the advantages of a zero-variance group are not
+        zeroed (the baseline is not the group's), dropping such groups is the caller's choice.
+
+    Raises:
+        ValueError: on a bad layout.
+    """
+    _check_sequence_batch(rewards, group_ids)
+    return SequenceAdvantages(rewards - rewards.mean(), zero_variance_groups(rewards, group_ids))
+
+
+def token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
+    """Broadcast one advantage per completion [B] to each of its tokens: [B, C], 0.0 on padding."""
+    if advantages.ndim != 1 or mask.ndim != 2 or advantages.shape[0] != mask.shape[0]:
+        raise ValueError(f"need advantages [B] and mask [B, C] (got {tuple(advantages.shape)}, {tuple(mask.shape)})")
+    return advantages[:, None] * mask
+
+
+class PolicyLoss(NamedTuple):
+    """`clipped_policy_loss`'s result."""
+
+    loss: Tensor
+    """0-dim: the aggregated negated clipped surrogate (to minimise)."""
+    clip_fraction: float
+    """Fraction of real tokens where the clip is active (low bound with A < 0 or high bound with A > 0)."""
+    clip_fraction_low: float
+    """Fraction of real tokens clipped at 1 - epsilon with a negative advantage."""
+    clip_fraction_high: float
+    """Fraction of real tokens clipped at 1 + epsilon_high with a positive advantage."""
+
+
+def clipped_policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    low: float,
+    high: float,
+    loss_agg: str,
+    max_len: int,
+) -> PolicyLoss:
+    """-min(r A, clip(r, low, high) A) per token with r = exp(logp - old_logp), aggregated by `loss_agg`.
+
+    Args:
+        logp: [B, C] log pi_theta of the sampled tokens (differentiable).
+        old_logp: [B, C] log pi_old of the same tokens (the sampling policy; no gradient).
+        advantages: [B, C] per-token advantages.
+        mask: [B, C] float prefix mask of real tokens.
+        low: lower ratio bound (1 - epsilon, from `pgcli.ops.grpo.clip_bounds`).
+        high: upper ratio bound (1 + epsilon_high).
+        loss_agg: "seq_mean" (GRPO), "token_mean" (DAPO) or "constant" (Dr. GRPO: sum / (B * max_len)).
+        max_len: the longest possible completion, >= C (the constant normaliser).
+
+    Returns:
+        `PolicyLoss`.
+
+    Raises:
+        ValueError: on shapes, bounds, mask or an unknown `loss_agg`.
+    """
+    _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    if loss_agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"loss_agg must be one of {tuple(LOSS_AGGREGATIONS)} (got {loss_agg!r})")
+    ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
+    objective = grpo_clipped_objective(ratio, advantages, low, high)
+    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len)
+    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask)
+    return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `values` [B, C] over the real tokens of `mask` [B, C] (at least one): a 0-dim tensor."""
+    if values.shape != mask.shape:
+        raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have one shape")
+    n_real = mask.sum()
+    if n_real == 0:
+        raise ValueError("masked_mean: mask has no real token")
+    return torch.where(mask.bool(), values, 0.0).sum() / n_real
+
+
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(values - mean) / (std + eps) over the entries where `mask` [B, C] is 1.0 (population std); 0.0 elsewhere.
+
+    PPO's advantage normalisation over a batch of completions' tokens (TRL's `whiten`, without re-adding the mean).
+    """
+    mean = masked_mean(values, mask)
+    std = masked_mean((values - mean) ** 2, mask).sqrt()
+    return torch.where(mask.bool(), (values - mean) / (std + eps), 0.0)
+
+
+def last_token_mask(mask: Tensor) -> Tensor:
+    """[B, C] float: 1.0 on each completion's last real token (its EOS, or the last token of a cut-off one)."""
+    _check_token_batch(mask)
+    lengths = mask.sum(1).long()  # [B]
+    last = torch.zeros_like(mask)
+    last[torch.arange(mask.shape[0], device=mask.device), lengths - 1] = 1.0
+    return last
+
+
+def kl_penalized_rewards(scores: Tensor, logp: Tensor, ref_logp: Tensor, mask: Tensor, *, beta: float) -> Tensor:
+    """Per-token reward of RLHF: r_t = -beta * (log pi(y_t) - log pi_ref(y_t)), plus the task's score R on the
+    completion's last real token (Ziegler et al., 2019; Ouyang et al., 2022). 0.0 on padding.
+
+    Args:
+        scores: [B] task reward of each completion.
+        logp: [B, C] log pi of the sampled tokens under the sampling policy.
+        ref_logp: [B, C] log pi_ref of the same tokens.
+        mask: [B, C] float prefix mask of real tokens.
+        beta: >= 0, KL-penalty coefficient.
+
+    Returns:
+        [B, C] rewards.
+
+    Raises:
+        ValueError: on shapes, a bad mask or beta < 0.
+    """
+    _check_token_batch(mask, logp=logp, ref_logp=ref_logp)
+    if scores.shape != mask.shape[:1]:
+        raise ValueError(f"scores must be [B] = {tuple(mask.shape[:1])} (got {tuple(scores.shape)})")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0 (got {beta})")
+    penalty = -beta * torch.where(mask.bool(), logp - ref_logp, 0.0)  # [B, C]
+    return penalty + scores[:, None] * last_token_mask(mask)
+
+
+def token_gae(rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """GAE over the tokens of each completion: the episode ends (terminates) at its last real token, so
+    delta_t = r_t + gamma V_{t+1} - V_t inside, delta_last = r_last - V_last, A_t = delta_t + gamma lam A_{t+1}.
+
+    The state before token t is the prompt plus tokens < t, V_t its value; this is `pgcli.ops.advantages.gae` on
+    the transposed [C, B] layout, every completion terminated at its last token.
+
+    Args:
+        rewards: [B, C] per-token rewards (e.g. `kl_penalized_rewards`).
+        values: [B, C] value-head estimates V_t.
+        mask: [B, C] float prefix mask of real tokens.
+        gamma: discount in [0, 1].
+        lam: GAE lambda in [0, 1].
+
+    Returns:
+        (advantages, returns), both [B, C], 0.0 on padding; returns = advantages + values (value targets).
+
+    Raises:
+        ValueError: on shapes, a bad mask, gamma or lam.
+    """
+    _check_token_batch(mask, rewards=rewards, values=values)
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError(f"gamma and lam must be in [0, 1] (got {gamma}, {lam})")
+    real = mask.bool()
+    rewards = torch.where(real, rewards, 0.0)
+    values = torch.where(real, values.detach(), 0.0)
+    next_values = torch.cat([values[:, 1:], values.new_zeros(values.shape[0], 1)], dim=1)  # [B, C]
+    # a completion ends at its last real token; padding is cut off as well so nothing flows back from it
+    ended = last_token_mask(mask) + (1.0 - mask)  # [B, C]
+    adv, _ = gae(rewards.T, values.T, next_values.T, ended.T, ended.T, gamma=gamma, lam=lam)  # [C, B]
+    adv = torch.where(real, adv.T, 0.0)
+    return adv, torch.where(real, adv + values, 0.0)

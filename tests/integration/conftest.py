@@ -1,0 +1,34 @@
+"""Fixtures of the integration tests shared across files: one SFT warm start for the language-model runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from tests.conftest import Store, run_pgcli
+
+LM_SMALL = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.n_digits=2", "env.n_eval=32",
+            "env.eval_pass_k=2", "env.eval_samples=4", "progress=false"]  # fmt: skip
+"""A tiny TinyGPT and a small held-out set: every text run of the integration tests uses these overrides."""
+
+
+class SFTRun(NamedTuple):
+    store: Store
+    workdir: Path
+    run_id: str
+
+
+@pytest.fixture(scope="session")
+def lm_sft_run(tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
+    """One real `pgcli sft` run on addition per session: the warm start (init=) of every RL text run."""
+    root = tmp_path_factory.mktemp("lm")
+    store, workdir = Store(root / "store"), root / "work"
+    workdir.mkdir()
+    args = ["sft", "env=addition", f"tracking.uri={store.uri}", "total_steps=1024", "eval.every=512",
+            "algo.batch_size=32", "algo.warmup_steps=256", "checkpoint_every=512", *LM_SMALL]  # fmt: skip
+    proc = run_pgcli(args, cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = store.runs("addition")
+    return SFTRun(store, workdir, run.info.run_id)

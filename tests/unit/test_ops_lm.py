@@ -1,0 +1,177 @@
+"""pgcli.ops.lm against hand-computed values on tiny batches of completions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pgcli.ops.grpo import clip_bounds, k3_kl
+from pgcli.ops.lm import (
+    batch_mean_advantages,
+    clipped_policy_loss,
+    group_advantages,
+    kl_penalized_rewards,
+    last_token_mask,
+    masked_mean,
+    masked_whiten,
+    rloo_advantages,
+    token_advantages,
+    token_gae,
+    zero_variance_groups,
+)
+
+T = torch.tensor
+
+
+def test_group_advantages_mean_and_std_and_mean_only():
+    # group 0: rewards 1, 0 (mean .5, population std .5); group 1: 1, 1 (zero variance)
+    rewards, groups = T([1.0, 0.0, 1.0, 1.0]), T([0, 0, 1, 1])
+    out = group_advantages(rewards, groups, scale="group", eps=0.0)
+    assert torch.equal(out.advantages, T([1.0, -1.0, 0.0, 0.0]))
+    assert out.zero_variance.tolist() == [False, True]
+    mean_only = group_advantages(rewards, groups, scale="none")
+    assert torch.equal(mean_only.advantages, T([0.5, -0.5, 0.0, 0.0]))
+
+
+def test_group_advantages_three_members_with_eps():
+    # rewards 3, 0, 0: mean 1, population std sqrt(2)
+    out = group_advantages(T([3.0, 0.0, 0.0]), T([0, 0, 0]), scale="group", eps=1e-4)
+    std = math.sqrt(2.0)
+    assert torch.allclose(out.advantages, T([2.0, -1.0, -1.0]) / (std + 1e-4))
+
+
+def test_rloo_leaves_each_member_out_of_its_baseline():
+    rewards, groups = T([1.0, 0.0, 0.0, 2.0, 2.0, 2.0]), T([0, 0, 0, 1, 1, 1])
+    out = rloo_advantages(rewards, groups)
+    # 1 - (0 + 0) / 2 = 1; 0 - (1 + 0) / 2 = -0.5; group 1 has no variance
+    assert torch.allclose(out.advantages, T([1.0, -0.5, -0.5, 0.0, 0.0, 0.0]))
+    assert out.zero_variance.tolist() == [False, True]
+    # equals G / (G - 1) * (R - mean_g R)
+    assert torch.allclose(out.advantages[:3], 1.5 * (rewards[:3] - rewards[:3].mean()))
+
+
+def test_rloo_refuses_a_group_of_one():
+    with pytest.raises(ValueError, match="at least 2"):
+        rloo_advantages(T([1.0, 0.0, 1.0]), T([0, 0, 1]))
+
+
+def test_batch_mean_baseline_ignores_groups():
+    out = batch_mean_advantages(T([1.0, 0.0, 0.0, 1.0]), T([0, 0, 1, 1]))
+    assert torch.equal(out.advantages, T([0.5, -0.5, -0.5, 0.5]))
+    assert out.zero_variance.tolist() == [False, False]
+
+
+def test_zero_variance_groups_mask():
+    groups = T([0, 0, 1, 1, 2, 2])
+    assert zero_variance_groups(T([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), groups).tolist() == [True, False, True]
+
+
+def test_layout_errors():
+    with pytest.raises(ValueError, match="without gaps"):
+        group_advantages(T([1.0, 0.0]), T([0, 2]), scale="group")
+    with pytest.raises(ValueError, match="group_ids"):
+        zero_variance_groups(T([1.0, 0.0]), T([0.0, 1.0]))
+    with pytest.raises(ValueError, match="prefix mask"):
+        last_token_mask(T([[0.0, 1.0]]))
+
+
+def test_token_advantages_broadcast_and_zero_padding():
+    mask = T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert torch.equal(token_advantages(T([2.0, -1.0]), mask), T([[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]))
+
+
+# completion 0: 2 tokens with A = +1; completion 1: 1 token with A = -1; C = 3, max_len = 4
+MASK = T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+ADV = T([[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    ("loss_agg", "expected"),
+    [
+        ("token_mean", (-1.0 - 1.0 + 1.0) / 3),  # every real token weighs the same
+        ("seq_mean", ((-1.0 - 1.0) / 2 + 1.0) / 2),  # per-completion mean, then mean: 0
+        ("constant", (-1.0 - 1.0 + 1.0) / (2 * 4)),  # Dr. GRPO: sum / (B * max_len)
+    ],
+)
+def test_loss_aggregations_at_ratio_one(loss_agg, expected):
+    logp = T([[-1.0, -2.0, 5.0], [-0.5, 7.0, 7.0]])  # padding holds garbage
+    out = clipped_policy_loss(logp, logp.clone(), ADV, MASK, low=0.8, high=1.2, loss_agg=loss_agg, max_len=4)
+    assert out.loss.item() == pytest.approx(expected)
+    assert out.clip_fraction == 0.0
+
+
+def test_clipped_surrogate_with_epsilon_high_and_clip_fraction():
+    low, high = clip_bounds(0.2, 0.28)
+    old = torch.zeros(2, 3)
+    # ratios: token (0,0) 1.5 with A > 0 -> clipped at 1.28; (0,1) 0.5 with A > 0 -> unclipped (min picks r A);
+    # (1,0) 0.5 with A < 0 -> clipped at 0.8
+    logp = T([[math.log(1.5), math.log(0.5), 0.0], [math.log(0.5), 0.0, 0.0]]).requires_grad_()
+    out = clipped_policy_loss(logp, old, ADV, MASK, low=low, high=high, loss_agg="token_mean", max_len=3)
+    assert out.loss.item() == pytest.approx(-(1.28 + 0.5 - 0.8) / 3)
+    assert out.clip_fraction == pytest.approx(2 / 3)
+    assert (out.clip_fraction_low, out.clip_fraction_high) == pytest.approx((1 / 3, 1 / 3))
+    out.loss.backward()
+    assert logp.grad is not None
+    # clipped tokens and padding get no gradient; (0,1): d/dlogp of -(r A)/3 = -r/3 = -0.5/3
+    assert logp.grad[0, 0] == 0.0 and logp.grad[1, 0] == 0.0 and logp.grad[0, 2] == 0.0
+    assert logp.grad[0, 1].item() == pytest.approx(-0.5 / 3)
+
+
+def test_clipped_policy_loss_rejects_unknown_aggregation():
+    with pytest.raises(ValueError, match="loss_agg"):
+        clipped_policy_loss(ADV, ADV, ADV, MASK, low=0.8, high=1.2, loss_agg="sum", max_len=3)
+
+
+def test_per_token_k3_kl_and_masked_mean():
+    logp = torch.log(T([[0.5, 0.5], [0.25, 0.1]]))
+    ref = torch.log(T([[0.25, 0.5], [0.25, 0.3]]))
+    kl = k3_kl(logp, ref)
+    # x = log(ref / p): exp(x) - x - 1; 0.25 / 0.5 -> 0.5 + ln 2 - 1
+    assert kl[0, 0].item() == pytest.approx(0.5 + math.log(2.0) - 1.0)
+    assert kl[0, 1].item() == 0.0
+    assert kl[1, 1].item() == pytest.approx(3.0 - math.log(3.0) - 1.0, rel=1e-5)
+    mask = T([[1.0, 1.0], [1.0, 0.0]])
+    assert masked_mean(kl, mask).item() == pytest.approx((0.5 + math.log(2.0) - 1.0) / 3)
+
+
+def test_last_token_mask():
+    assert torch.equal(last_token_mask(T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])), T([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+
+
+def test_kl_penalized_rewards():
+    logp = T([[-1.0, -2.0, 0.0], [-1.0, 0.0, 0.0]])
+    ref = T([[-1.5, -1.0, 3.0], [-0.5, 3.0, 3.0]])
+    rewards = kl_penalized_rewards(T([1.0, 0.0]), logp, ref, MASK, beta=0.1)
+    # -0.1 * (logp - ref) on each real token, the score added on the last one
+    assert torch.allclose(rewards, T([[-0.05, 0.1 + 1.0, 0.0], [0.05, 0.0, 0.0]]))
+
+
+def test_token_gae_by_hand():
+    rewards = T([[0.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+    values = T([[0.5, 0.8, 9.0], [1.0, 1.0, 1.0]])
+    mask = T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    adv, ret = token_gae(rewards, values, mask, gamma=0.9, lam=0.5)
+    # row 0 ends at t=1: delta_1 = 1 - 0.8 = 0.2 (no bootstrap from the padding's 9.0);
+    # delta_0 = 0 + 0.9 * 0.8 - 0.5 = 0.22; A_0 = 0.22 + 0.9 * 0.5 * 0.2 = 0.31
+    # row 1: delta = (0 + 0.9 - 1, 0 + 0.9 - 1, 2 - 1) = (-0.1, -0.1, 1);
+    # A_2 = 1, A_1 = -0.1 + 0.45, A_0 = -0.1 + 0.45 A_1
+    a1 = -0.1 + 0.45 * 1.0
+    assert torch.allclose(adv, T([[0.31, 0.2, 0.0], [-0.1 + 0.45 * a1, a1, 1.0]]))
+    assert torch.allclose(ret, T([[0.81, 1.0, 0.0], [1.0 - 0.1 + 0.45 * a1, 1.0 + a1, 2.0]]))
+
+
+def test_token_gae_lambda_one_is_return_minus_value():
+    rewards, values, mask = T([[0.5, -0.1, 2.0]]), T([[1.0, 0.3, 0.7]]), torch.ones(1, 3)
+    adv, _ = token_gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    assert torch.allclose(adv, T([[2.4 - 1.0, 1.9 - 0.3, 2.0 - 0.7]]))
+
+
+def test_masked_whiten_uses_only_the_real_tokens():
+    values = T([[1.0, 3.0, 100.0], [2.0, -50.0, -50.0]])
+    mask = T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    # real: 1, 3, 2 -> mean 2, population std sqrt(2/3)
+    std = math.sqrt(2.0 / 3.0)
+    expected = T([[-1.0 / std, 1.0 / std, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(masked_whiten(values, mask), expected, atol=1e-6)
