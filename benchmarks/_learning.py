@@ -167,7 +167,7 @@ def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str
     """The summary as a Markdown table (with the late-evaluation columns when the rows have them)."""
     at = "".join(f" eval at {b // 1000}k |" for b in checkpoints)
     late_from = next((r["late_from"] for r in rows if "late_from" in r), None)
-    late = "" if late_from is None else f" evals from {late_from // 1000}k: mean | swing (std) |"
+    late = "" if late_from is None else f" evals from {late_from:,}: mean | swing (std) |"
     header = (f"| env | algo | seeds | steps |{at} final eval mean ± std (min..max) | last {LAST_EVALS} evals | "
               f"best eval |{late} threshold | seeds reaching it | median steps to it | train SPS | wall s/run |")  # fmt: skip
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -256,12 +256,28 @@ def run_all(
     return runs
 
 
+def truncate(run: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``run`` as if it had stopped at ``budget`` env steps: its curve cut there, its final and best evaluation the
+    cut curve's. Exact for a run whose updates do not depend on its total budget (no schedule): the same updates and
+    evaluations, in the same order, up to the cut."""
+    curve = [(step, value) for step, value in run["eval_curve"] if step <= budget]
+    if not curve or len(curve) == len(run["eval_curve"]):
+        return run
+    reached = [step for step, value in curve if run["threshold"] is not None and value >= run["threshold"]]
+    return run | {"eval_curve": curve, "steps": curve[-1][0], "final_eval_return": curve[-1][1],
+                  "best_eval_return": max(v for _, v in curve), "steps_to_threshold": reached[0] if reached else None,
+                  "variant": f"{run.get('variant') or 'preset'}, first {budget // 1000}k of {run['steps'] // 1000}k"}
+
+
 def report(
-    paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None, late_from: int | None = None
-) -> str:
+    paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None, late_from: int | None = None,
+    truncate_at: int | None = None,
+) -> str:  # fmt: skip
     """The table of the runs in one or more results JSON files (e.g. ours and the reference's), and their curves
-    in ``plot`` when given."""
+    in ``plot`` when given; with ``truncate_at``, every run cut at that many env steps (``truncate``)."""
     runs = [r for path in paths for r in json.loads(path.read_text())["runs"]]
+    if truncate_at is not None:
+        runs = [truncate(r, truncate_at) for r in runs]
     if plot is not None:
         plot_curves(runs, plot)
     return markdown(summarise(runs, checkpoints, late_from), checkpoints)
@@ -281,6 +297,8 @@ def add_common_arguments(parser: Any, *, out: Path) -> None:
                         help="keep the runs already in --out and skip the jobs they already ran (resume)")
     parser.add_argument("--late-from", type=int, default=None,
                         help="also report the mean and the swing (std) of every evaluation from this env step on")
+    parser.add_argument("--truncate", type=int, default=None,
+                        help="with --report: cut every run at this many env steps (unscheduled runs only)")
 
 
 def previous_runs(path: Path, append: bool) -> list[dict[str, Any]]:
@@ -294,7 +312,7 @@ def main_for(
     """Parse the command line and run the benchmark (or print --report)."""
     args = parser.parse_args()
     if args.report:
-        print(report(args.report, checkpoints, args.plot, args.late_from))
+        print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate))
         return
     run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
             previous=previous_runs(args.out, args.append), late_from=args.late_from)  # fmt: skip
