@@ -169,7 +169,8 @@ def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str
     late_from = next((r["late_from"] for r in rows if "late_from" in r), None)
     late = "" if late_from is None else f" evals from {late_from:,}: mean | swing (std) |"
     header = (f"| env | algo | seeds | steps |{at} final eval mean ± std (min..max) | last {LAST_EVALS} evals | "
-              f"best eval |{late} threshold | seeds reaching it | median steps to it | train SPS | wall s/run |")  # fmt: skip
+              f"best eval |{late} threshold | seeds reaching it | median steps to it | train SPS | "
+              "wall s/run |")  # fmt: skip
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         steps_to = "-" if r["median_steps_to_threshold"] is None else f"{r['median_steps_to_threshold']:,.0f}"
@@ -264,9 +265,14 @@ def truncate(run: dict[str, Any], budget: int) -> dict[str, Any]:
     if not curve or len(curve) == len(run["eval_curve"]):
         return run
     reached = [step for step, value in curve if run["threshold"] is not None and value >= run["threshold"]]
-    return run | {"eval_curve": curve, "steps": curve[-1][0], "final_eval_return": curve[-1][1],
-                  "best_eval_return": max(v for _, v in curve), "steps_to_threshold": reached[0] if reached else None,
-                  "variant": f"{run.get('variant') or 'preset'}, first {budget // 1000}k of {run['steps'] // 1000}k"}
+    return run | {
+        "eval_curve": curve,
+        "steps": curve[-1][0],
+        "final_eval_return": curve[-1][1],
+        "best_eval_return": max(v for _, v in curve),
+        "steps_to_threshold": reached[0] if reached else None,
+        "variant": f"{run.get('variant') or 'preset'}, first {budget // 1000}k of {run['steps'] // 1000}k",
+    }
 
 
 def report(
@@ -293,12 +299,23 @@ def add_common_arguments(parser: Any, *, out: Path) -> None:
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--report", type=Path, nargs="+", help="print the table of existing results JSON(s), exit")
     parser.add_argument("--plot", type=Path, help="with --report: also write the evaluation curves to this PNG")
-    parser.add_argument("--append", action="store_true",
-                        help="keep the runs already in --out and skip the jobs they already ran (resume)")
-    parser.add_argument("--late-from", type=int, default=None,
-                        help="also report the mean and the swing (std) of every evaluation from this env step on")
-    parser.add_argument("--truncate", type=int, default=None,
-                        help="with --report: cut every run at this many env steps (unscheduled runs only)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the runs already in --out and skip the jobs they already ran (resume)",
+    )
+    parser.add_argument(
+        "--late-from",
+        type=int,
+        default=None,
+        help="also report the mean and the swing (std) of every evaluation from this env step on",
+    )
+    parser.add_argument(
+        "--truncate",
+        type=int,
+        default=None,
+        help="with --report: cut every run at this many env steps (unscheduled runs only)",
+    )
 
 
 def previous_runs(path: Path, append: bool) -> list[dict[str, Any]]:
