@@ -37,6 +37,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kl_lin": ("algo.target_kl_schedule=linear",),
     "kl_lin_vf_lin": ("algo.target_kl_schedule=linear", "algo.vf_lr_schedule=linear"),
     "vf_lin": ("algo.vf_lr_schedule=linear",),
+    "n4096_logstd": ("algo.n_steps=2048", "model.log_std_init=-0.5"),
 }
 """Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
 labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
