@@ -38,6 +38,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kl_lin_vf_lin": ("algo.target_kl_schedule=linear", "algo.vf_lr_schedule=linear"),
     "vf_lin": ("algo.vf_lr_schedule=linear",),
     "n4096_logstd": ("algo.n_steps=2048", "model.log_std_init=-0.5"),
+    "lam098_norew": ("algo.gae_lambda=0.98", "env.normalize_reward=false"),
 }
 """Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
 labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
