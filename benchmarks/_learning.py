@@ -186,6 +186,23 @@ def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str
     return "\n".join(lines)
 
 
+def markdown_per_run(runs: list[dict[str, Any]], late_from: int | None = None) -> str:
+    """One row per run (env, variant, seed): final, last-evals mean, best evaluation, and with ``late_from`` the mean
+    and std of its evaluations from that step on."""
+    late = "" if late_from is None else f" evals from {late_from:,}: mean | swing (std) |"
+    header = f"| env | algo | seed | steps | final eval | last {LAST_EVALS} evals | best eval |{late}"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in sorted(runs, key=lambda r: (r["env"], variant_label(r), r["seed"])):
+        late_values = late_evals(r["eval_curve"], late_from) if late_from is not None else []
+        values = "" if late_from is None else " - | - |"
+        if late_values:
+            values = f" {np.mean(late_values):.1f} | {np.std(late_values):.1f} |"
+        lines.append(f"| {r['env']} | {variant_label(r)} | {r['seed']} | {r['steps']:,} | "
+                     f"{r['final_eval_return']:.1f} | {last_evals_mean(r['eval_curve']):.1f} | "
+                     f"{r['best_eval_return']:.1f} |{values}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
     """Evaluation curves, one panel per env: per algorithm the mean over seeds (line) and each seed (thin lines)."""
     import matplotlib
@@ -277,13 +294,16 @@ def truncate(run: dict[str, Any], budget: int) -> dict[str, Any]:
 
 def report(
     paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None, late_from: int | None = None,
-    truncate_at: int | None = None,
+    truncate_at: int | None = None, per_run: bool = False,
 ) -> str:  # fmt: skip
     """The table of the runs in one or more results JSON files (e.g. ours and the reference's), and their curves
-    in ``plot`` when given; with ``truncate_at``, every run cut at that many env steps (``truncate``)."""
+    in ``plot`` when given; with ``truncate_at``, every run cut at that many env steps (``truncate``); with
+    ``per_run``, one row per run instead of one per (env, algo, variant)."""
     runs = [r for path in paths for r in json.loads(path.read_text())["runs"]]
     if truncate_at is not None:
         runs = [truncate(r, truncate_at) for r in runs]
+    if per_run:
+        return markdown_per_run(runs, late_from)
     if plot is not None:
         plot_curves(runs, plot)
     return markdown(summarise(runs, checkpoints, late_from), checkpoints)
@@ -310,6 +330,7 @@ def add_common_arguments(parser: Any, *, out: Path) -> None:
         default=None,
         help="also report the mean and the swing (std) of every evaluation from this env step on",
     )
+    parser.add_argument("--per-run", action="store_true", help="with --report: one row per run (seed)")
     parser.add_argument(
         "--truncate",
         type=int,
@@ -329,7 +350,7 @@ def main_for(
     """Parse the command line and run the benchmark (or print --report)."""
     args = parser.parse_args()
     if args.report:
-        print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate))
+        print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate, args.per_run))
         return
     run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
             previous=previous_runs(args.out, args.append), late_from=args.late_from)  # fmt: skip

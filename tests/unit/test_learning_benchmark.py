@@ -73,3 +73,12 @@ def test_run_all_skips_the_jobs_already_in_out_and_keeps_them(tmp_path: Path, ca
     assert not out.exists() or json.loads(out.read_text())["runs"] == [done]
     other_seed = learning.Job("trpo", "hopper", 1, 100, 10, 3000.0, 400, ("algo.target_kl_schedule=linear",), "kl_lin")
     assert tuple(other_seed.overrides()) != tuple(done["overrides"])  # a different seed is not skipped
+
+
+def test_per_run_table_has_a_row_per_seed_with_its_late_mean_and_swing():
+    table = learning.markdown_per_run([run(1, CURVE_B), run(0, CURVE_A)], late_from=300)
+    rows = table.splitlines()[2:]
+    assert rows == [
+        "| hopper | trpo | 0 | 400 | 4000.0 | 2500.0 | 4000.0 | 3000.0 | 1000.0 |",
+        "| hopper | trpo | 1 | 400 | 2500.0 | 1750.0 | 2500.0 | 2500.0 | 0.0 |",
+    ]
