@@ -8,6 +8,9 @@ returns, the returns at 50k and 100k steps and steps-to-threshold land in one JS
     .venv/bin/python benchmarks/grpo_learning.py --envs cartpole --algos grpo --seeds 0 --set algo.n_groups=2
     .venv/bin/python benchmarks/grpo_learning.py --jobs 2                # runs in parallel processes
     .venv/bin/python benchmarks/grpo_learning.py --report benchmarks/results/grpo_learning.json
+    # MuJoCo (issue 11 item 4), resumable: --append skips the runs already in --out
+    .venv/bin/python benchmarks/grpo_learning.py --envs hopper halfcheetah --algos grpo --steps 1000000 \
+        --eval-every 50000 --append --late-from 300000 --out benchmarks/results/grpo_mujoco.json
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ CHECKPOINTS = (50_000, 100_000)
 
 def jobs(args: Any) -> list[Job]:
     return [Job(a, e, s, args.eval_every, args.eval_episodes, THRESHOLDS.get(e), args.steps or STEPS.get(e, 200_000),
-                tuple(args.set))
+                tuple(args.set), args.variant)
             for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
 
 

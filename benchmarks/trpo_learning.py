@@ -12,6 +12,9 @@ Hopper-v5 at 1M steps vs sb3-contrib's published 3372 +- 215 (rl-baselines3-zoo 
     .venv/bin/python benchmarks/trpo_learning.py --envs hopper --out benchmarks/results/trpo_hopper.json --jobs 2
     .venv/bin/python benchmarks/trpo_learning.py --envs hopper --algos trpo --steps 300000   # a shorter budget
     .venv/bin/python benchmarks/trpo_learning.py --report benchmarks/results/trpo_hopper.json
+    # issue 11 ablations: a named variant, resumable (--append skips the runs already in --out)
+    .venv/bin/python benchmarks/trpo_learning.py --envs hopper --algos trpo --steps 500000 --variant kl_lin \
+        --append --late-from 300000 --out benchmarks/results/trpo_ablation_hopper.json
 """
 
 from __future__ import annotations
@@ -27,8 +30,23 @@ EVAL_EVERY = {"cartpole": 5_000, "pendulum": 5_000, "hopper": 50_000, "walker2d"
 EVAL_EPISODES = 10
 
 
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "n4096": ("algo.n_steps=2048",),
+    "lam098": ("algo.gae_lambda=0.98",),
+    "norew": ("env.normalize_reward=false",),
+    "kl_lin": ("algo.target_kl_schedule=linear",),
+    "kl_lin_vf_lin": ("algo.target_kl_schedule=linear", "algo.vf_lr_schedule=linear"),
+    "vf_lin": ("algo.vf_lr_schedule=linear",),
+    "n4096_logstd": ("algo.n_steps=2048", "model.log_std_init=-0.5"),
+    "lam098_norew": ("algo.gae_lambda=0.98", "env.normalize_reward=false"),
+}
+"""Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
+labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
+
+
 def jobs(args: Any) -> list[Job]:
-    return [Job(a, e, s, EVAL_EVERY.get(e, 10_000), EVAL_EPISODES, THRESHOLDS.get(e), args.steps, tuple(args.set))
+    extra = (*VARIANTS.get(args.variant, ()), *args.set)
+    return [Job(a, e, s, EVAL_EVERY.get(e, 10_000), EVAL_EPISODES, THRESHOLDS.get(e), args.steps, extra, args.variant)
             for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
 
 

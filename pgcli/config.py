@@ -327,7 +327,11 @@ class TRPOConfig:
     normalize_advantage: bool = True
     """Standardise advantages over the batch."""
     target_kl: float = 0.01
-    """Trust-region radius delta: maximum mean KL(old || new) per update."""
+    """Trust-region radius delta: maximum mean KL(old || new) per update (initial value when scheduled)."""
+    target_kl_schedule: str = "constant"
+    """'constant' or 'linear' (delta shrinks linearly from target_kl to target_kl_final over total_steps)."""
+    target_kl_final: float = 0.001
+    """Trust-region radius at the end of training with target_kl_schedule=linear."""
     cg_iters: int = 15
     """Conjugate-gradient iterations for the natural-gradient direction."""
     cg_residual_tol: float = 1e-10
@@ -343,7 +347,9 @@ class TRPOConfig:
     npg: bool = False
     """Natural policy gradient: take the trust-region step without the line search."""
     vf_learning_rate: float = 1e-3
-    """Adam step size of the value network."""
+    """Adam step size of the value network (initial value when vf_lr_schedule=linear)."""
+    vf_lr_schedule: str = "constant"
+    """'constant' or 'linear' (the critic's step size decays to 0 over total_steps)."""
     n_critic_updates: int = 10
     """Epochs of value-network minibatch updates per batch."""
     batch_size: int = 128
@@ -355,6 +361,8 @@ class TRPOConfig:
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _trust_region("algo.target_kl", self.target_kl)
+        _choice("algo.target_kl_schedule", self.target_kl_schedule, SCHEDULES)
+        _trust_region("algo.target_kl_final", self.target_kl_final)
         _require(self.cg_iters >= 1, "algo.cg_iters", self.cg_iters, ">= 1")
         _at_most("algo.cg_iters", self.cg_iters, MAX_EPOCHS, "typical: 15")
         # CG stops before its first iteration when the squared gradient norm (~1e-2 on CartPole) is below the
@@ -369,6 +377,7 @@ class TRPOConfig:
         _require(self.backtrack_iters >= 1, "algo.backtrack_iters", self.backtrack_iters, ">= 1")
         _at_most("algo.backtrack_iters", self.backtrack_iters, MAX_EPOCHS, "typical: 10")
         _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
+        _choice("algo.vf_lr_schedule", self.vf_lr_schedule, SCHEDULES)
         _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
         _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")

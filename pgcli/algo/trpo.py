@@ -14,12 +14,15 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
    and a vector-Jacobian product of the policy network (``Policy.fisher_product``), or by double backprop of the KL
    for activations without an explicit derivative.
 4. Step to the trust-region boundary: theta_new = theta_old + beta s with beta = sqrt(2 delta / (s^T F s)),
-   delta = ``target_kl`` (the largest step whose quadratic KL model equals delta).
+   delta = ``target_kl`` (the largest step whose quadratic KL model equals delta). With ``target_kl_schedule``
+   linear, delta = target_kl_final + (target_kl - target_kl_final) * p, p = 1 - steps / total_steps the fraction
+   of training left at the update (``linear_schedule``): the trust region shrinks as training ends.
 5. Backtracking line search on beta * coeff^j, j = 0 .. ``backtrack_iters`` - 1: accept the first step with
    mean KL(pi_old || pi_new) <= delta and L(theta_new) > L(theta_old); if none passes, keep theta_old. With
    ``npg`` the full step is taken without the search (natural policy gradient; Kakade, 2002).
 6. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2. Only the value
    network's parameters are in its optimizer, so the critic never moves the policy outside the trust region.
+   With ``vf_lr_schedule`` linear, Adam's step size is vf_learning_rate * p (decays to 0, as tianshou's lr_decay).
 
 Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). The J^T M J form of step 3 costs about
 a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks.md, "TRPO").
@@ -107,6 +110,12 @@ def fisher_vector_product_fn(kl: Tensor, params: Sequence[Tensor], *, damping: f
     return fvp
 
 
+def linear_schedule(initial: float, final: float, steps: int, total_steps: int) -> float:
+    """final + (initial - final) * p, p = 1 - steps / total_steps the fraction of training left, clipped to [0, 1]."""
+    remaining = min(max(1.0 - steps / max(total_steps, 1), 0.0), 1.0)
+    return final + (initial - final) * remaining
+
+
 def damped(fisher: Callable[[Tensor], Tensor], damping: float) -> Callable[[Tensor], Tensor]:
     """v -> F v + damping * v."""
     return lambda vector: fisher(vector) + damping * vector
@@ -127,20 +136,35 @@ class TRPO:
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
         cfg = self.cfg
         while self.steps < total_steps:
+            schedule = self._schedule(total_steps)  # by the steps before this update's rollout
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
             self.steps += batch.n_samples
             step = self.steps
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
-            stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
+            stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
+            stats |= self._critic_steps(batch, returns.flatten(), schedule["train/vf_learning_rate"])
+            if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
+                stats |= schedule
             check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
                          params=[*self.policy.parameters(), *self.value.parameters()])  # fmt: skip
             monitor.log(step, stats)
             monitor.update(step, self)
         return self.steps
 
-    def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
-        """Steps 2-5: surrogate gradient, CG on Fisher-vector products, trust-region step, line search."""
+    def _schedule(self, total_steps: int) -> dict[str, float]:
+        """This update's trust-region radius and critic step size (their constants unless scheduled)."""
+        cfg = self.cfg
+        target_kl, vf_lr = cfg.target_kl, cfg.vf_learning_rate
+        if cfg.target_kl_schedule == "linear":
+            target_kl = linear_schedule(cfg.target_kl, cfg.target_kl_final, self.steps, total_steps)
+        if cfg.vf_lr_schedule == "linear":
+            vf_lr = linear_schedule(cfg.vf_learning_rate, 0.0, self.steps, total_steps)
+        return {"train/target_kl": target_kl, "train/vf_learning_rate": vf_lr}
+
+    def _policy_step(self, batch: Rollout, advantages: Tensor, target_kl: float) -> dict[str, float]:
+        """Steps 2-5: surrogate gradient, CG on Fisher-vector products, trust-region step of radius ``target_kl``,
+        line search."""
         cfg, policy = self.cfg, self.policy
         obs, actions, old_log_probs = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1), batch.log_probs.flatten()
         if cfg.normalize_advantage:
@@ -163,7 +187,7 @@ class TRPO:
             fvp = fisher_vector_product_fn(kl, params, damping=cfg.cg_damping)
         direction, cg_residual = conjugate_gradient(fvp, grad, n_iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         s_f_s = float(direction @ fvp(direction))
-        full_step = math.sqrt(2.0 * cfg.target_kl / max(s_f_s, 1e-12)) * direction  # [P]
+        full_step = math.sqrt(2.0 * target_kl / max(s_f_s, 1e-12)) * direction  # [P]
         old_objective = -before.loss_policy.item()
 
         candidates: list[SurrogateTerms] = []  # the terms at each parameter vector evaluate() saw, in order
@@ -179,7 +203,7 @@ class TRPO:
             success, n_backtracks = True, 0
         else:
             search = backtracking_line_search(params, full_step, evaluate, backtrack_coeff=cfg.backtrack_coeff,
-                                              max_backtracks=cfg.backtrack_iters, max_kl=cfg.target_kl,
+                                              max_backtracks=cfg.backtrack_iters, max_kl=target_kl,
                                               old_objective=old_objective)  # fmt: skip
             success, n_backtracks = search.success, search.n_backtracks
         # the accepted step is the last one evaluated; a failed search restored theta_old, where the terms are before's
@@ -197,8 +221,12 @@ class TRPO:
             "train/entropy": before.entropy.item(),
         }
 
-    def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
-        """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
+    def _critic_steps(self, batch: Rollout, returns: Tensor, learning_rate: float) -> dict[str, float]:
+        """Step 6: ``n_critic_updates`` epochs of Adam (step size ``learning_rate``) minibatch regression of V onto
+        the GAE returns."""
+        if self.cfg.vf_lr_schedule != "constant":  # constant: the optimizer's own lr, untouched
+            for group in self.vf_optimizer.param_groups:
+                group["lr"] = learning_rate
         loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
                          n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
         return {

@@ -54,6 +54,12 @@ def test_zoo_values_land_where_the_zoo_puts_them():
         (["algo=trpo", "algo.backtrack_coeff=1.0"], "algo.backtrack_coeff must be in (0, 1) (got 1.0)"),
         (["algo=trpo", "algo.cg_iters=0"], "algo.cg_iters must be >= 1 (got 0)"),
         (["algo=trpo", "algo.fvp_sub_sampling=0"], "algo.fvp_sub_sampling must be >= 1 (got 0)"),
+        (
+            ["algo=trpo", "algo.target_kl_schedule=cosine"],
+            "algo.target_kl_schedule must be one of constant, linear (got 'cosine')",
+        ),
+        (["algo=trpo", "algo.target_kl_final=0"], "algo.target_kl_final must be > 0 (got 0.0)"),
+        (["algo=trpo", "algo.vf_lr_schedule=exp"], "algo.vf_lr_schedule must be one of constant, linear (got 'exp')"),
         (["algo=vpg", "algo.gae_lambda=1.5"], "algo.gae_lambda must be in [0, 1] (got 1.5)"),
         (["algo=ppo_kl", "algo.kl_target=-1"], "algo.kl_target must be > 0 (got -1.0)"),
     ],

@@ -7,7 +7,7 @@ import torch
 
 from pgcli.algo.policies import detach_params, make_policy
 from pgcli.algo.ppo_kl import PPOKL
-from pgcli.algo.trpo import TRPO, fisher_vector_product_fn
+from pgcli.algo.trpo import TRPO, fisher_vector_product_fn, linear_schedule
 from pgcli.algo.vpg import VPG
 from pgcli.config import EnvConfig, ModelConfig, PPOKLConfig, TRPOConfig, VPGConfig
 from pgcli.env import find_normalizer, make_vec_env
@@ -145,3 +145,70 @@ def test_trpo_falls_back_to_double_backprop_for_other_activations():
     monitor = RecordingMonitor()
     trpo.learn(2 * 256, monitor)
     assert all(s["train/line_search_success"] == 1.0 and 0.0 < s["train/kl"] <= 0.005 for s in monitor.updates)
+
+
+def test_linear_schedule_hand_values():
+    assert linear_schedule(0.01, 0.001, 0, 1000) == pytest.approx(0.01)
+    assert linear_schedule(0.01, 0.001, 250, 1000) == pytest.approx(0.00775)
+    assert linear_schedule(0.01, 0.001, 500, 1000) == pytest.approx(0.0055)
+    assert linear_schedule(0.01, 0.001, 1000, 1000) == pytest.approx(0.001)
+    assert linear_schedule(0.01, 0.001, 1300, 1000) == pytest.approx(0.001)  # a last rollout past the budget
+    assert linear_schedule(1e-3, 0.0, 750, 1000) == pytest.approx(2.5e-4)
+
+
+def test_trpo_linear_trust_region_shrinks_per_update_and_bounds_each_step():
+    cfg = TRPOConfig(n_steps=128, target_kl=0.01, target_kl_schedule="linear", target_kl_final=0.002,
+                     n_critic_updates=1)  # fmt: skip
+    trpo = make(TRPO, cfg)
+    monitor = RecordingMonitor()
+    trpo.learn(4 * 256, monitor)
+    # radius by the steps before each update's rollout: 0, 256, 512, 768 of 1024
+    expected = [0.01, 0.008, 0.006, 0.004]
+    assert [u["train/target_kl"] for u in monitor.updates] == pytest.approx(expected)
+    for stats, radius in zip(monitor.updates, expected, strict=True):
+        assert stats["train/line_search_success"] == 1.0
+        assert 0.0 < stats["train/kl"] <= radius
+    assert [u["train/vf_learning_rate"] for u in monitor.updates] == [1e-3] * 4  # not scheduled
+
+
+def test_trpo_npg_step_follows_the_scheduled_radius():
+    # NPG takes the full step: its size is sqrt(2 delta / s^T F s) |s|, so it scales with sqrt(delta) of the update
+    steps = {}
+    for final in (0.01, 0.0025):
+        cfg = TRPOConfig(n_steps=128, npg=True, target_kl=0.01, target_kl_schedule="linear", target_kl_final=final,
+                         n_critic_updates=1)  # fmt: skip
+        monitor = RecordingMonitor()
+        make(TRPO, cfg).learn(2 * 256, monitor)
+        steps[final] = [u["train/step_size"] for u in monitor.updates]
+    # the first update has the same radius (0.01) and the same data: the same step
+    assert steps[0.0025][0] == pytest.approx(steps[0.01][0], rel=1e-6)
+    # the second: radius 0.01 vs 0.01 - 0.0075 / 2 = 0.00625 (different policies, so compare the radius via the log)
+    assert steps[0.0025][1] < steps[0.01][1]
+
+
+def test_trpo_schedule_with_equal_ends_is_bit_identical_to_constant():
+    runs = []
+    for schedule in ("constant", "linear"):
+        cfg = TRPOConfig(n_steps=128, target_kl_schedule=schedule, target_kl_final=0.01, n_critic_updates=2)
+        trpo = make(TRPO, cfg)
+        trpo.learn(3 * 256, RecordingMonitor())
+        runs.append((flat_params(trpo.policy.actor_parameters()), flat_params(trpo.value.critic_parameters())))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
+def test_trpo_critic_step_size_decays_linearly_to_zero():
+    trpo = make(TRPO, TRPOConfig(n_steps=128, vf_learning_rate=1e-3, vf_lr_schedule="linear", n_critic_updates=1))
+    monitor = RecordingMonitor()
+    trpo.learn(4 * 256, monitor)
+    assert [u["train/vf_learning_rate"] for u in monitor.updates] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    assert trpo.vf_optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4)  # the last update's
+    assert [u["train/target_kl"] for u in monitor.updates] == [0.01] * 4  # not scheduled
+
+
+def test_trpo_constant_schedules_leave_the_logged_metrics_and_optimizer_as_before():
+    trpo = make(TRPO, TRPOConfig(n_steps=128, n_critic_updates=1))
+    monitor = RecordingMonitor()
+    trpo.learn(256, monitor)
+    (stats,) = monitor.updates
+    assert "train/target_kl" not in stats and "train/vf_learning_rate" not in stats
+    assert trpo.vf_optimizer.param_groups[0]["lr"] == 1e-3
