@@ -314,14 +314,22 @@ def table_header(keys: Sequence[str], metric: str, with_setting: bool) -> list[s
     return [*keys, "budget", *setting, "n", f"final {metric} (mean ± std)", "IQM", "95% CI of mean", "note"]
 
 
+def decimals(values: Sequence[float]) -> int:
+    """Decimals to print a row with: 1 for returns (|x| >= 10), 3 for rates and accuracies in [0, 1] and other
+    small scores, which one decimal would round to 0.0."""
+    finite = [abs(v) for v in values if np.isfinite(v)]
+    return 1 if finite and max(finite) >= 10 else 3
+
+
 def table_rows(groups: Sequence[Group], stats: Sequence[GroupStats], with_setting: bool) -> list[list[str]]:
     rows = []
     for g, s in zip(groups, stats, strict=True):
         setting = [", ".join(f"{k}={v}" for k, v in g.setting.items()) or "-"] if with_setting else []
-        final = f"{s.final_mean:.1f}" + (f" ± {s.final_std:.1f}" if s.final_std is not None else "")
-        ci = f"[{s.final_ci[0]:.1f}, {s.final_ci[1]:.1f}]" if s.final_ci is not None else "-"
+        d = decimals([s.final_mean, s.final_iqm, *(s.final_ci or ())])
+        final = f"{s.final_mean:.{d}f}" + (f" ± {s.final_std:.{d}f}" if s.final_std is not None else "")
+        ci = f"[{s.final_ci[0]:.{d}f}, {s.final_ci[1]:.{d}f}]" if s.final_ci is not None else "-"
         note = "; ".join(n for n in (run_mark(s.n_runs), "" if s.steps.size else "no common steps") if n)
-        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, f"{s.final_iqm:.1f}", ci, note or "-"])
+        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, f"{s.final_iqm:.{d}f}", ci, note or "-"])
     return rows
 
 

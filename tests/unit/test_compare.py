@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pgcli.compare import (
+    Group,
     RunCurve,
     aggregate,
     bootstrap_ci,
@@ -21,6 +22,7 @@ from pgcli.compare import (
     lookup,
     main,
     make_groups,
+    table_rows,
 )
 from pgcli.errors import ConfigError
 from tests.conftest import Store
@@ -81,6 +83,16 @@ def test_aggregate_final_return_stats() -> None:
     assert s.final_ci is not None and s.final_ci[0] <= 26.5 <= s.final_ci[1]
     assert s.curve_lo is not None and s.curve_hi is not None
     np.testing.assert_allclose([s.curve_lo[-1], s.curve_hi[-1]], s.final_ci)
+
+
+def test_the_table_keeps_small_scores_visible_and_returns_at_one_decimal() -> None:
+    steps = np.array([0.0, 100.0])
+    accuracy = aggregate([(steps, np.array([0.0, a])) for a in (0.012, 0.020, 0.031)])  # text tasks' eval/accuracy
+    returns = aggregate([(steps, np.array([0.0, r])) for r in (480.04, 500.0, 500.0)])
+    groups = [Group(("grpo", "addition"), "1024"), Group(("ppo", "CartPole-v1"), "100000")]
+    acc_row, ret_row = table_rows(groups, [accuracy, returns], with_setting=False)
+    assert acc_row[4] == "0.021 ± 0.010" and acc_row[5] == "0.021"  # not "0.0 ± 0.0"; std over seeds, ddof 1
+    assert ret_row[4] == "493.3 ± 11.5" and ret_row[5] == "493.3"
 
 
 def test_one_run_has_no_spread_no_ci_and_no_band() -> None:
@@ -323,7 +335,7 @@ def test_compare_a_sweep_gives_the_expected_table_and_logs_it(
     table = (out / "compare.md").read_text()
     assert table.splitlines()[2].startswith("| algo | env_id | budget | n |")
     # a2c finals 0, 3, 6: mean 3, std 3, IQM 3, bootstrap CI edges = min and max (3 runs)
-    assert "| a2c | CartPole-v1 | 2000 | 3 | 3.0 ± 3.0 | 3.0 | [0.0, 6.0] | - |" in table
+    assert "| a2c | CartPole-v1 | 2000 | 3 | 3.000 ± 3.000 | 3.000 | [0.000, 6.000] | - |" in table
     # ppo finals 1, 2, 3, 100 (the FAILED run is left out): mean 26.5, std 49.0, IQM 2.5
     ppo_row = next(line for line in table.splitlines() if line.startswith("| ppo "))
     assert ppo_row.startswith("| ppo | CartPole-v1 | 2000 | 4 | 26.5 ± 49.0 | 2.5 | [")
