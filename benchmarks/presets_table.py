@@ -146,10 +146,24 @@ def stored_results(uri: str) -> list[RunResult]:
 
 
 def shipped_presets() -> list[str]:
-    """``<algo>_<env>`` presets of conf/preset whose algo and env are options of their groups."""
+    """``<algo>_<env>`` presets of conf/preset whose algo and env are options of their groups, without RL on text
+    tasks: those start from a supervised run (``init=``), so a preset alone is not a run; benchmarks/lm_grpo.py
+    measures them from their SFT warm start."""
     algos = {p.stem for p in (REPO / "conf" / "algo").glob("*.yaml")}
     envs = {p.stem for p in (REPO / "conf" / "env").glob("*.yaml")}
-    return sorted(p.stem for p in (REPO / "conf" / "preset").glob("*.yaml") if split_preset(p.stem, algos, envs))
+    names = []
+    for path in sorted((REPO / "conf" / "preset").glob("*.yaml")):
+        pair = split_preset(path.stem, algos, envs)
+        if pair is not None and (pair[0] == "sft" or not is_text_env(pair[1])):
+            names.append(path.stem)
+    return names
+
+
+def is_text_env(env: str) -> bool:
+    """A text task's env option (its yaml selects a text schema, as conf/env/addition.yaml does)."""
+    from pgcli.config import TEXT_ENV_CONFIGS
+
+    return env in TEXT_ENV_CONFIGS
 
 
 def split_preset(name: str, algos: set[str], envs: set[str]) -> tuple[str, str] | None:

@@ -105,3 +105,9 @@ def test_presets_split_into_algo_and_env() -> None:
     assert table.split_preset("trpo_cartpole", algos, envs) == ("trpo", "cartpole")
     assert table.split_preset("ppo_hopper_zoo", algos, envs) is None
     assert "trpo_hopper" in table.shipped_presets()
+
+
+def test_rl_on_text_tasks_is_left_to_its_own_benchmark_but_sft_is_a_row() -> None:
+    shipped = table.shipped_presets()
+    assert "grpo_addition" not in shipped  # it starts from an SFT run (init=): benchmarks/lm_grpo.py measures it
+    assert "sft_addition" in shipped and "grpo_hopper" in shipped and "ppo_cartpole" in shipped
