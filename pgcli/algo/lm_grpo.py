@@ -12,7 +12,7 @@ one verifiable reward R_i per completion, then mu epochs of minibatch steps on
 where the sequence advantage A_i is broadcast to every token of completion i and comes from the config's estimator:
 
     algo=grpo       A_i = (R_i - mean_g R) / (std_g R + eps)   (scale_rewards=group; batch: the batch std;
-                    none: R_i - mean_g R, Dr. GRPO with loss_agg=constant, preset dr_grpo_addition)
+                    none: R_i - mean_g R, Dr. GRPO with loss_agg=constant, preset grpo_addition_dr)
     algo=rloo       A_i = R_i - mean_{j in g, j != i} R_j          (Ahmadian et al., 2024)
     algo=reinforce  A_i = R_i - mean_batch R                       (Williams, 1992, with a mean baseline)
 
