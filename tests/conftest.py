@@ -41,6 +41,14 @@ class Store:
         return client.search_runs([exp.experiment_id])
 
 
+@pytest.fixture(autouse=True)
+def _hermetic_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sees a tracking URI it did not set: MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``
+    into this process's environment, and pgcli's default store reads it, so an in-process run of one test would
+    otherwise point the next test's default store at its temporary one (and a user's own setting would leak in)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store(tmp_path / "store")
