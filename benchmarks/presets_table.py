@@ -114,8 +114,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         few = " (n < 3)" if r["n"] < 3 else ""
 
-        def pm(pair: tuple[float, float], n: int = r["n"]) -> str:
-            return f"{pair[0]:.1f}" if n == 1 else f"{pair[0]:.1f} ± {pair[1]:.1f}"
+        # returns at 1 decimal; scores below 10 in magnitude (a text task's accuracy) at 3, not rounded to 0.0
+        d = 1 if max(abs(r[k][0]) for k in ("final", "last5", "best")) >= 10 else 3
+
+        def pm(pair: tuple[float, float], n: int = r["n"], d: int = d) -> str:
+            return f"{pair[0]:.{d}f}" if n == 1 else f"{pair[0]:.{d}f} ± {pair[1]:.{d}f}"
 
         lines.append(f"| {r['preset']} | {r['env_id']} | {r['budget']:,} | {r['n']}{few} | {pm(r['final'])} | "
                      f"{pm(r['last5'])} | {pm(r['best'])} | {r['wall_s'] / 60:.1f} | {r['sps']:,.0f} | {r['date']} | "
@@ -238,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.store.parent.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{args.store.resolve()}"
-    results = load_json(args.out) + (stored_results(uri) if args.store.is_file() else [])
+    shipped = set(shipped_presets())
+
+    def measured(runs: list[RunResult]) -> list[RunResult]:
+        return [r for r in runs if r.preset in shipped]  # e.g. not a text task's RL preset (see shipped_presets)
+
+    results = measured(load_json(args.out) + (stored_results(uri) if args.store.is_file() else []))
     left = args.max_runs
     for preset in args.presets or shipped_presets():
         if args.report or (left is not None and left <= 0):
@@ -258,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             left -= len(missing)
         if missing:
             train_missing(preset, missing, uri, args.jobs)
-            results = load_json(args.out) + stored_results(uri)
+            results = measured(load_json(args.out) + stored_results(uri))
             write_outputs(results, args.out, DOC)
     print(write_outputs(results, args.out, DOC))
     print(f"wrote {args.out} and the table in {DOC}")
