@@ -76,7 +76,7 @@ def test_rows_per_preset_and_budget_with_final_last5_best_over_seeds(store: Stor
     assert big["seeds"] == [0, 1, 2] and big["commits"] == ["abcdef0"]
 
     md = table.markdown(rows)
-    assert "| ppo_cartpole | CartPole-v1 | 6,000 | 1 (n < 3) | 3.0 | 2.0 | 3.0 |" in md  # n = 1: no ± 0.0
+    assert "| ppo_cartpole | CartPole-v1 | 6,000 | 1 (n < 3) | 3.000 | 2.000 | 3.000 |" in md  # n = 1: no ± 0.0
     assert "| ppo_cartpole | CartPole-v1 | 60,000 | 3 | 35.0 ± " in md
 
 
