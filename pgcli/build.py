@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 
     from pgcli.lm.model import TinyGPT
     from pgcli.lm.tasks import TextTask
-    from pgcli.monitor import Learner, Trainer
-    from pgcli.run import ResumePoint
+    from pgcli.monitor import EvalResult, Learner, Trainer, TrainingMonitor
+    from pgcli.run import ResumePoint, Run
     from pgcli.tracking import MLflowBackend
 
 TRAINERS: dict[type, str] = {
@@ -258,7 +258,6 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     from pgcli.env import make_vec_env, reward_threshold
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.run import Run
-    from pgcli.tracking import resolve_tracking_target
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
@@ -300,22 +299,8 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 on_eval=ctx.on_eval,
             )
         )
-        run.start(trainer, monitor)
-        steps = trainer.learn(cfg.total_steps, monitor)
-        final = monitor.finish(steps, trainer)
-        run.save_model(trainer)
-    return TrainSummary(
-        run_id=run.logger.run_id,
-        steps=steps,
-        final_return=final.mean if final else float("nan"),
-        final_return_std=final.std if final else float("nan"),
-        wall_time_s=time.perf_counter() - start,
-        output_dir=ctx.output_dir,
-        tracking_uri=resolve_tracking_target(cfg.tracking).uri if cfg.tracking.backend == "mlflow" else None,
-        reward_threshold=reward_threshold(cfg.env),
-        best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
-        best_step=monitor.best_step,
-    )
+        steps, final = fit(run, trainer, monitor, cfg.total_steps)
+    return summary(cfg, ctx, run, monitor, steps, final, start, threshold=reward_threshold(cfg.env))
 
 
 def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device) -> TinyGPT:
@@ -348,7 +333,6 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.lm.tasks import make_task
     from pgcli.monitor import TrainingMonitor
     from pgcli.run import Run
-    from pgcli.tracking import resolve_tracking_target
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
     device = select_device(cfg.hardware)
@@ -398,10 +382,35 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
                 on_eval=ctx.on_eval,
             )
         )
-        run.start(trainer, monitor)
-        steps = trainer.learn(cfg.total_steps, monitor)
-        final = monitor.finish(steps, trainer)
-        run.save_model(trainer)
+        steps, final = fit(run, trainer, monitor, cfg.total_steps)
+    unit = "demonstrations" if isinstance(cfg.algo, SFTConfig) else "sampled completions"
+    return summary(cfg, ctx, run, monitor, steps, final, start, threshold=None, step_unit=unit)
+
+
+def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> tuple[int, EvalResult | None]:
+    """Train inside ``run`` (control or text alike): learn, the final evaluation, then the model."""
+    run.start(trainer, monitor)
+    steps = trainer.learn(total_steps, monitor)
+    final = monitor.finish(steps, trainer)
+    run.save_model(trainer)
+    return steps, final
+
+
+def summary(
+    cfg: TrainConfig,
+    ctx: RunContext,
+    run: Run,
+    monitor: TrainingMonitor,
+    steps: int,
+    final: EvalResult | None,
+    start: float,
+    *,
+    threshold: float | None,
+    step_unit: str = "env steps",
+) -> TrainSummary:
+    """The :class:`TrainSummary` of a run that has ended."""
+    from pgcli.tracking import resolve_tracking_target
+
     return TrainSummary(
         run_id=run.logger.run_id,
         steps=steps,
@@ -410,9 +419,9 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
         wall_time_s=time.perf_counter() - start,
         output_dir=ctx.output_dir,
         tracking_uri=resolve_tracking_target(cfg.tracking).uri if cfg.tracking.backend == "mlflow" else None,
-        reward_threshold=None,
+        reward_threshold=threshold,
         best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
         best_step=monitor.best_step,
         final_metrics=dict(final.extra) if final else {},
-        step_unit="demonstrations" if isinstance(cfg.algo, SFTConfig) else "sampled completions",
+        step_unit=step_unit,
     )
