@@ -39,6 +39,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "vf_lin": ("algo.vf_lr_schedule=linear",),
     "n4096_logstd": ("algo.n_steps=2048", "model.log_std_init=-0.5"),
     "lam098_norew": ("algo.gae_lambda=0.98", "env.normalize_reward=false"),
+    "g995": ("algo.gamma=0.995",),
+    "g999": ("algo.gamma=0.999",),
+    "ls05": ("model.log_std_init=-0.5",),
+    "ls05_n1024": ("model.log_std_init=-0.5", "algo.n_steps=512"),
 }
 """Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
 labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
