@@ -204,7 +204,8 @@ def markdown_per_run(runs: list[dict[str, Any]], late_from: int | None = None) -
 
 
 def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
-    """Evaluation curves, one panel per env: per algorithm the mean over seeds (line) and each seed (thin lines)."""
+    """Evaluation curves, one panel per env: per row label (algorithm [variant]) the mean over seeds (line) and each
+    seed (thin lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,8 +214,8 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
     envs = sorted({r["env"] for r in runs})
     fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
     for ax, env in zip(axes[0], envs, strict=True):
-        for i, algo in enumerate(sorted({r["algo"] for r in runs if r["env"] == env})):
-            group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["eval_curve"]]
+        for i, label in enumerate(sorted({variant_label(r) for r in runs if r["env"] == env})):
+            group = [r for r in runs if r["env"] == env and variant_label(r) == label and r["eval_curve"]]
             if not group:
                 continue
             steps = np.array([s for s, _ in group[0]["eval_curve"]], dtype=float)
@@ -222,7 +223,7 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
             color = f"C{i}"
             for curve in curves:
                 ax.plot(steps, curve, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(steps, curves.mean(0), color=color, linewidth=2, label=f"{algo} (mean of {len(group)} seeds)")
+            ax.plot(steps, curves.mean(0), color=color, linewidth=2, label=f"{label} (mean of {len(group)} seeds)")
         threshold = next((r["threshold"] for r in runs if r["env"] == env and r["threshold"] is not None), None)
         if threshold is not None:
             ax.axhline(threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
@@ -294,12 +295,15 @@ def truncate(run: dict[str, Any], budget: int) -> dict[str, Any]:
 
 def report(
     paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None, late_from: int | None = None,
-    truncate_at: int | None = None, per_run: bool = False,
+    truncate_at: int | None = None, per_run: bool = False, only: Sequence[str] = (),
 ) -> str:  # fmt: skip
     """The table of the runs in one or more results JSON files (e.g. ours and the reference's), and their curves
     in ``plot`` when given; with ``truncate_at``, every run cut at that many env steps (``truncate``); with
-    ``per_run``, one row per run instead of one per (env, algo, variant)."""
+    ``per_run``, one row per run instead of one per (env, algo, variant); with ``only``, just the runs whose
+    variant is listed (``preset`` names the runs without one)."""
     runs = [r for path in paths for r in json.loads(path.read_text())["runs"]]
+    if only:
+        runs = [r for r in runs if (r.get("variant") or "preset") in only]
     if truncate_at is not None:
         runs = [truncate(r, truncate_at) for r in runs]
     if per_run:
@@ -331,6 +335,7 @@ def add_common_arguments(parser: Any, *, out: Path) -> None:
         help="also report the mean and the swing (std) of every evaluation from this env step on",
     )
     parser.add_argument("--per-run", action="store_true", help="with --report: one row per run (seed)")
+    parser.add_argument("--only", nargs="+", default=(), help="with --report: only these variants ('preset': none)")
     parser.add_argument(
         "--truncate",
         type=int,
@@ -350,7 +355,7 @@ def main_for(
     """Parse the command line and run the benchmark (or print --report)."""
     args = parser.parse_args()
     if args.report:
-        print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate, args.per_run))
+        print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate, args.per_run, args.only))
         return
     run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
             previous=previous_runs(args.out, args.append), late_from=args.late_from)  # fmt: skip
