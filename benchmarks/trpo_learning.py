@@ -43,6 +43,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "g999": ("algo.gamma=0.999",),
     "ls05": ("model.log_std_init=-0.5",),
     "ls05_n1024": ("model.log_std_init=-0.5", "algo.n_steps=512"),
+    "g995_ls05_n1024": ("algo.gamma=0.995", "model.log_std_init=-0.5", "algo.n_steps=512"),
 }
 """Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
 labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
