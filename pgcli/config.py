@@ -997,7 +997,8 @@ class HardwareConfig:
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"
-    """'sync' (one process), 'async' (a subprocess per env) or 'worker' (half the envs in a 2nd process; as 'sync')."""
+    """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync') or
+    'shm' (as 'worker', over shared memory; only end-of-episode infos)."""
     eval_process: bool = False
     """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results)."""
 
@@ -1005,7 +1006,7 @@ class HardwareConfig:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         _require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
-        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker"))
+        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm"))
 
 
 @dataclass
