@@ -1000,7 +1000,8 @@ class HardwareConfig:
     """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync') or
     'shm' (as 'worker', over shared memory; only end-of-episode infos)."""
     eval_process: bool = False
-    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results)."""
+    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results; in
+    process with one usable CPU)."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))

@@ -98,8 +98,8 @@ def steps_of(trainer) -> int:
 
 @pytest.mark.parametrize(
     ("case", "vectorization"),
-    [(case, "sync") for case in CASES] + [("trpo-pendulum", "worker")],
-    ids=[*CASES, "trpo-pendulum-worker_env"],
+    [(case, "sync") for case in CASES] + [("trpo-pendulum", "worker"), ("trpo-pendulum", "shm")],
+    ids=[*CASES, "trpo-pendulum-worker_env", "trpo-pendulum-shm_env"],
 )
 def test_one_update_save_load_one_update_equals_two_updates(case: str, vectorization: str, tmp_path: Path):
     probe = build(case, seed=3, vectorization=vectorization)
