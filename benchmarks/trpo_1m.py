@@ -5,12 +5,14 @@ Each run is ``pgcli.build.train`` on the config ``pgcli train algo=<a> env=hoppe
 2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process, one at
 a time, with ``tracking=off`` (metrics.csv only). Variants:
 
-- ``serial``: ``hardware.vec_env=sync hardware.eval_process=false``: everything in one process, on one core.
+- ``serial``: ``hardware.vec_env=sync hardware.eval_process=false algo.critic_process=false``: everything in one
+  process, on one core (the preset's default before issue 11 item 2).
 - ``parallel``: ``hardware.vec_env=worker hardware.eval_process=true``: one sub-env steps in a worker process while
   the trainer steps the other, synchronised through a pipe; evaluations run on a policy snapshot in a third
   process, concurrently.
-- ``shm``: ``hardware.vec_env=shm hardware.eval_process=true``: the same split, synchronised through shared memory
-  with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
+- ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=true`` (the preset's default now):
+  the same split, synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), the same evaluation
+  process, and the critic fitted in a process of its own while the trainer takes the policy step.
 - ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
   also given scaled to ``--steps``), one process.
 
@@ -47,9 +49,9 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
-    "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false"]),
-    "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true"]),
-    "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true"]),
+    "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"]),
+    "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true", "algo.critic_process=false"]),
+    "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
     "sb3_trpo": ("sb3_trpo", []),
 }
 LAST_EVALS = 5

@@ -350,6 +350,8 @@ class TRPOConfig:
     """Adam step size of the value network (initial value when vf_lr_schedule=linear)."""
     vf_lr_schedule: str = "constant"
     """'constant' or 'linear' (the critic's step size decays to 0 over total_steps)."""
+    critic_process: bool = False
+    """Fit the value network in a second process while the policy step runs (same numbers; CPU, >= 2 CPUs only)."""
     n_critic_updates: int = 10
     """Epochs of value-network minibatch updates per batch."""
     batch_size: int = 128

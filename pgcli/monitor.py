@@ -241,7 +241,7 @@ def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, se
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process
-    os.nice(5)  # the trainer's steps come first; evaluation fills the gaps
+    os.nice(10)  # the trainer (and its env worker and critic processes) come first; evaluation fills the gaps
     torch.set_num_threads(1)
     env = None
     try:

@@ -1,5 +1,5 @@
-"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm`` and ``hardware.eval_process=true`` change
-where the work runs, not what is learned.
+"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm``, ``hardware.eval_process=true`` and
+``algo.critic_process=true`` change where the work runs, not what is learned.
 
 An end-to-end TRPO Hopper run through ``pgcli.build.train`` gives the same metric history (wall-clock ``time/*``
 aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
@@ -36,10 +36,13 @@ def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
     return sorted(rows)  # evaluations in the background are logged when they finish, after later train/* rows
 
 
-@pytest.mark.parametrize("vec_env", ["worker", "shm"])
-def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(vec_env: str, tmp_path: Path):
-    serial = run(tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false")
-    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", "hardware.eval_process=true")
+@pytest.mark.parametrize(("vec_env", "critic_process"), [("worker", "false"), ("shm", "true")])
+def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
+    vec_env: str, critic_process: str, tmp_path: Path
+):
+    serial = run(tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false")
+    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", "hardware.eval_process=true",
+                   f"algo.critic_process={critic_process}")  # fmt: skip
     evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]
     assert [step for step, _ in evals] == ["2048", "4096", "6144"]
     assert serial == parallel
@@ -70,7 +73,8 @@ def spawned_children(pid: int) -> list[int]:
 def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, migrated_store: Store, workdir: Path):
     stderr = workdir / "stderr.txt"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "env=hopper", "total_steps=10000000",
-            "eval.every=0", f"hardware.vec_env={vec_env}", "hardware.eval_process=false", "progress=true",
+            "eval.every=0", f"hardware.vec_env={vec_env}", "hardware.eval_process=false", "algo.critic_process=false",
+            "progress=true",
             f"tracking.uri={migrated_store.uri}",
             f"hydra.run.dir={workdir / 'run'}"]  # fmt: skip
     with stderr.open("w") as err:
