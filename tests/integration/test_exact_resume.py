@@ -37,6 +37,11 @@ CASES = {
         TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, target_kl_schedule="linear", vf_lr_schedule="linear"),
         "Pendulum-v1",
     ),
+    "trpo_critic_process-pendulum": (  # the critic fitted in a second process (scheduled step size included)
+        TRPO,
+        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, vf_lr_schedule="linear", critic_process=True),
+        "Pendulum-v1",
+    ),
     "vpg-cartpole": (VPG, VPGConfig(n_steps=64, n_critic_updates=2, batch_size=32), "CartPole-v1"),
     "ppo_kl-pendulum": (PPOKL, PPOKLConfig(n_steps=64, n_epochs=2, batch_size=32), "Pendulum-v1"),
     "grpo-cartpole": (
