@@ -10,22 +10,24 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
 - ``parallel``: ``hardware.vec_env=worker hardware.eval_process=true``: one sub-env steps in a worker process while
   the trainer steps the other, synchronised through a pipe; evaluations run on a policy snapshot in a third
   process, concurrently.
-- ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=true`` (the preset's default now):
-  the same split, synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), the same evaluation
-  process, and the critic fitted in a process of its own while the trainer takes the policy step.
+- ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=false``: the same split,
+  synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
+- ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
+  trainer takes the policy step.
 - ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
   also given scaled to ``--steps``), one process.
 
 Per run: wall time of ``train`` (not the CLI's import-time startup), CPU seconds of the trainer process and of all
 processes (its children included), the evaluation curve, and a digest of the metric history without ``time/*``:
-``parallel`` and ``shm`` must learn exactly what ``serial`` learns, so their digests must be the same. Variants
+``parallel``, ``shm`` and ``shm_critic`` must learn exactly what ``serial`` learns, so their digests must be the
+same. Variants
 alternate within a round (the order flips every round) so that load from other processes hits them alike; the load
-average is recorded. ``--variants`` picks which TRPO variants run (default: all three). Results go to benchmarks/results/trpo_1m.json, rewritten after each run; runs already there (same variant,
+average is recorded. ``--variants`` picks which TRPO variants run (default: all four). Results go to benchmarks/results/trpo_1m.json, rewritten after each run; runs already there (same variant,
 seed, steps, round) are skipped, so an interrupted benchmark continues where it stopped.
 
     .venv/bin/python benchmarks/trpo_1m.py --steps 1000000                # 1 round, ~10 min on an idle machine
     .venv/bin/python benchmarks/trpo_1m.py --steps 100000 --rounds 2 --sb3-steps 0 --out /tmp/trpo_100k.json
-    .venv/bin/python benchmarks/trpo_1m.py --steps 1000000 --sb3-steps 0 --variants serial shm
+    .venv/bin/python benchmarks/trpo_1m.py --steps 1000000 --sb3-steps 0 --variants serial shm shm_critic
     .venv/bin/python benchmarks/trpo_1m.py --report benchmarks/results/trpo_1m.json
 """
 
@@ -51,7 +53,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
     "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"]),
     "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true", "algo.critic_process=false"]),
-    "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
+    "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=false"]),
+    "shm_critic": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
     "sb3_trpo": ("sb3_trpo", []),
 }
 LAST_EVALS = 5
@@ -154,8 +157,14 @@ def main() -> None:
     parser.add_argument("--sb3-steps", type=int, default=200_000, help="env steps of the sb3-contrib run (0: skip)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--variants", nargs="+", choices=["serial", "parallel", "shm"], default=["serial", "parallel", "shm"],
-                        help="TRPO variants to run (serial is the reference of the ratios and digests)")
+    trpo_variants = [v for v, (algo, _) in VARIANTS.items() if algo == "trpo"]
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=trpo_variants,
+        default=trpo_variants,
+        help="TRPO variants to run (serial is the reference of the ratios and digests)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "trpo_1m.json")
     parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
     args = parser.parse_args()

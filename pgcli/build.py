@@ -286,7 +286,10 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 run.logger,
                 total_steps=cfg.total_steps,
                 evaluator=Evaluator(
-                    cfg.env, cfg.eval, seed=cfg.seed, train_env=env,
+                    cfg.env,
+                    cfg.eval,
+                    seed=cfg.seed,
+                    train_env=env,
                     background=cfg.hardware.eval_process and usable_cpus() >= 2,  # one CPU: in process, same results
                 ),
                 eval_every=cfg.eval.every,

@@ -303,6 +303,18 @@ class CriticProcess:
         self._process.start()
         child.close()  # only the process holds its end: its death is an EOF here, never a hang
         self._rng: Tensor | None = None
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Whether the process has started (imports take seconds): until then the trainer fits in process, which
+        gives the same numbers, instead of waiting."""
+        if not self._ready and self._conn.poll():
+            try:
+                self._conn.recv()
+            except (EOFError, OSError):
+                self._fail()
+            self._ready = True
+        return self._ready
 
     def submit(self, value: ValueNetwork, optimizer: torch.optim.Adam, obs: Tensor, returns: Tensor, *,
                n_epochs: int, batch_size: int) -> None:  # fmt: skip
@@ -329,6 +341,9 @@ class CriticProcess:
             raise RuntimeError("torch's global RNG was used while the critic process fitted: the run would differ")
         try:
             status, reply = self._conn.recv()
+            if status == "ready":  # submitted before ready() saw it
+                self._ready = True
+                status, reply = self._conn.recv()
         except (EOFError, OSError):
             self._fail()
         if status == "error":
@@ -366,6 +381,7 @@ def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> No
     optimizer = torch.optim.Adam(value.critic_parameters(), **settings)
     params = list(value.critic_parameters())
     try:
+        conn.send(("ready", None))
         while (request := conn.recv()) is not None:
             try:
                 with torch.no_grad():

@@ -150,11 +150,12 @@ class TRPO:
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             self._set_vf_learning_rate(schedule["train/vf_learning_rate"])
-            if self.critic_process is not None:  # step 6 starts there, on this batch, while step 2-5 run here
+            remote = self.critic_process is not None and self.critic_process.ready()
+            if remote:  # step 6 starts there, on this batch, while steps 2-5 run here
                 self.critic_process.submit(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns.flatten(),
                                            n_epochs=cfg.n_critic_updates, batch_size=cfg.batch_size)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
-            stats |= self._critic_steps(batch, returns.flatten())
+            stats |= self._critic_steps(batch, returns.flatten(), remote=remote)
             if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
                 stats |= schedule
             check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
@@ -238,10 +239,10 @@ class TRPO:
             for group in self.vf_optimizer.param_groups:
                 group["lr"] = learning_rate
 
-    def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
-        """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns (or the result
-        of the critic process's fit, started on the same batch)."""
-        if self.critic_process is not None:
+    def _critic_steps(self, batch: Rollout, returns: Tensor, *, remote: bool = False) -> dict[str, float]:
+        """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns (``remote``:
+        the result of the critic process's fit, started on the same batch)."""
+        if remote and self.critic_process is not None:
             loss = self.critic_process.result(self.value, self.vf_optimizer)
         else:
             loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,

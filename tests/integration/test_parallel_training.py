@@ -40,7 +40,9 @@ def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
 def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
     vec_env: str, critic_process: str, tmp_path: Path
 ):
-    serial = run(tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false")
+    serial = run(
+        tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"
+    )
     parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", "hardware.eval_process=true",
                    f"algo.critic_process={critic_process}")  # fmt: skip
     evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]

@@ -3,6 +3,7 @@
 import copy
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -150,6 +151,10 @@ def test_critic_process_fits_exactly_as_fit_value_in_process():
     remote_optimizer = torch.optim.Adam(remote_value.critic_parameters(), lr=3e-3)
     process = CriticProcess(remote_value, remote_optimizer)
     try:
+        deadline = time.monotonic() + 120
+        while not process.ready():  # started: the trainer submits from now on (before: fits in process)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # polling interval
         for lr in (3e-3, 3e-3, 1e-3):  # the first fit creates Adam's state on both sides; a scheduled step size
             for opt in (optimizer, remote_optimizer):
                 opt.param_groups[0]["lr"] = lr

@@ -60,7 +60,9 @@ def test_shm_env_gives_exactly_the_sync_envs_experience_on_hopper(n_envs: int):
         obs_b, _ = shm.reset(seed=seeds, options={"reset_mask": mask.copy()})
         np.testing.assert_array_equal(obs_a, obs_b)
         assert_same(lean(rollout(sync, 50, seed=2)), rollout(shm, 50, seed=2))
-        assert [s.tolist() for s in base.call("state_vector")] == [s.tolist() for s in sync.unwrapped.call("state_vector")]
+        assert [s.tolist() for s in base.call("state_vector")] == [
+            s.tolist() for s in sync.unwrapped.call("state_vector")
+        ]
         assert [spec.id for spec in base.get_attr("spec")] == ["Hopper-v5"] * n_envs
     finally:
         sync.close()
