@@ -20,10 +20,10 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
 Per run: wall time of ``train`` (not the CLI's import-time startup), CPU seconds of the trainer process and of all
 processes (its children included), the evaluation curve, and a digest of the metric history without ``time/*``:
 ``parallel``, ``shm`` and ``shm_critic`` must learn exactly what ``serial`` learns, so their digests must be the
-same. Variants
-alternate within a round (the order flips every round) so that load from other processes hits them alike; the load
-average is recorded. ``--variants`` picks which TRPO variants run (default: all four). Results go to benchmarks/results/trpo_1m.json, rewritten after each run; runs already there (same variant,
-seed, steps, round) are skipped, so an interrupted benchmark continues where it stopped.
+same. Variants alternate within a round (the order flips every round) so that load from other processes hits them
+alike; the load average is recorded. ``--variants`` picks which TRPO variants run (default: all four). Results go to
+benchmarks/results/trpo_1m.json (``--out``), rewritten after each run; runs already there (same variant, seed,
+steps, round) are skipped, so an interrupted benchmark continues where it stopped.
 
     .venv/bin/python benchmarks/trpo_1m.py --steps 1000000                # 1 round, ~10 min on an idle machine
     .venv/bin/python benchmarks/trpo_1m.py --steps 100000 --rounds 2 --sb3-steps 0 --out /tmp/trpo_100k.json

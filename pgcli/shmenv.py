@@ -265,12 +265,19 @@ class SharedMemoryVectorEnv(VectorEnv):
         rewards = np.zeros(n, dtype=np.float64)
         terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
         ended: list[tuple[int, Any, dict[str, Any]]] = []
-        for i in range(k):
-            o, r, te, tr, info = self.envs[i].step(actions[i])
-            if te or tr:
-                ended.append((i, o, info))
-                o, _ = self.envs[i].reset()
-            obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+        try:
+            for i in range(k):
+                o, r, te, tr, info = self.envs[i].step(actions[i])
+                if te or tr:
+                    ended.append((i, o, info))
+                    o, _ = self.envs[i].reset()
+                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+        except BaseException:
+            if shared:  # collect the worker's step, so no stale message waits in the pipe
+                with contextlib.suppress(EnvWorkerError, EOFError, OSError):
+                    if self._wait_step() != _OK:
+                        self._conn.recv()
+            raise
         if shared:
             status = self._wait_step()
             obs[k:] = self._shared["obs"]
@@ -294,7 +301,8 @@ class SharedMemoryVectorEnv(VectorEnv):
         for i, final_o, final_info in ended:  # in sub-env order, as SyncVectorEnv adds them
             infos = self._add_info(infos, {"final_obs": final_o, "final_info": final_info}, i)
         if not self._box_obs:
-            obs = concatenate(self.single_observation_space, obs, create_empty_array(self.single_observation_space, n))
+            out: Any = create_empty_array(self.single_observation_space, n)
+            obs = concatenate(self.single_observation_space, obs, out)
         self._last_obs = obs
         return (obs.copy() if self._box_obs else deepcopy(obs)), rewards, terminated, truncated, infos
 
@@ -325,7 +333,8 @@ class SharedMemoryVectorEnv(VectorEnv):
                 rows.append(result[0])
                 infos = self._add_info(infos, result[1], i)
         space = self.single_observation_space
-        self._last_obs = concatenate(space, rows, create_empty_array(space, n))
+        out: Any = create_empty_array(space, n)
+        self._last_obs = concatenate(space, rows, out)
         return self._last_obs.copy(), infos
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:

@@ -352,7 +352,8 @@ class CriticProcess:
             for p, fitted, (step, exp_avg, exp_avg_sq) in zip(value.critic_parameters(), reply["params"],
                                                                reply["adam"], strict=True):  # fmt: skip
                 p.copy_(torch.from_numpy(fitted))
-                optimizer.state[p] = {"step": torch.from_numpy(step).clone(), "exp_avg": torch.from_numpy(exp_avg).clone(),
+                optimizer.state[p] = {"step": torch.from_numpy(step).clone(),
+                                      "exp_avg": torch.from_numpy(exp_avg).clone(),
                                       "exp_avg_sq": torch.from_numpy(exp_avg_sq).clone()}  # fmt: skip
         torch.set_rng_state(torch.from_numpy(reply["rng"]))
         self._rng = None
@@ -388,11 +389,11 @@ def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> No
                     for p, saved in zip(params, request["params"], strict=True):
                         p.copy_(torch.from_numpy(saved))
                 for p, saved in zip(params, request["adam"] or [None] * len(params), strict=True):
-                    optimizer.state[p] = {} if saved is None else {
-                        k: torch.from_numpy(v).clone() for k, v in zip(("step", "exp_avg", "exp_avg_sq"), saved)
-                    }  # fmt: skip
-                    if not optimizer.state[p]:
-                        del optimizer.state[p]
+                    if saved is None:  # the first fit: fit_value creates Adam's state
+                        optimizer.state.pop(p, None)
+                    else:
+                        step, exp_avg, exp_avg_sq = (torch.from_numpy(v).clone() for v in saved)
+                        optimizer.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
                 optimizer.param_groups[0]["lr"] = request["lr"]
                 torch.set_rng_state(torch.from_numpy(request["rng"]))
                 loss = fit_value(value, optimizer, torch.from_numpy(request["obs"]),

@@ -150,12 +150,12 @@ class TRPO:
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
             self._set_vf_learning_rate(schedule["train/vf_learning_rate"])
-            remote = self.critic_process is not None and self.critic_process.ready()
-            if remote:  # step 6 starts there, on this batch, while steps 2-5 run here
-                self.critic_process.submit(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns.flatten(),
-                                           n_epochs=cfg.n_critic_updates, batch_size=cfg.batch_size)  # fmt: skip
+            critic = self.critic_process if self.critic_process is not None and self.critic_process.ready() else None
+            if critic is not None:  # step 6 starts there, on this batch, while steps 2-5 run here
+                critic.submit(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns.flatten(),
+                              n_epochs=cfg.n_critic_updates, batch_size=cfg.batch_size)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
-            stats |= self._critic_steps(batch, returns.flatten(), remote=remote)
+            stats |= self._critic_steps(batch, returns.flatten(), remote=critic is not None)
             if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
                 stats |= schedule
             check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
