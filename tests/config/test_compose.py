@@ -240,7 +240,11 @@ def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     cfg = compose_train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
     assert (cfg.hardware.vec_env, cfg.hardware.eval_process) == ("worker", True)
     default = compose_train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
-    assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == ("shm", True, False)
+    assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == (
+        "shm",
+        True,
+        False,
+    )
     other = compose_train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in
     assert (other.hardware.vec_env, other.hardware.eval_process) == ("sync", False)
     with pytest.raises(
