@@ -5,21 +5,29 @@ Each run is ``pgcli.build.train`` on the config ``pgcli train algo=<a> env=hoppe
 2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process, one at
 a time, with ``tracking=off`` (metrics.csv only). Variants:
 
-- ``serial``: ``hardware.vec_env=sync hardware.eval_process=false``: everything in one process, on one core.
+- ``serial``: ``hardware.vec_env=sync hardware.eval_process=false algo.critic_process=false``: everything in one
+  process, on one core (the preset's default before issue 11 item 2).
 - ``parallel``: ``hardware.vec_env=worker hardware.eval_process=true``: one sub-env steps in a worker process while
-  the trainer steps the other; evaluations run on a policy snapshot in a third process, concurrently.
+  the trainer steps the other, synchronised through a pipe; evaluations run on a policy snapshot in a third
+  process, concurrently.
+- ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=false``: the same split,
+  synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
+- ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
+  trainer takes the policy step.
 - ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
   also given scaled to ``--steps``), one process.
 
 Per run: wall time of ``train`` (not the CLI's import-time startup), CPU seconds of the trainer process and of all
 processes (its children included), the evaluation curve, and a digest of the metric history without ``time/*``:
-``parallel`` must learn exactly what ``serial`` learns, so its digest must be the same. Variants alternate within a
-round (the order flips every round) so that load from other processes hits both alike; the load average is
-recorded. Results go to benchmarks/results/trpo_1m.json, rewritten after each run; runs already there (same variant,
-seed, steps, round) are skipped, so an interrupted benchmark continues where it stopped.
+``parallel``, ``shm`` and ``shm_critic`` must learn exactly what ``serial`` learns, so their digests must be the
+same. Variants alternate within a round (the order flips every round) so that load from other processes hits them
+alike; the load average is recorded. ``--variants`` picks which TRPO variants run (default: all four). Results go to
+benchmarks/results/trpo_1m.json (``--out``), rewritten after each run; runs already there (same variant, seed,
+steps, round) are skipped, so an interrupted benchmark continues where it stopped.
 
     .venv/bin/python benchmarks/trpo_1m.py --steps 1000000                # 1 round, ~10 min on an idle machine
     .venv/bin/python benchmarks/trpo_1m.py --steps 100000 --rounds 2 --sb3-steps 0 --out /tmp/trpo_100k.json
+    .venv/bin/python benchmarks/trpo_1m.py --steps 1000000 --sb3-steps 0 --variants serial shm shm_critic
     .venv/bin/python benchmarks/trpo_1m.py --report benchmarks/results/trpo_1m.json
 """
 
@@ -43,8 +51,10 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
-    "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false"]),
-    "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true"]),
+    "serial": ("trpo", ["hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"]),
+    "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true", "algo.critic_process=false"]),
+    "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=false"]),
+    "shm_critic": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
     "sb3_trpo": ("sb3_trpo", []),
 }
 LAST_EVALS = 5
@@ -147,6 +157,14 @@ def main() -> None:
     parser.add_argument("--sb3-steps", type=int, default=200_000, help="env steps of the sb3-contrib run (0: skip)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=1)
+    trpo_variants = [v for v, (algo, _) in VARIANTS.items() if algo == "trpo"]
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=trpo_variants,
+        default=trpo_variants,
+        help="TRPO variants to run (serial is the reference of the ratios and digests)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "trpo_1m.json")
     parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
     args = parser.parse_args()
@@ -162,7 +180,7 @@ def main() -> None:
             **git_state()}  # fmt: skip
     for rnd in range(args.rounds):
         for seed in args.seeds:
-            order = ["serial", "parallel"] if rnd % 2 == 0 else ["parallel", "serial"]
+            order = args.variants if rnd % 2 == 0 else args.variants[::-1]
             plan = [(v, args.steps) for v in order] + ([("sb3_trpo", args.sb3_steps)] if args.sb3_steps else [])
             for variant, steps in plan:
                 if any(r["variant"] == variant and r["seed"] == seed and r["round"] == rnd and r["steps"] >= steps

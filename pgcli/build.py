@@ -255,7 +255,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     import torch
 
     from pgcli.agent import write_agent_files
-    from pgcli.env import make_vec_env, reward_threshold
+    from pgcli.env import make_vec_env, reward_threshold, usable_cpus
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.run import Run
 
@@ -286,7 +286,11 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 run.logger,
                 total_steps=cfg.total_steps,
                 evaluator=Evaluator(
-                    cfg.env, cfg.eval, seed=cfg.seed, train_env=env, background=cfg.hardware.eval_process
+                    cfg.env,
+                    cfg.eval,
+                    seed=cfg.seed,
+                    train_env=env,
+                    background=cfg.hardware.eval_process and usable_cpus() >= 2,  # one CPU: in process, same results
                 ),
                 eval_every=cfg.eval.every,
                 checkpoint_dir=ctx.output_dir / "checkpoints",

@@ -350,6 +350,8 @@ class TRPOConfig:
     """Adam step size of the value network (initial value when vf_lr_schedule=linear)."""
     vf_lr_schedule: str = "constant"
     """'constant' or 'linear' (the critic's step size decays to 0 over total_steps)."""
+    critic_process: bool = False
+    """Fit the value network in a second process while the policy step runs (same numbers; CPU, >= 2 CPUs only)."""
     n_critic_updates: int = 10
     """Epochs of value-network minibatch updates per batch."""
     batch_size: int = 128
@@ -997,15 +999,17 @@ class HardwareConfig:
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"
-    """'sync' (one process), 'async' (a subprocess per env) or 'worker' (half the envs in a 2nd process; as 'sync')."""
+    """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync') or
+    'shm' (as 'worker', over shared memory; only end-of-episode infos)."""
     eval_process: bool = False
-    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results)."""
+    """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results; in
+    process with one usable CPU)."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         _require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
-        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker"))
+        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm"))
 
 
 @dataclass

@@ -241,7 +241,7 @@ def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, se
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process
-    os.nice(5)  # the trainer's steps come first; evaluation fills the gaps
+    os.nice(10)  # the trainer (and its env worker and critic processes) come first; evaluation fills the gaps
     torch.set_num_threads(1)
     env = None
     try:
@@ -338,6 +338,8 @@ class TrainingMonitor:
         self._last_eval_step: int | None = None
         self._pending_eval: tuple[int, int | None, Path | None] | None = None
         """(step, scheduled step, saved agent) of the evaluation running in the evaluation process."""
+        self._pending_ckpt: tuple[int, Path, dict[str, Any]] | None = None
+        """(step, staged agent directory, monitor state) of a checkpoint waiting for that evaluation's result."""
         self._next_eval = eval_every if eval_every > 0 else None
         self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
         self.checkpoint_keep = checkpoint_keep
@@ -389,33 +391,58 @@ class TrainingMonitor:
         if self._next_ckpt is not None and step >= self._next_ckpt and self.checkpoint_dir is not None:
             while self._next_ckpt <= step:
                 self._next_ckpt += self.checkpoint_every
-            self.save_checkpoint(step, agent)
+            self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
 
-    def save_checkpoint(self, step: int, agent: Agent) -> Path | None:
+    def save_checkpoint(self, step: int, agent: Agent, *, defer: bool = False) -> Path | None:
         """Save ``agent`` and this monitor's state to ``checkpoint_dir/step_<step>`` and log it as an artifact.
 
         Buffered metrics are flushed first, so a store never lacks a point from before its last checkpoint (a
         resumed run continues from there and logs only later steps).
+
+        The monitor state includes the evaluations up to ``step``. With ``defer`` and an evaluation still running in
+        the evaluation process, training does not wait for it: the agent is saved now to a hidden staging
+        directory, and the checkpoint is completed and put in place (``step_<step>``) when that evaluation's result
+        is collected, usually after the next update (resume never sees it before). Returns None then.
         """
         if self.checkpoint_dir is None:
             return None
+        if defer and self._pending_eval is not None:
+            self._discard_staged_checkpoint()
+            staged = agent.save(self.checkpoint_dir / f".step_{step}.staged")
+            self._pending_ckpt = (step, staged, self.state_dict(step))
+            return None
         self.collect_evaluation(wait=True)  # the monitor state saved below includes it
-        self.logger.flush()
         path = agent.save(self.checkpoint_dir / f"step_{step}")
+        return self._complete_checkpoint(step, path, self.state_dict(step))
+
+    def _complete_checkpoint(self, step: int, path: Path, state: dict[str, Any]) -> Path:
+        """Write the monitor ``state`` into the saved agent ``path``, move it to ``step_<step>``, log it, prune."""
+        assert self.checkpoint_dir is not None
+        self.logger.flush()
         tmp = path / f".{MONITOR_STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(self.state_dict(step)))
+        tmp.write_text(json.dumps(state))
         os.replace(tmp, path / MONITOR_STATE_FILE)
+        final = self.checkpoint_dir / f"step_{step}"
+        if path != final:
+            rmtree(final, ignore_errors=True)
+            os.replace(path, final)
         self._last_ckpt_step = step
-        self.last_checkpoint = path
-        self.logger.log_artifact(path, f"checkpoints/step_{step}")
+        self.last_checkpoint = final
+        self.logger.log_artifact(final, f"checkpoints/step_{step}")
         if self.checkpoint_keep > 0:
             prune_checkpoints(self.checkpoint_dir, self.checkpoint_keep)
-        return path
+        return final
+
+    def _discard_staged_checkpoint(self) -> None:
+        if self._pending_ckpt is not None:
+            rmtree(self._pending_ckpt[1], ignore_errors=True)
+            self._pending_ckpt = None
 
     def _stop_if_requested(self, step: int, agent: Agent) -> None:
         """A stop signal came during this update: checkpoint (unless one was just saved) and end training."""
         if self.stop:
+            self.collect_evaluation(wait=True)  # completes a checkpoint that waits for it
             if self._last_ckpt_step != step:
                 self.save_checkpoint(step, agent)
             self.stop.stop_now()
@@ -490,6 +517,14 @@ class TrainingMonitor:
         finally:
             if candidate is not None and candidate.exists():
                 rmtree(candidate, ignore_errors=True)
+        if self._pending_ckpt is not None:  # a checkpoint that waited for this evaluation
+            ckpt_step, staged, state = self._pending_ckpt
+            self._pending_ckpt = None
+            best = self.best_eval
+            state |= {"last_eval_step": self._last_eval_step, "best_step": self.best_step,
+                      "best_returns": best.returns.tolist() if best is not None else None,
+                      "best_lengths": best.lengths.tolist() if best is not None else None}  # fmt: skip
+            self._complete_checkpoint(ckpt_step, staged, state)
         return result
 
     def _record_evaluation(
@@ -537,6 +572,7 @@ class TrainingMonitor:
             self.evaluator.close()
         if self._pending_eval is not None and self._pending_eval[2] is not None:  # a run that ended early
             rmtree(self._pending_eval[2], ignore_errors=True)
+        self._discard_staged_checkpoint()
 
     # -- resume ------------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict[str, Any]:
@@ -620,7 +656,7 @@ def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
     steps = sorted((step, p) for p in checkpoint_dir.iterdir() if (step := checkpoint_step(p)) is not None)
     for _, path in steps[:-keep]:
         rmtree(path, ignore_errors=True)
-    for leftover in checkpoint_dir.glob(".step_*.tmp-*"):
+    for leftover in [*checkpoint_dir.glob(".step_*.tmp-*"), *checkpoint_dir.glob(".step_*.staged")]:
         rmtree(leftover, ignore_errors=True)
 
 

@@ -92,33 +92,41 @@ def _worker(conn: Connection, env_fns: list[Callable[[], gym.Env]]) -> None:
         conn.send(("ok", [(env.observation_space, env.action_space) for env in envs]))
         while True:
             command, payload = conn.recv()
-            if command == "step":
-                result: Any = [_lean(r) for r in step_envs(envs, payload)]
-            elif command == "reset":
-                result = reset_envs(envs, *payload)
-            elif command == "call":
-                result = call_envs(envs, *payload)
-            elif command == "set_attr":
-                name, values = payload
-                for env, value in zip(envs, values, strict=True):
-                    env.set_wrapper_attr(name, value)
-                result = None
-            elif command == "close":
+            if command == "close":
                 break
-            else:
-                raise ValueError(f"unknown env worker command {command!r}")
-            conn.send(("ok", result))
+            conn.send(("ok", answer(envs, command, payload)))
     except EOFError:  # the main process went away
         pass
     except BaseException as exc:  # reported to the main process, which raises it as one line
-        last = traceback.extract_tb(exc.__traceback__)[-1:]
-        where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
         with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}{where}"))
+            conn.send(("error", describe(exc)))
     finally:
         for env in envs:
             env.close()
         conn.close()
+
+
+def answer(envs: Sequence[gym.Env], command: str, payload: Any) -> Any:
+    """The result of one pipe command of a worker process on its sub-envs."""
+    if command == "step":
+        return [_lean(r) for r in step_envs(envs, payload)]
+    if command == "reset":
+        return reset_envs(envs, *payload)
+    if command == "call":
+        return call_envs(envs, *payload)
+    if command == "set_attr":
+        name, values = payload
+        for env, value in zip(envs, values, strict=True):
+            env.set_wrapper_attr(name, value)
+        return None
+    raise ValueError(f"unknown env worker command {command!r}")
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: its type, message and where it was raised."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 class WorkerVectorEnv(VectorEnv):

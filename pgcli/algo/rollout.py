@@ -18,8 +18,12 @@ the same as evaluating them step by step.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -28,6 +32,7 @@ from torch import Tensor
 
 from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
+from pgcli.errors import PgcliError
 from pgcli.monitor import TrainingMonitor
 
 
@@ -268,3 +273,139 @@ def mean_square_per_group(residuals: list[Tensor]) -> float:
         by_shape.setdefault(tuple(r.shape), []).append(r)
     total = sum(float(torch.stack(group).square().flatten(1).mean(1).sum()) for group in by_shape.values())
     return total / len(residuals)
+
+
+class CriticProcess:
+    """:func:`fit_value` in a separate process (TRPO's ``algo.critic_process``), so that the critic fit runs while
+    the trainer takes the policy step: the two only share the rollout (issue 11, item 2).
+
+    :meth:`submit` sends the value network's parameters, its Adam state, the batch and torch's global RNG state to
+    the process, which loads them into its own copy of the network and optimizer, runs :func:`fit_value` with the
+    same RNG stream (the minibatch permutations), and sends everything back; :meth:`result` copies it into the
+    trainer's network, optimizer and RNG. Every number is the one an in-process fit gives (tests/unit/test_rollout.py):
+    one thread on the same CPU runs the same kernels on the same inputs. The trainer must not draw from torch's
+    global RNG between the two calls (checked). A dead process is a one-line :class:`PgcliError`.
+
+    Args:
+        value: the trainer's value network (a copy is sent once, at start).
+        optimizer: its plain Adam (its hyperparameters are copied; its state is sent with each batch).
+    """
+
+    def __init__(self, value: ValueNetwork, optimizer: torch.optim.Adam) -> None:
+        import multiprocessing as mp
+
+        (group,) = optimizer.param_groups
+        settings = {"lr": float(group["lr"]), "betas": tuple(group["betas"]), "eps": float(group["eps"])}
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_critic_main, args=(child, copy.deepcopy(value).cpu(), settings),
+                                    daemon=True, name="pgcli-critic")  # fmt: skip
+        self._process.start()
+        child.close()  # only the process holds its end: its death is an EOF here, never a hang
+        self._rng: Tensor | None = None
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Whether the process has started (imports take seconds): until then the trainer fits in process, which
+        gives the same numbers, instead of waiting."""
+        if not self._ready and self._conn.poll():
+            try:
+                self._conn.recv()
+            except (EOFError, OSError):
+                self._fail()
+            self._ready = True
+        return self._ready
+
+    def submit(self, value: ValueNetwork, optimizer: torch.optim.Adam, obs: Tensor, returns: Tensor, *,
+               n_epochs: int, batch_size: int) -> None:  # fmt: skip
+        """Start fitting ``value`` (with ``optimizer``'s step size and state) to ``returns`` [B] at ``obs`` [B, D]."""
+        params = list(value.critic_parameters())
+        state = [optimizer.state[p] for p in params] if all(optimizer.state[p] for p in params) else None
+        self._rng = torch.get_rng_state()
+        request = {
+            "params": [p.detach().numpy() for p in params],
+            "adam": None if state is None else [[st[k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")]
+                                                for st in state],
+            "lr": float(optimizer.param_groups[0]["lr"]), "rng": self._rng.numpy(), "obs": obs.numpy(),
+            "returns": returns.numpy(), "n_epochs": n_epochs, "batch_size": batch_size,
+        }  # fmt: skip
+        try:
+            self._conn.send(request)
+        except OSError:
+            self._fail()
+
+    def result(self, value: ValueNetwork, optimizer: torch.optim.Adam) -> float:
+        """Wait for the fit; copy the fitted parameters, Adam state and RNG state in; the mean minibatch loss."""
+        assert self._rng is not None, "result() without submit()"
+        if not torch.equal(torch.get_rng_state(), self._rng):
+            raise RuntimeError("torch's global RNG was used while the critic process fitted: the run would differ")
+        try:
+            status, reply = self._conn.recv()
+            if status == "ready":  # submitted before ready() saw it
+                self._ready = True
+                status, reply = self._conn.recv()
+        except (EOFError, OSError):
+            self._fail()
+        if status == "error":
+            raise PgcliError(f"critic process failed: {reply}")
+        with torch.no_grad():
+            for p, fitted, (step, exp_avg, exp_avg_sq) in zip(value.critic_parameters(), reply["params"],
+                                                               reply["adam"], strict=True):  # fmt: skip
+                p.copy_(torch.from_numpy(fitted))
+                optimizer.state[p] = {"step": torch.from_numpy(step).clone(),
+                                      "exp_avg": torch.from_numpy(exp_avg).clone(),
+                                      "exp_avg_sq": torch.from_numpy(exp_avg_sq).clone()}  # fmt: skip
+        torch.set_rng_state(torch.from_numpy(reply["rng"]))
+        self._rng = None
+        return float(reply["loss"])
+
+    def _fail(self) -> NoReturn:
+        self._process.join(timeout=1.0)
+        pid, code = self._process.pid, self._process.exitcode
+        raise PgcliError(f"the critic process (pid {pid}) died (exit code {code}); algo.critic_process=false runs "
+                         "without it")  # fmt: skip
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._process.join(timeout=5.0)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
+        self._conn.close()
+
+
+def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> None:
+    """The critic process: fit each submitted batch (see :class:`CriticProcess`) until None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the trainer
+    torch.set_num_threads(1)
+    optimizer = torch.optim.Adam(value.critic_parameters(), **settings)
+    params = list(value.critic_parameters())
+    try:
+        conn.send(("ready", None))
+        while (request := conn.recv()) is not None:
+            try:
+                with torch.no_grad():
+                    for p, saved in zip(params, request["params"], strict=True):
+                        p.copy_(torch.from_numpy(saved))
+                for p, saved in zip(params, request["adam"] or [None] * len(params), strict=True):
+                    if saved is None:  # the first fit: fit_value creates Adam's state
+                        optimizer.state.pop(p, None)
+                    else:
+                        step, exp_avg, exp_avg_sq = (torch.from_numpy(v).clone() for v in saved)
+                        optimizer.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+                optimizer.param_groups[0]["lr"] = request["lr"]
+                torch.set_rng_state(torch.from_numpy(request["rng"]))
+                loss = fit_value(value, optimizer, torch.from_numpy(request["obs"]),
+                                 torch.from_numpy(request["returns"]), n_epochs=request["n_epochs"],
+                                 batch_size=request["batch_size"])  # fmt: skip
+                reply = {"loss": loss, "params": [p.detach().numpy() for p in params],
+                         "adam": [[optimizer.state[p][k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")]
+                                  for p in params], "rng": torch.get_rng_state().numpy()}  # fmt: skip
+                conn.send(("ok", reply))
+            except Exception as exc:  # reported to the trainer, which raises it as one line
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except (EOFError, OSError):  # the trainer went away
+        pass
+    finally:
+        conn.close()

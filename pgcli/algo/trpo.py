@@ -43,8 +43,9 @@ from torch import Tensor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
-from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
+from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
+from pgcli.env import usable_cpus
 from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
@@ -132,6 +133,12 @@ class TRPO:
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
         self.steps = 0
         """Env steps taken (continues across a checkpoint)."""
+        self.critic_process = (
+            CriticProcess(self.value, self.vf_optimizer)
+            if cfg.critic_process and device.type == "cpu" and usable_cpus() >= 2
+            else None
+        )
+        """Step 6 in a second process while this one takes steps 2-5 (``algo.critic_process``; same numbers)."""
 
     def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
         cfg = self.cfg
@@ -142,8 +149,13 @@ class TRPO:
             step = self.steps
             advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
                                       gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            self._set_vf_learning_rate(schedule["train/vf_learning_rate"])
+            critic = self.critic_process if self.critic_process is not None and self.critic_process.ready() else None
+            if critic is not None:  # step 6 starts there, on this batch, while steps 2-5 run here
+                critic.submit(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns.flatten(),
+                              n_epochs=cfg.n_critic_updates, batch_size=cfg.batch_size)  # fmt: skip
             stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
-            stats |= self._critic_steps(batch, returns.flatten(), schedule["train/vf_learning_rate"])
+            stats |= self._critic_steps(batch, returns.flatten(), remote=critic is not None)
             if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
                 stats |= schedule
             check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
@@ -221,14 +233,20 @@ class TRPO:
             "train/entropy": before.entropy.item(),
         }
 
-    def _critic_steps(self, batch: Rollout, returns: Tensor, learning_rate: float) -> dict[str, float]:
-        """Step 6: ``n_critic_updates`` epochs of Adam (step size ``learning_rate``) minibatch regression of V onto
-        the GAE returns."""
+    def _set_vf_learning_rate(self, learning_rate: float) -> None:
+        """The critic's Adam step size for this update (``vf_lr_schedule``)."""
         if self.cfg.vf_lr_schedule != "constant":  # constant: the optimizer's own lr, untouched
             for group in self.vf_optimizer.param_groups:
                 group["lr"] = learning_rate
-        loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
-                         n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
+
+    def _critic_steps(self, batch: Rollout, returns: Tensor, *, remote: bool = False) -> dict[str, float]:
+        """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns (``remote``:
+        the result of the critic process's fit, started on the same batch)."""
+        if remote and self.critic_process is not None:
+            loss = self.critic_process.result(self.value, self.vf_optimizer)
+        else:
+            loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
+                             n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
         return {
             "train/value_loss": loss,
             "train/explained_variance": explained_variance(batch.values.flatten(), returns),
@@ -257,4 +275,6 @@ class TRPO:
             self.collector.last_obs = restored.obs
 
     def close(self) -> None:
+        if self.critic_process is not None:
+            self.critic_process.close()
         self.env.close()

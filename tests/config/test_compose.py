@@ -239,10 +239,16 @@ def test_cuda_without_gpu_is_a_clear_error():
 def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     cfg = compose_train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
     assert (cfg.hardware.vec_env, cfg.hardware.eval_process) == ("worker", True)
-    default = compose_train_config(["algo=trpo", "env=hopper"])
-    assert (default.hardware.vec_env, default.hardware.eval_process) == ("sync", False)  # opt-in (docs/benchmarks.md)
+    default = compose_train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
+    assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == (
+        "shm",
+        True,
+        False,
+    )
+    other = compose_train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in
+    assert (other.hardware.vec_env, other.hardware.eval_process) == ("sync", False)
     with pytest.raises(
-        ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker \(got 'threads'\)"
+        ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker, shm \(got 'threads'\)"
     ) as err:
         compose_train_config(["hardware.vec_env=threads"])
     assert "\n" not in str(err.value)

@@ -37,6 +37,11 @@ CASES = {
         TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, target_kl_schedule="linear", vf_lr_schedule="linear"),
         "Pendulum-v1",
     ),
+    "trpo_critic_process-pendulum": (  # the critic fitted in a second process (scheduled step size included)
+        TRPO,
+        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, vf_lr_schedule="linear", critic_process=True),
+        "Pendulum-v1",
+    ),
     "vpg-cartpole": (VPG, VPGConfig(n_steps=64, n_critic_updates=2, batch_size=32), "CartPole-v1"),
     "ppo_kl-pendulum": (PPOKL, PPOKLConfig(n_steps=64, n_epochs=2, batch_size=32), "Pendulum-v1"),
     "grpo-cartpole": (
@@ -98,8 +103,8 @@ def steps_of(trainer) -> int:
 
 @pytest.mark.parametrize(
     ("case", "vectorization"),
-    [(case, "sync") for case in CASES] + [("trpo-pendulum", "worker")],
-    ids=[*CASES, "trpo-pendulum-worker_env"],
+    [(case, "sync") for case in CASES] + [("trpo-pendulum", "worker"), ("trpo-pendulum", "shm")],
+    ids=[*CASES, "trpo-pendulum-worker_env", "trpo-pendulum-shm_env"],
 )
 def test_one_update_save_load_one_update_equals_two_updates(case: str, vectorization: str, tmp_path: Path):
     probe = build(case, seed=3, vectorization=vectorization)

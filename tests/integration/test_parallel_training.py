@@ -1,5 +1,5 @@
-"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker`` and ``hardware.eval_process=true`` change
-where the work runs, not what is learned.
+"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm``, ``hardware.eval_process=true`` and
+``algo.critic_process=true`` change where the work runs, not what is learned.
 
 An end-to-end TRPO Hopper run through ``pgcli.build.train`` gives the same metric history (wall-clock ``time/*``
 aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
@@ -9,6 +9,7 @@ mid-training ends with a one-line error and a FAILED run instead of hanging.
 from __future__ import annotations
 
 import csv
+import json
 import signal
 import subprocess
 import sys
@@ -35,9 +36,15 @@ def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
     return sorted(rows)  # evaluations in the background are logged when they finish, after later train/* rows
 
 
-def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(tmp_path: Path):
-    serial = run(tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false")
-    parallel = run(tmp_path / "parallel", "hardware.vec_env=worker", "hardware.eval_process=true")
+@pytest.mark.parametrize(("vec_env", "critic_process"), [("worker", "false"), ("shm", "true")])
+def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
+    vec_env: str, critic_process: str, tmp_path: Path
+):
+    serial = run(
+        tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"
+    )
+    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", "hardware.eval_process=true",
+                   f"algo.critic_process={critic_process}")  # fmt: skip
     evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]
     assert [step for step, _ in evals] == ["2048", "4096", "6144"]
     assert serial == parallel
@@ -49,6 +56,12 @@ def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(tmp_p
         assert torch.equal(best[0]["policy"][name], best[1]["policy"][name]), name
     assert not list((tmp_path / "parallel").glob(".best_model.step_*"))  # candidates of other evaluations removed
     assert [p.name for p in (tmp_path / "parallel" / "checkpoints").iterdir()] == ["step_4096"]
+    # the checkpoint was completed when the evaluation at its step came back: the same monitor state and networks
+    ckpts = [tmp_path / run / "checkpoints" / "step_4096" for run in ("serial", "parallel")]
+    assert json.loads((ckpts[0] / "monitor.json").read_text()) == json.loads((ckpts[1] / "monitor.json").read_text())
+    models = [torch.load(ckpt / "model.pt", weights_only=False) for ckpt in ckpts]
+    for name in models[0]["policy"]:
+        assert torch.equal(models[0]["policy"][name], models[1]["policy"][name]), name
 
 
 def spawned_children(pid: int) -> list[int]:
@@ -58,10 +71,13 @@ def spawned_children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from /proc")
-def test_a_killed_env_worker_ends_the_run_failed_with_one_line(migrated_store: Store, workdir: Path):
+@pytest.mark.parametrize("vec_env", ["worker", "shm"])
+def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, migrated_store: Store, workdir: Path):
     stderr = workdir / "stderr.txt"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "env=hopper", "total_steps=10000000",
-            "eval.every=0", "hardware.vec_env=worker", "progress=true", f"tracking.uri={migrated_store.uri}",
+            "eval.every=0", f"hardware.vec_env={vec_env}", "hardware.eval_process=false", "algo.critic_process=false",
+            "progress=true",
+            f"tracking.uri={migrated_store.uri}",
             f"hydra.run.dir={workdir / 'run'}"]  # fmt: skip
     with stderr.open("w") as err:
         proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())

@@ -1,5 +1,10 @@
 """On-policy core: rollout collection (true final observations, termination vs truncation), minibatches, fit_value."""
 
+import copy
+import os
+import signal
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -8,8 +13,9 @@ import torch.nn.functional as F
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from pgcli.algo.policies import CategoricalPolicy, ValueNetwork
-from pgcli.algo.rollout import RolloutCollector, fit_value, minibatches
+from pgcli.algo.rollout import CriticProcess, RolloutCollector, fit_value, minibatches
 from pgcli.config import ModelConfig
+from pgcli.errors import PgcliError
 
 
 class Counter(gym.Env):
@@ -135,3 +141,52 @@ def test_fit_value_rejects_an_optimizer_it_cannot_reproduce():
     with pytest.raises(ValueError, match="plain Adam"):
         fit_value(value, torch.optim.Adam(value.parameters(), weight_decay=0.1), torch.zeros(4, 4), torch.zeros(4),
                   n_epochs=1, batch_size=2)  # fmt: skip
+
+
+def test_critic_process_fits_exactly_as_fit_value_in_process():
+    torch.manual_seed(0)
+    value = ValueNetwork(5, ModelConfig(vf_hidden_sizes=[16, 16]))
+    optimizer = torch.optim.Adam(value.critic_parameters(), lr=3e-3)
+    remote_value = copy.deepcopy(value)
+    remote_optimizer = torch.optim.Adam(remote_value.critic_parameters(), lr=3e-3)
+    process = CriticProcess(remote_value, remote_optimizer)
+    try:
+        deadline = time.monotonic() + 120
+        while not process.ready():  # started: the trainer submits from now on (before: fits in process)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # polling interval
+        for lr in (3e-3, 3e-3, 1e-3):  # the first fit creates Adam's state on both sides; a scheduled step size
+            for opt in (optimizer, remote_optimizer):
+                opt.param_groups[0]["lr"] = lr
+            obs, returns = torch.randn(300, 5), torch.randn(300)
+            rng = torch.get_rng_state()
+            loss = fit_value(value, optimizer, obs, returns, n_epochs=3, batch_size=64)  # draws 3 permutations
+            after = torch.get_rng_state()
+            torch.set_rng_state(rng)
+            process.submit(remote_value, remote_optimizer, obs, returns, n_epochs=3, batch_size=64)
+            assert process.result(remote_value, remote_optimizer) == loss
+            assert torch.equal(torch.get_rng_state(), after)  # the RNG moved on as the in-process fit moved it
+            for p, q in zip(value.critic_parameters(), remote_value.critic_parameters(), strict=True):
+                assert torch.equal(p, q)
+                for key in ("step", "exp_avg", "exp_avg_sq"):
+                    assert torch.equal(optimizer.state[p][key], remote_optimizer.state[q][key]), key
+        # drawing from the RNG while the process fits would change the run: refused
+        process.submit(remote_value, remote_optimizer, obs, returns, n_epochs=1, batch_size=64)
+        torch.rand(1)
+        with pytest.raises(RuntimeError, match="RNG"):
+            process.result(remote_value, remote_optimizer)
+    finally:
+        process.close()
+
+
+def test_a_dead_critic_process_is_a_one_line_error():
+    value = ValueNetwork(3, ModelConfig(vf_hidden_sizes=[8]))
+    optimizer = torch.optim.Adam(value.critic_parameters(), lr=1e-3)
+    process = CriticProcess(value, optimizer)
+    os.kill(process._process.pid, signal.SIGKILL)
+    process._process.join(timeout=30)
+    with pytest.raises(PgcliError) as err:
+        process.submit(value, optimizer, torch.randn(10, 3), torch.randn(10), n_epochs=1, batch_size=4)
+        process.result(value, optimizer)
+    assert "\n" not in str(err.value) and "critic process" in str(err.value) and "died" in str(err.value)
+    process.close()

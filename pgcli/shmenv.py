@@ -1,0 +1,379 @@
+"""``hardware.vec_env=shm``: a same-step-autoreset vector env whose second half steps in a worker process that
+exchanges actions and results with this one through shared memory (issue 11, item 2).
+
+Why not a pipe (``hardware.vec_env=worker``): with Hopper's 2 sub-envs a vector step moves ~0.1 ms of stepping to
+the other core, and a pipe round trip (pickling, two syscalls, a kernel wake-up on each side) costs more than that
+(docs/benchmarks.md, "TRPO on two cores"). Here one vector step is:
+
+1. this process writes the worker's rows of the actions into shared memory and bumps a command counter;
+2. it steps its own sub-envs meanwhile, while the worker, which busy-waits on the counter, steps its share and
+   writes observations, rewards and termination flags back, then bumps a done counter;
+3. this process busy-waits on the done counter and reads the results.
+
+Busy waiting keeps both processes on their cores for the whole rollout; when no command arrives for
+``SPIN_S`` (the update phase, evaluation) the worker polls every ``POLL_S`` instead, so it costs no core while
+idle. Observations, rewards and flags are exactly the sync vector env's (the sub-envs are stepped and auto-reset in
+the same order with the same actions; tests/unit/test_shmenv.py checks it against ``SyncVectorEnv``).
+
+**Infos are lean**: a step's info holds only what pgcli's trainers and monitor read, ``final_obs`` and
+``final_info`` (each ended episode's last info, its ``episode`` statistics included) with their ``_`` masks, built
+by the same ``VectorEnv._add_info`` calls as the sync env's. The per-step env infos (e.g. Hopper's ``x_position``)
+are left out; they cost a dict merge per step and nothing reads them. On the rare steps where a worker sub-env's
+episode ends, its final observation and info come through the pipe. Reset, ``call``, ``get_attr`` and
+``set_attr`` (checkpoints) go through the pipe as with ``WorkerVectorEnv``.
+
+With one sub-env, one usable CPU, or spaces other than Box / Discrete, every sub-env steps in this process (the
+same lean step, no worker). The busy-wait protocol relies on x86's ordering of stores (a writer's data is visible
+before its counter), so on other CPU architectures the worker is not started either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import platform
+import signal
+import time
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from pgcli.vecenv import EnvWorkerError, answer, describe, reset_envs
+
+SPIN_S = 0.002
+"""How long a waiting process busy-waits before it polls instead (the worker, between rollouts)."""
+POLL_S = 0.0005
+"""Sleep between polls of an idle worker: the latency of the first step after an update."""
+X86 = ("x86_64", "amd64", "i386", "i686")
+
+# the control block: int64 slots
+_SEQ, _CMD, _DONE, _STATUS = 0, 1, 2, 3
+_STEP, _PIPE, _CLOSE = 1, 2, 3  # commands
+_OK, _ENDED, _ERROR = 0, 1, 2  # a step's status
+
+
+def _layout(n: int, obs_space: gym.spaces.Box, action_space: gym.Space) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
+    """The arrays in shared memory for ``n`` worker sub-envs: (name, dtype, shape)."""
+    act_dtype = np.dtype(np.int64) if isinstance(action_space, gym.spaces.Discrete) else action_space.dtype
+    act_shape = tuple(action_space.shape or ())
+    return [("ctrl", np.dtype(np.int64), (4,)), ("actions", np.dtype(act_dtype), (n, *act_shape)),
+            ("obs", np.dtype(obs_space.dtype), (n, *obs_space.shape)), ("rewards", np.dtype(np.float64), (n,)),
+            ("terminated", np.dtype(np.bool_), (n,)), ("truncated", np.dtype(np.bool_), (n,))]  # fmt: skip
+
+
+def _views(buffer: Any, layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+    """numpy views of ``buffer`` laid out as ``layout`` (each array 8-byte aligned)."""
+    views, offset = {}, 0
+    for name, dtype, shape in layout:
+        count = int(np.prod(shape, dtype=np.int64))
+        views[name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
+        offset += -(-count * dtype.itemsize // 8) * 8
+    return views
+
+
+def _nbytes(layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> int:
+    return sum(-(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 8) * 8 for _, dtype, shape in layout)
+
+
+def _worker(conn: Connection, buffer: Any, layout: list, env_fns: list[Callable[[], gym.Env]], first: int) -> None:
+    """The worker process: build its sub-envs (global indices ``first``, ``first + 1``, ...), then answer commands
+    until ``close``, or until the main process is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process, which checkpoints
+    parent = os.getppid()
+    envs: list[gym.Env] = []
+    views = _views(buffer, layout)
+    ctrl = memoryview(buffer).cast("B").cast("q")[:4]  # plain-int reads: the cheapest spin
+    actions, obs, rewards = views["actions"], views["obs"], views["rewards"]
+    terminated, truncated = views["terminated"], views["truncated"]
+    try:
+        envs = [fn() for fn in env_fns]
+        conn.send(("ok", None))
+        seq = 0
+        while True:
+            seq = _next_command(ctrl, seq, parent)
+            if seq < 0:  # the main process went away
+                break
+            command = ctrl[_CMD]
+            if command == _STEP:
+                status = _OK
+                try:
+                    ended = []
+                    for j, env in enumerate(envs):
+                        o, r, te, tr, info = env.step(actions[j].copy())
+                        if te or tr:
+                            ended.append((first + j, o, info))
+                            o, _ = env.reset()
+                        obs[j], rewards[j], terminated[j], truncated[j] = o, r, te, tr
+                    if ended:
+                        conn.send(ended)  # before the done counter: it is in the pipe when the main process looks
+                        status = _ENDED
+                except Exception as exc:
+                    conn.send(describe(exc))
+                    status = _ERROR
+                ctrl[_STATUS] = status
+                ctrl[_DONE] = seq  # last: the results above are visible before it (x86 store order)
+            elif command == _PIPE:
+                name, payload = conn.recv()
+                try:
+                    conn.send(("ok", answer(envs, name, payload)))
+                except Exception as exc:
+                    conn.send(("error", describe(exc)))
+            else:  # _CLOSE
+                break
+    except (EOFError, OSError):  # the main process went away
+        pass
+    finally:
+        for env in envs:
+            env.close()
+        conn.close()
+
+
+def _next_command(ctrl: memoryview, seq: int, parent: int) -> int:
+    """Wait until the command counter passes ``seq``; its new value, or -1 when the parent process is gone."""
+    if ctrl[_SEQ] != seq:
+        return ctrl[_SEQ]
+    deadline = time.perf_counter() + SPIN_S
+    while ctrl[_SEQ] == seq:
+        if time.perf_counter() > deadline:
+            break
+    polls = 0
+    while ctrl[_SEQ] == seq:
+        time.sleep(POLL_S)
+        polls += 1
+        if polls % 200 == 0 and os.getppid() != parent:
+            return -1
+    return ctrl[_SEQ]
+
+
+class SharedMemoryVectorEnv(VectorEnv):
+    """Same-step-autoreset vector env over ``env_fns``: sub-envs ``[0, n - n_worker)`` step in this process, the
+    rest in one worker process synchronised through shared memory (see the module docstring).
+
+    Args:
+        env_fns: picklable functions that make each sub-env (the worker process is spawned, not forked).
+        n_worker: how many of the last sub-envs the worker steps (0: none, no worker process; default
+            ``len(env_fns) // 2``).
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, n_worker: int | None = None) -> None:
+        n = len(env_fns)
+        n_worker = n // 2 if n_worker is None else n_worker
+        if not 0 <= n_worker < n:
+            raise ValueError(f"n_worker must be in [0, {n - 1}] (got {n_worker})")
+        requested = n_worker
+        self.num_envs = n
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.autoreset_mode = AutoresetMode.SAME_STEP
+        self.envs = [fn() for fn in env_fns[: n - n_worker]]
+        obs_space, action_space = self.envs[0].observation_space, self.envs[0].action_space
+        self.single_observation_space, self.single_action_space = obs_space, action_space
+        self.observation_space, self.action_space = batch_space(obs_space, n), batch_space(action_space, n)
+        self._box_obs = isinstance(obs_space, gym.spaces.Box)
+        if not (self._box_obs and isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete))):
+            n_worker = 0
+        if platform.machine().lower() not in X86:
+            n_worker = 0
+        if n_worker == 0:  # the sub-envs meant for the worker step here
+            self.envs += [fn() for fn in env_fns[n - requested :]]
+        self.n_local = n - n_worker
+        self._last_obs: Any = None  # the batch returned last: the rows a masked reset leaves
+        self._process: Any = None
+        self._closed_worker = True
+        if n_worker:
+            self._start_worker(list(env_fns[self.n_local :]), obs_space, action_space)
+
+    def _start_worker(self, env_fns: list[Callable[[], gym.Env]], obs_space: Any, action_space: Any) -> None:
+        layout = _layout(len(env_fns), obs_space, action_space)
+        ctx = mp.get_context("spawn")  # torch's threads do not survive a fork
+        self._buffer = ctx.RawArray("B", _nbytes(layout))
+        self._shared = _views(self._buffer, layout)
+        self._ctrl = memoryview(self._buffer).cast("B").cast("q")[:4]
+        self._seq = 0
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_worker, args=(child, self._buffer, layout, env_fns, self.n_local),
+                                    daemon=True, name="pgcli-env-worker")  # fmt: skip
+        self._process.start()
+        child.close()  # only the worker holds its end: its death is an EOF here, never a hang
+        self._closed_worker = False
+        self._receive("start")
+
+    # -- the worker ---------------------------------------------------------------------------------------------------
+    def _died(self, command: str) -> EnvWorkerError:
+        self._process.join(timeout=1.0)
+        self._closed_worker = True
+        return EnvWorkerError(
+            f"the env worker process (pid {self._process.pid}) died during '{command}' "
+            f"(exit code {self._process.exitcode}); hardware.vec_env=sync runs without it"
+        )
+
+    def _receive(self, command: str) -> Any:
+        try:
+            status, result = self._conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            raise self._died(command) from None
+        if status == "error":
+            self._closed_worker = True
+            raise EnvWorkerError(f"env worker '{command}' failed: {result}")
+        return result
+
+    def _signal(self, command: int) -> None:
+        if self._closed_worker:
+            raise EnvWorkerError("the env worker process has already stopped")
+        self._seq += 1
+        self._ctrl[_CMD] = command
+        self._ctrl[_SEQ] = self._seq  # last: the worker reads the command (and the actions) after it
+
+    def _pipe(self, command: str, payload: Any) -> None:
+        """Send a pipe command; its answer is ``_receive(command)``."""
+        self._signal(_PIPE)
+        try:
+            self._conn.send((command, payload))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise self._died(command) from None
+
+    def _wait_step(self) -> int:
+        """Busy-wait for the worker's step (then poll, checking that it lives); its status."""
+        ctrl, seq = self._ctrl, self._seq
+        if ctrl[_DONE] != seq:
+            deadline = time.perf_counter() + SPIN_S
+            while ctrl[_DONE] != seq and time.perf_counter() < deadline:
+                pass
+            while ctrl[_DONE] != seq:
+                if not self._process.is_alive():
+                    raise self._died("step")
+                time.sleep(0)
+        return ctrl[_STATUS]
+
+    # -- VectorEnv ----------------------------------------------------------------------------------------------------
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # type: ignore[override]
+        n, k = self.num_envs, self.n_local
+        worker = self._process is not None
+        shared = worker and isinstance(actions, np.ndarray) and actions.dtype == self._shared["actions"].dtype
+        if shared:
+            self._shared["actions"][...] = actions[k:]
+            self._signal(_STEP)
+        elif worker:  # actions of another dtype: through the pipe, exactly as given
+            self._pipe("step", list(actions[k:]))
+        obs: Any = np.empty(self.observation_space.shape, self.observation_space.dtype) if self._box_obs else [None] * n  # type: ignore[arg-type]
+        rewards = np.zeros(n, dtype=np.float64)
+        terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+        ended: list[tuple[int, Any, dict[str, Any]]] = []
+        try:
+            for i in range(k):
+                o, r, te, tr, info = self.envs[i].step(actions[i])
+                if te or tr:
+                    ended.append((i, o, info))
+                    o, _ = self.envs[i].reset()
+                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+        except BaseException:
+            if shared:  # collect the worker's step, so no stale message waits in the pipe
+                with contextlib.suppress(EnvWorkerError, EOFError, OSError):
+                    if self._wait_step() != _OK:
+                        self._conn.recv()
+            raise
+        if shared:
+            status = self._wait_step()
+            obs[k:] = self._shared["obs"]
+            rewards[k:], terminated[k:] = self._shared["rewards"], self._shared["terminated"]
+            truncated[k:] = self._shared["truncated"]
+            if status != _OK:
+                try:
+                    message = self._conn.recv()
+                except (EOFError, ConnectionResetError, OSError):
+                    raise self._died("step") from None
+                if status == _ERROR:
+                    self._closed_worker = True
+                    raise EnvWorkerError(f"env worker 'step' failed: {message}")
+                ended += message
+        elif worker:
+            for i, (o, r, te, tr, final_o, final_info, _) in enumerate(self._receive("step"), start=k):
+                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+                if final_info is not None:
+                    ended.append((i, final_o, final_info))
+        infos: dict[str, Any] = {}
+        for i, final_o, final_info in ended:  # in sub-env order, as SyncVectorEnv adds them
+            infos = self._add_info(infos, {"final_obs": final_o, "final_info": final_info}, i)
+        if not self._box_obs:
+            out: Any = create_empty_array(self.single_observation_space, n)
+            obs = concatenate(self.single_observation_space, obs, out)
+        self._last_obs = obs
+        return (obs.copy() if self._box_obs else deepcopy(obs)), rewards, terminated, truncated, infos
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        """As ``SyncVectorEnv.reset``: int seeds give sub-env i ``seed + i``; ``options["reset_mask"]`` resets only
+        the selected sub-envs (the others' rows of the returned batch are their last observations)."""
+        n, k = self.num_envs, self.n_local
+        seeds = [None] * n if seed is None else ([seed + i for i in range(n)] if isinstance(seed, int) else seed)
+        if len(seeds) != n:
+            raise ValueError(f"expected {n} seeds, got {len(seeds)}")
+        mask = np.ones(n, dtype=bool)
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = np.asarray(options.pop("reset_mask"), dtype=bool)
+            if mask.shape != (n,) or not mask.any():
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+        if self._process is not None:
+            self._pipe("reset", (seeds[k:], list(mask[k:]), options))
+        results = reset_envs(self.envs, seeds[:k], list(mask[:k]), options)
+        if self._process is not None:
+            results += self._receive("reset")
+        infos: dict[str, Any] = {}
+        rows = []
+        for i, result in enumerate(results):
+            if result is None:
+                rows.append(self._last_obs[i])
+            else:
+                rows.append(result[0])
+                infos = self._add_info(infos, result[1], i)
+        space = self.single_observation_space
+        out: Any = create_empty_array(space, n)
+        self._last_obs = concatenate(space, rows, out)
+        return self._last_obs.copy(), infos
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Every sub-env's attribute ``name`` (through its wrappers), called with the arguments when it is a method;
+        in sub-env order (as ``SyncVectorEnv.call``)."""
+        if self._process is not None:
+            self._pipe("call", (name, args, kwargs))
+        local = answer(self.envs, "call", (name, args, kwargs))
+        return tuple(local + (self._receive("call") if self._process is not None else []))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``call(name)``, as ``SyncVectorEnv.get_attr``."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set ``name`` on every sub-env: one value each (a list or tuple of ``num_envs``) or the same for all."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} values, got {len(values)}")
+        k = self.n_local
+        if self._process is not None:
+            self._pipe("set_attr", (name, list(values[k:])))
+        answer(self.envs, "set_attr", (name, list(values[:k])))
+        if self._process is not None:
+            self._receive("set_attr")
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()
+        if self._process is None:
+            return
+        self._closed_worker = True
+        if self._process.is_alive():  # also after an error it answered: it waits for the next command
+            self._seq += 1
+            self._ctrl[_CMD] = _CLOSE
+            self._ctrl[_SEQ] = self._seq
+        self._process.join(timeout=5.0)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
+        self._conn.close()

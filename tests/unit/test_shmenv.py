@@ -1,0 +1,154 @@
+"""``hardware.vec_env=shm`` (pgcli/shmenv.py): the sync vector env's observations, rewards, flags and end-of-episode
+infos, step for step, on real envs with many resets on both sides of the process boundary; checkpoint snapshots
+through the worker; a dead or failing worker is a one-line error, not a hang; the exact fast mean / variance of the
+normaliser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from test_vecenv import assert_same, flat_info, rollout
+
+from pgcli import env as env_module
+from pgcli.config import EnvConfig
+from pgcli.env import batch_mean_var, env_state, make_vec_env, restore_env_state
+from pgcli.shmenv import SharedMemoryVectorEnv
+from pgcli.vecenv import EnvWorkerError
+
+HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
+END_KEYS = ("final_obs", "_final_obs", "final_info.", "_final_info")
+
+
+def lean(steps: list[tuple]) -> list[tuple]:
+    """A rollout's steps with only the end-of-episode infos (what the shm env carries) in the flattened info."""
+    return [(*s[:8], {k: v for k, v in s[8].items() if k.startswith(END_KEYS)}) for s in steps]
+
+
+@pytest.mark.parametrize("n_envs", [2, 3])
+def test_shm_env_gives_exactly_the_sync_envs_experience_on_hopper(n_envs: int):
+    cfg = EnvConfig(id="Hopper-v5", n_envs=n_envs, normalize_obs=True, normalize_reward=True)
+    sync = make_vec_env(cfg, seed=7, vectorization="sync")
+    shm = make_vec_env(cfg, seed=7, vectorization="shm")
+    try:
+        base = shm.unwrapped
+        assert isinstance(base, SharedMemoryVectorEnv) and base.n_local == n_envs - n_envs // 2
+        assert base._process is not None and base._process.is_alive()
+        a, b = rollout(sync, 300, seed=1), rollout(shm, 300, seed=1)
+        # random actions topple Hopper within ~20 steps: many resets, in both processes' sub-envs
+        ended = np.array([x[3] | x[2] for x in a])
+        assert ended[:, : base.n_local].sum() > 10 and ended[:, base.n_local :].sum() > 5
+        assert_same(lean(a), b)
+        assert all(set(step[8]) <= {k for k in step[8] if k.startswith(END_KEYS)} for step in b)
+        # an idle worker (longer than it busy-waits) still answers the next step
+        time.sleep(0.05)
+        assert_same(lean(rollout(sync, 20, seed=3)), rollout(shm, 20, seed=3))
+        # actions of another dtype go through the pipe, as given: still the same
+        for _ in range(30):
+            actions = np.random.default_rng(4).uniform(-1, 1, size=(n_envs, 3))  # float64
+            x, y = sync.step(actions), shm.step(actions)
+            for u, v in zip(x[:4], y[:4], strict=True):
+                np.testing.assert_array_equal(u, v)
+        # a masked reset resets only the selected sub-envs
+        mask = np.zeros(n_envs, dtype=bool)
+        mask[[0, -1]] = True
+        seeds = [3] + [None] * (n_envs - 2) + [5]
+        obs_a, _ = sync.reset(seed=seeds, options={"reset_mask": mask.copy()})
+        obs_b, _ = shm.reset(seed=seeds, options={"reset_mask": mask.copy()})
+        np.testing.assert_array_equal(obs_a, obs_b)
+        assert_same(lean(rollout(sync, 50, seed=2)), rollout(shm, 50, seed=2))
+        assert [s.tolist() for s in base.call("state_vector")] == [
+            s.tolist() for s in sync.unwrapped.call("state_vector")
+        ]
+        assert [spec.id for spec in base.get_attr("spec")] == ["Hopper-v5"] * n_envs
+    finally:
+        sync.close()
+        shm.close()
+
+
+def test_shm_env_on_discrete_actions_and_without_a_worker(monkeypatch: pytest.MonkeyPatch):
+    cartpole = EnvConfig(id="CartPole-v1", n_envs=4)
+    sync = make_vec_env(cartpole, seed=3, vectorization="sync")
+    shm = make_vec_env(cartpole, seed=3, vectorization="shm")
+    monkeypatch.setattr(env_module, "usable_cpus", lambda: 1)
+    alone = make_vec_env(cartpole, seed=3, vectorization="shm")  # one usable CPU: every sub-env here
+    try:
+        assert shm.unwrapped.n_local == 2 and alone.unwrapped.n_local == 4 and alone.unwrapped._process is None
+        rng = np.random.default_rng(0)
+        for t in range(300):
+            actions = rng.integers(0, 2, size=4)
+            x, y, z = sync.step(actions), shm.step(actions), alone.step(actions)
+            for u, v, w in zip(x[:4], y[:4], z[:4], strict=True):
+                np.testing.assert_array_equal(u, v, err_msg=f"step {t}")
+                np.testing.assert_array_equal(u, w, err_msg=f"step {t}")
+            ends = {k: v for k, v in flat_info(x[4]).items() if k.startswith(END_KEYS)}
+            assert ends == flat_info(y[4]) == flat_info(z[4]), f"step {t}"
+    finally:
+        for env in (sync, shm, alone):
+            env.close()
+
+
+def test_shm_env_snapshots_and_restores_episodes_in_progress():
+    env = make_vec_env(HOPPER, seed=0, vectorization="shm")
+    try:
+        rollout(env, 30, seed=0)
+        saved = env_state(env)
+        assert len(saved["sub_envs"]) == 3 and all(sub["sim"] is not None for sub in saved["sub_envs"])
+        first = rollout(env, 40, seed=5)
+        obs = restore_env_state(env, saved)
+        assert obs is not None and obs.shape == (3, 11)
+        again = rollout(env, 40, seed=5)
+        for x, y in zip(first, again, strict=True):  # raw episodes and flags (the normaliser moved on)
+            np.testing.assert_array_equal(x[2], y[2])
+            np.testing.assert_array_equal(x[3], y[3])
+            assert x[6] == y[6] and x[7] == y[7]
+    finally:
+        env.close()
+
+
+def test_a_dead_shm_worker_is_a_one_line_error_not_a_hang():
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization="shm")
+    base = env.unwrapped
+    assert isinstance(base, SharedMemoryVectorEnv)
+    os.kill(base._process.pid, signal.SIGKILL)
+    base._process.join(timeout=30)
+    with pytest.raises(EnvWorkerError) as err:
+        env.step(np.zeros(2, dtype=np.int64))
+    message = str(err.value)
+    assert "\n" not in message and "env worker process" in message and "died during 'step'" in message
+    assert f"exit code {-signal.SIGKILL}" in message
+    with pytest.raises(EnvWorkerError, match="already stopped"):
+        env.step(np.zeros(2, dtype=np.int64))
+    env.close()  # closing after the worker died does not raise or hang
+
+
+def test_an_exception_in_a_shm_worker_sub_env_is_reported_as_one_line():
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization="shm")
+    try:
+        with pytest.raises(EnvWorkerError) as err:
+            env.step(np.array([0, 7]))  # the worker's sub-env gets an action outside Discrete(2)
+        assert "\n" not in str(err.value) and "AssertionError" in str(err.value)
+    finally:
+        start = time.perf_counter()
+        env.close()
+        assert time.perf_counter() - start < 4  # the worker that reported the error is told to stop, not timed out
+
+
+def test_n_worker_is_checked():
+    with pytest.raises(ValueError, match="n_worker"):
+        SharedMemoryVectorEnv([], n_worker=0)
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 11), (3, 5), (1, 4), (8, 17)])
+def test_batch_mean_var_is_numpys_mean_and_var_bit_for_bit(shape: tuple[int, ...]):
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        batch = rng.normal(size=shape) * rng.choice([1e-3, 1.0, 1e3]) + 10 * rng.normal()
+        mean, var = batch_mean_var(batch)
+        assert np.array_equal(mean, batch.mean(axis=0)) and type(mean) is type(batch.mean(axis=0))
+        assert np.array_equal(var, batch.var(axis=0)) and type(var) is type(batch.var(axis=0))
+    ints = rng.integers(0, 5, size=shape)  # other dtypes: numpy's own
+    assert np.array_equal(batch_mean_var(ints)[1], ints.var(axis=0))
