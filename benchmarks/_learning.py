@@ -55,11 +55,13 @@ class Job:
 
 def run_one(job: Job) -> dict[str, Any]:
     """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
-    from pgcli.build import RunContext, train
+    from pgcli.build import RunContext, one_process, train
     from pgcli.compose import compose_train_config
 
     overrides = job.overrides()
-    cfg = compose_train_config(overrides)
+    # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning
+    # is the same either way (a preset's two-core options change the wall time only).
+    cfg = one_process(compose_train_config(overrides))
     with tempfile.TemporaryDirectory(prefix=f"pgcli_bench_{job.algo}_{job.env}_") as tmp:
         ctx = RunContext(algo_name=job.algo, env_name=job.env, output_dir=Path(tmp), overrides=overrides)
         start = time.perf_counter()

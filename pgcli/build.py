@@ -7,6 +7,7 @@ when that algorithm runs, so ``pgcli --help`` and config validation never pay fo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import platform
 import random
@@ -133,6 +134,34 @@ class TextTrainerFactory(Protocol):
         seed: int,
         device: torch.device,
     ) -> Learner: ...
+
+
+TWO_CORE_VEC_ENVS = ("shm", "worker")
+"""Vector envs that step half the sub-envs in a second process (``hardware.vec_env``)."""
+
+
+def uses_second_core(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` asks for a second process: a two-core vector env, the evaluation process or the critic
+    process. Each gives the one-process run's numbers, only sooner when it has a core of its own."""
+    hw = cfg.hardware
+    return hw.vec_env in TWO_CORE_VEC_ENVS or hw.eval_process or bool(getattr(cfg.algo, "critic_process", False))
+
+
+def one_process(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with every second-process option off (the same numbers): for a run that shares the cores with other
+    runs, such as a job of a parallel sweep, where a busy-waiting worker would take a core from another job."""
+    hardware = dataclasses.replace(
+        cfg.hardware, vec_env="sync" if cfg.hardware.vec_env in TWO_CORE_VEC_ENVS else cfg.hardware.vec_env,
+        eval_process=False,
+    )  # fmt: skip
+    algo = dataclasses.replace(cfg.algo, critic_process=False) if hasattr(cfg.algo, "critic_process") else cfg.algo
+    return dataclasses.replace(cfg, hardware=hardware, algo=algo)
+
+
+def parallel_launcher(target: str) -> bool:
+    """Whether a Hydra launcher (its ``_target_``) runs a sweep's jobs at the same time: every launcher but Hydra's
+    basic one (joblib, Ray, ...)."""
+    return not target.endswith(".BasicLauncher")
 
 
 def trainer_class(algo_cfg: Any) -> TrainerFactory:

@@ -240,7 +240,7 @@ def run_train(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from pgcli.build import RunContext, train
+    from pgcli.build import RunContext, one_process, parallel_launcher, train, uses_second_core
     from pgcli.labels import env_label, preset_label
     from pgcli.rerun import source_preset, source_tags
     from pgcli.run import PARENT_RUN_ENV
@@ -256,6 +256,13 @@ def run_train(cfg: DictConfig) -> float:
 
         redact_hydra_dir(Path(hc.runtime.output_dir) / ".hydra")  # before they are logged as artifacts (issue 10)
         run_cfg = to_train_config(cfg)
+        if multirun and parallel_launcher(str(hc.launcher.get("_target_", ""))) and uses_second_core(run_cfg):
+            # Parallel jobs share the cores: a busy-waiting env worker would take one from another job. The
+            # one-process path gives the same numbers (docs/benchmarks.md, "TRPO on two cores").
+            run_cfg = one_process(run_cfg)
+            note = "pgcli: note: a parallel sweep job runs in one process (hardware.vec_env=sync, no evaluation "
+            print(note + "or critic process): the same results, and the cores stay with the other jobs",
+                  file=sys.stderr, flush=True)  # fmt: skip
         # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
         # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
         trial = TrialLink.from_job(

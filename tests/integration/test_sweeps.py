@@ -51,8 +51,9 @@ def artifacts(store: Store, run: Any) -> set[str]:
 
 
 def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store, workdir: Path) -> None:
+    # hardware.eval_process asks for a second process per run; parallel jobs run in one process instead
     proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "env=cartpole",
-                 "algo=ppo,a2c", "seed=0,1")  # fmt: skip
+                 "algo=ppo,a2c", "seed=0,1", "hardware.eval_process=true")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = tree(store)
     assert parent.info.status == "FINISHED"
@@ -71,6 +72,8 @@ def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store,
     assert {c.data.tags["sweep_job"] for c in children} == {"0", "1", "2", "3"}
     assert all("eval/return_mean" in c.data.metrics for c in children)
     assert "all finished" in proc.stderr and f"pgcli compare --parent {parent.info.run_id}" in proc.stderr
+    assert all(c.data.params["hardware.eval_process"] == "False" for c in children)
+    assert proc.stderr.count("a parallel sweep job runs in one process") == 4
 
 
 def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, workdir: Path) -> None:
