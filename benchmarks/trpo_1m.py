@@ -12,6 +12,8 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
   process, concurrently.
 - ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=false``: the same split,
   synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
+- ``shm_inproc``: ``shm`` with evaluation in the trainer process (``hardware.eval_process=false``): the preset since
+  session 5's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
 - ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
   trainer takes the policy step.
 - ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
@@ -55,6 +57,7 @@ VARIANTS = {
     "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true", "algo.critic_process=false"]),
     "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=false"]),
     "shm_critic": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
+    "shm_inproc": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=false", "algo.critic_process=false"]),
     "sb3_trpo": ("sb3_trpo", []),
 }
 LAST_EVALS = 5

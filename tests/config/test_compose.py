@@ -242,7 +242,7 @@ def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     default = compose_train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
     assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == (
         "shm",
-        True,
+        False,
         False,
     )
     other = compose_train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in

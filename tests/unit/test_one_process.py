@@ -9,7 +9,7 @@ from pgcli.compose import compose_train_config
 
 
 def test_the_two_core_preset_goes_to_one_process_and_nothing_else_changes():
-    cfg = compose_train_config(["algo=trpo", "env=hopper", "algo.critic_process=true"])
+    cfg = compose_train_config(["algo=trpo", "env=hopper", "algo.critic_process=true", "hardware.eval_process=true"])
     assert (cfg.hardware.vec_env, cfg.hardware.eval_process, cfg.algo.critic_process) == ("shm", True, True)
     assert uses_second_core(cfg)
     single = one_process(cfg)
