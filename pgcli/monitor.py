@@ -44,7 +44,7 @@ from pgcli.env import (
 from pgcli.errors import DivergenceError
 from pgcli.run import StopRequest
 from pgcli.tracking import MetricLogger
-from pgcli.vecenv import EnvWorkerError
+from pgcli.vecenv import EnvWorkerError, stop_process
 from pgcli.video import EpisodeRecorder, make_recording_env
 
 log = logging.getLogger("pgcli")
@@ -227,11 +227,7 @@ class EvalProcess:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._conn.send(None)
-        self._process.join(timeout=5.0)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join()
-        self._conn.close()
+        stop_process(self._process, self._conn)
 
 
 def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> None:

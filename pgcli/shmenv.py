@@ -45,7 +45,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from pgcli.vecenv import EnvWorkerError, answer, describe, reset_envs
+from pgcli.vecenv import EnvWorkerError, answer, describe, reset_arguments, reset_envs, stop_process
 
 SPIN_S = 0.002
 """How long a waiting process busy-waits before it polls instead (the worker, between rollouts)."""
@@ -310,15 +310,7 @@ class SharedMemoryVectorEnv(VectorEnv):
         """As ``SyncVectorEnv.reset``: int seeds give sub-env i ``seed + i``; ``options["reset_mask"]`` resets only
         the selected sub-envs (the others' rows of the returned batch are their last observations)."""
         n, k = self.num_envs, self.n_local
-        seeds = [None] * n if seed is None else ([seed + i for i in range(n)] if isinstance(seed, int) else seed)
-        if len(seeds) != n:
-            raise ValueError(f"expected {n} seeds, got {len(seeds)}")
-        mask = np.ones(n, dtype=bool)
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = np.asarray(options.pop("reset_mask"), dtype=bool)
-            if mask.shape != (n,) or not mask.any():
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+        seeds, mask, options = reset_arguments(n, seed, options)
         if self._process is not None:
             self._pipe("reset", (seeds[k:], list(mask[k:]), options))
         results = reset_envs(self.envs, seeds[:k], list(mask[:k]), options)
@@ -372,8 +364,4 @@ class SharedMemoryVectorEnv(VectorEnv):
             self._seq += 1
             self._ctrl[_CMD] = _CLOSE
             self._ctrl[_SEQ] = self._seq
-        self._process.join(timeout=5.0)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join()
-        self._conn.close()
+        stop_process(self._process, self._conn)

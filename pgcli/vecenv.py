@@ -52,6 +52,35 @@ def step_envs(envs: Sequence[gym.Env], actions: Sequence[Any]) -> list[StepResul
     return results
 
 
+def reset_arguments(
+    n: int, seed: int | list[int | None] | None, options: dict[str, Any] | None
+) -> tuple[list[int | None], np.ndarray, dict[str, Any] | None]:
+    """``SyncVectorEnv.reset``'s arguments for ``n`` sub-envs: per-sub-env seeds (an int gives sub-env i ``seed + i``),
+    the ``options["reset_mask"]`` mask (all True without one) and the options without it."""
+    seeds: list[int | None] = (
+        [None] * n if seed is None else ([seed + i for i in range(n)] if isinstance(seed, int) else list(seed))
+    )
+    if len(seeds) != n:
+        raise ValueError(f"expected {n} seeds, got {len(seeds)}")
+    mask = np.ones(n, dtype=bool)
+    if options is not None and "reset_mask" in options:
+        options = dict(options)
+        mask = np.asarray(options.pop("reset_mask"), dtype=bool)
+        if mask.shape != (n,) or not mask.any():
+            raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+    return seeds, mask, options
+
+
+def stop_process(process: Any, conn: Connection) -> None:
+    """Wait up to 5 s for a helper ``process`` that was told to stop, terminate it if it is still alive, and close
+    its ``conn``."""
+    process.join(timeout=5.0)
+    if process.is_alive():
+        process.terminate()
+        process.join()
+    conn.close()
+
+
 def reset_envs(
     envs: Sequence[gym.Env], seeds: Sequence[int | None], mask: Sequence[bool], options: dict[str, Any] | None
 ) -> list[tuple[Any, dict[str, Any]] | None]:
@@ -200,15 +229,7 @@ class WorkerVectorEnv(VectorEnv):
         """As ``SyncVectorEnv.reset``: int seeds give sub-env i ``seed + i``; ``options["reset_mask"]`` resets only
         the selected sub-envs."""
         n, k = self.num_envs, self.n_local
-        seeds = [None] * n if seed is None else ([seed + i for i in range(n)] if isinstance(seed, int) else seed)
-        if len(seeds) != n:
-            raise ValueError(f"expected {n} seeds, got {len(seeds)}")
-        mask = np.ones(n, dtype=bool)
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = np.asarray(options.pop("reset_mask"), dtype=bool)
-            if mask.shape != (n,) or not mask.any():
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+        seeds, mask, options = reset_arguments(n, seed, options)
         self._terminations[mask] = False
         self._truncations[mask] = False
         self._send("reset", (seeds[k:], list(mask[k:]), options))
@@ -266,8 +287,4 @@ class WorkerVectorEnv(VectorEnv):
             self._closed_worker = True
             with contextlib.suppress(OSError):
                 self._conn.send(("close", None))
-        self._process.join(timeout=5.0)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join()
-        self._conn.close()
+        stop_process(self._process, self._conn)

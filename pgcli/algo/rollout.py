@@ -34,6 +34,7 @@ from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
 from pgcli.errors import PgcliError
 from pgcli.monitor import TrainingMonitor
+from pgcli.vecenv import stop_process
 
 
 @dataclass
@@ -368,11 +369,7 @@ class CriticProcess:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._conn.send(None)
-        self._process.join(timeout=5.0)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join()
-        self._conn.close()
+        stop_process(self._process, self._conn)
 
 
 def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> None:
