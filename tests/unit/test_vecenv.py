@@ -11,6 +11,7 @@ import pytest
 
 from pgcli.config import EnvConfig
 from pgcli.env import env_state, final_observations, finished_episodes, make_vec_env, restore_env_state
+from pgcli.shmenv import SharedMemoryVectorEnv
 from pgcli.vecenv import EnvWorkerError, WorkerVectorEnv
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
@@ -100,10 +101,11 @@ def test_worker_env_snapshots_and_restores_episodes_in_progress():
         env.close()
 
 
-def test_a_dead_worker_is_a_one_line_error_not_a_hang():
-    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization="worker")
+@pytest.mark.parametrize(("vectorization", "env_class"), [("worker", WorkerVectorEnv), ("shm", SharedMemoryVectorEnv)])
+def test_a_dead_worker_is_a_one_line_error_not_a_hang(vectorization: str, env_class: type):
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization=vectorization)
     base = env.unwrapped
-    assert isinstance(base, WorkerVectorEnv)
+    assert isinstance(base, env_class)
     os.kill(base._process.pid, signal.SIGKILL)
     base._process.join(timeout=30)
     with pytest.raises(EnvWorkerError) as err:
