@@ -20,7 +20,10 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
   also given scaled to ``--steps``), one process.
 
 Per run: wall time of ``train`` (not the CLI's import-time startup), CPU seconds of the trainer process and of all
-processes (its children included), the evaluation curve, and a digest of the metric history without ``time/*``:
+processes (its children included), the evaluation curve, the machine's core contention just before and after it
+(:func:`core_contention`: how much slower MuJoCo steps when both cores step at once; 1.0 for two independent cores,
+about 1.6 when the host runs the machine's two vCPUs on one physical core, which it does at times), and a digest of
+the metric history without ``time/*``:
 ``parallel``, ``shm`` and ``shm_critic`` must learn exactly what ``serial`` learns, so their digests must be the
 same. Variants alternate within a round (the order flips every round) so that load from other processes hits them
 alike; the load average is recorded. ``--variants`` picks which TRPO variants run (default: all four). Results go to
@@ -31,6 +34,7 @@ steps, round) are skipped, so an interrupted benchmark continues where it stoppe
     .venv/bin/python benchmarks/trpo_1m.py --steps 100000 --rounds 2 --sb3-steps 0 --out /tmp/trpo_100k.json
     .venv/bin/python benchmarks/trpo_1m.py --steps 1000000 --sb3-steps 0 --variants serial shm shm_critic
     .venv/bin/python benchmarks/trpo_1m.py --report benchmarks/results/trpo_1m.json
+    .venv/bin/python benchmarks/trpo_1m.py --probe                        # core contention now, in 5 s
 """
 
 from __future__ import annotations
@@ -63,6 +67,47 @@ VARIANTS = {
 LAST_EVALS = 5
 
 
+def _hopper_step_time(seconds: float, cpu: int | None, start: Any, out: Any) -> None:
+    """Step a Hopper's simulator (4 substeps, as one env step) for ``seconds`` after ``start``; seconds per step."""
+    import gymnasium as gym
+    import mujoco
+
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+    env = gym.make("Hopper-v5").unwrapped
+    env.reset(seed=0)
+    start.wait()
+    n, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < seconds:
+        mujoco.mj_step(env.model, env.data, nstep=4)
+        n += 1
+    out.put(elapsed / n)
+
+
+def core_contention(seconds: float = 1.5) -> float:
+    """Seconds per simulator step with both cores stepping at once, over the same alone (each process on its own
+    CPU where the OS allows pinning): 1.0 means two independent cores; the two-core path cannot gain more than
+    2 / contention over one core."""
+    ctx = mp.get_context("spawn")
+    cpus = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else [None, None]
+
+    def timed(which: list[Any]) -> list[float]:
+        start, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_hopper_step_time, args=(seconds, cpu, start, out)) for cpu in which]
+        for p in procs:
+            p.start()
+        time.sleep(1.0)  # imports done before the clock starts
+        start.set()
+        times = [out.get() for _ in procs]
+        for p in procs:
+            p.join()
+        return times
+
+    alone = timed(cpus[:1])[0]
+    both = timed(cpus[:2] if len(cpus) > 1 else cpus[:1] * 2)
+    return float(np.mean(both) / alone)
+
+
 def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     """One training run in this (fresh) process: wall time, CPU times, curve and metric digest."""
     from pgcli.build import RunContext, train
@@ -73,6 +118,7 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
                  "progress=false", "eval.every=50000", "eval.episodes=10", *extra]  # fmt: skip
     cfg = compose_train_config(overrides)
     load_before = os.getloadavg()
+    contention_before = core_contention()
     with tempfile.TemporaryDirectory(prefix=f"pgcli_trpo_1m_{variant}_") as tmp:
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -92,6 +138,7 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
         "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
         "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
         "n_metric_rows": len(rows), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "contention": [contention_before, core_contention()],
     }  # fmt: skip
 
 
@@ -137,20 +184,22 @@ def summary_rows(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]
             "best": float(np.mean([r["best"] for r in group])),
             "same_metrics_as_serial": all(same) if same else None,
             "loadavg": float(np.mean([r["loadavg_before"][0] for r in group])),
+            "contention": float(np.mean([np.mean(r.get("contention", [np.nan])) for r in group])),
         })  # fmt: skip
     return rows
 
 
 def markdown(rows: list[dict[str, Any]], steps: int) -> str:
     header = (f"| variant | env steps | wall s | wall s per {steps:,} | wall / serial | trainer CPU s | all CPU s | "
-              "final | last-5 | best | same metrics as serial | load avg |")  # fmt: skip
-    lines = [header, "|---|---:|" + "---:|" * 8 + "---|---:|"]
+              "final | last-5 | best | same metrics as serial | load avg | core contention |")  # fmt: skip
+    lines = [header, "|---|---:|" + "---:|" * 8 + "---|---:|---:|"]
     for r in rows:
         ratio = "" if r["wall_vs_serial"] is None else f"{r['wall_vs_serial']:.2f}"
         same = {True: "yes", False: "**no**", None: ""}[r["same_metrics_as_serial"]]
+        contention = r.get("contention", float("nan"))
         lines.append(f"| {r['variant']} | {r['steps']:,} | {r['wall_s']:.1f} | {r['wall_s_at_steps']:.0f} | {ratio} | "
                      f"{r['trainer_cpu_s']:.1f} | {r['all_cpu_s']:.1f} | {r['final']:.0f} | {r['last5']:.0f} | "
-                     f"{r['best']:.0f} | {same} | {r['loadavg']:.1f} |")  # fmt: skip
+                     f"{r['best']:.0f} | {same} | {r['loadavg']:.1f} | {contention:.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -170,7 +219,11 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "trpo_1m.json")
     parser.add_argument("--report", type=Path, help="print the table of an existing results JSON and exit")
+    parser.add_argument("--probe", action="store_true", help="print the machine's core contention and exit")
     args = parser.parse_args()
+    if args.probe:
+        print(f"core contention {core_contention():.2f} (1.00: two independent cores)")
+        return
     if args.report:
         data = json.loads(args.report.read_text())
         print(markdown(data["summary"], data["meta"]["steps"]))
@@ -193,7 +246,8 @@ def main() -> None:
                 runs.append(r)
                 print(f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
                       f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
-                      f"load {r['loadavg_before'][0]:.1f}", flush=True)  # fmt: skip
+                      f"load {r['loadavg_before'][0]:.1f}, core contention {r['contention'][0]:.2f} / "
+                      f"{r['contention'][1]:.2f}", flush=True)  # fmt: skip
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps({"meta": meta, "summary": summary_rows(runs, args.steps),
                                                 "runs": runs}, indent=1))  # fmt: skip
