@@ -13,9 +13,8 @@ from test_vecenv import assert_same, flat_info, rollout
 
 from pgcli import env as env_module
 from pgcli.config import EnvConfig
-from pgcli.env import batch_mean_var, env_state, make_vec_env, restore_env_state
+from pgcli.env import batch_mean_var, make_vec_env
 from pgcli.shmenv import SharedMemoryVectorEnv
-from pgcli.vecenv import EnvWorkerError
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
 END_KEYS = ("final_obs", "_final_obs", "final_info.", "_final_info")
@@ -89,37 +88,8 @@ def test_shm_env_on_discrete_actions_and_without_a_worker(monkeypatch: pytest.Mo
             env.close()
 
 
-def test_shm_env_snapshots_and_restores_episodes_in_progress():
-    env = make_vec_env(HOPPER, seed=0, vectorization="shm")
-    try:
-        rollout(env, 30, seed=0)
-        saved = env_state(env)
-        assert len(saved["sub_envs"]) == 3 and all(sub["sim"] is not None for sub in saved["sub_envs"])
-        first = rollout(env, 40, seed=5)
-        obs = restore_env_state(env, saved)
-        assert obs is not None and obs.shape == (3, 11)
-        again = rollout(env, 40, seed=5)
-        for x, y in zip(first, again, strict=True):  # raw episodes and flags (the normaliser moved on)
-            np.testing.assert_array_equal(x[2], y[2])
-            np.testing.assert_array_equal(x[3], y[3])
-            assert x[6] == y[6] and x[7] == y[7]
-    finally:
-        env.close()
-
-
-# A dead shm worker: tests/unit/test_vecenv.py::test_a_dead_worker_is_a_one_line_error_not_a_hang (both envs).
-
-
-def test_an_exception_in_a_shm_worker_sub_env_is_reported_as_one_line():
-    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization="shm")
-    try:
-        with pytest.raises(EnvWorkerError) as err:
-            env.step(np.array([0, 7]))  # the worker's sub-env gets an action outside Discrete(2)
-        assert "\n" not in str(err.value) and "AssertionError" in str(err.value)
-    finally:
-        start = time.perf_counter()
-        env.close()
-        assert time.perf_counter() - start < 4  # the worker that reported the error is told to stop, not timed out
+# In tests/unit/test_vecenv.py, parametrized over both two-process envs: snapshots of episodes in progress
+# (test_a_two_process_env_snapshots_and_restores_episodes_in_progress), a dead worker, an exception in a worker sub-env.
 
 
 def test_n_worker_is_checked():

@@ -1,10 +1,12 @@
 """``hardware.vec_env=worker`` (pgcli/vecenv.py): the same experience as the sync vector env, step for step, on real
-envs; checkpoint snapshots through the worker; a dead or failing worker is a one-line error, not a hang."""
+envs; checkpoint snapshots through the worker; a dead or failing worker is a one-line error, not a hang. The last
+three hold for ``hardware.vec_env=shm`` too (parametrized; its own tests are in test_shmenv.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -82,8 +84,9 @@ def test_worker_env_gives_exactly_the_sync_envs_experience_on_hopper():
         worker.close()
 
 
-def test_worker_env_snapshots_and_restores_episodes_in_progress():
-    env = make_vec_env(HOPPER, seed=0, vectorization="worker")
+@pytest.mark.parametrize("vectorization", ["worker", "shm"])
+def test_a_two_process_env_snapshots_and_restores_episodes_in_progress(vectorization: str):
+    env = make_vec_env(HOPPER, seed=0, vectorization=vectorization)
     try:
         rollout(env, 30, seed=0)
         saved = env_state(env)
@@ -118,14 +121,17 @@ def test_a_dead_worker_is_a_one_line_error_not_a_hang(vectorization: str, env_cl
     env.close()  # closing after the worker died does not raise or hang
 
 
-def test_an_exception_in_a_worker_sub_env_is_reported_as_one_line():
-    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization="worker")
+@pytest.mark.parametrize("vectorization", ["worker", "shm"])
+def test_an_exception_in_a_worker_sub_env_is_reported_as_one_line(vectorization: str):
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization=vectorization)
     try:
         with pytest.raises(EnvWorkerError) as err:
             env.step(np.array([0, 7]))  # the worker's sub-env gets an action outside Discrete(2)
         assert "\n" not in str(err.value) and "AssertionError" in str(err.value)
     finally:
+        start = time.perf_counter()
         env.close()
+        assert time.perf_counter() - start < 4  # the worker that reported the error is told to stop, not timed out
 
 
 def test_one_sub_env_falls_back_to_sync_and_n_worker_is_checked():
