@@ -86,7 +86,9 @@ def make_vec_env(
         vectorization: 'sync' (one process), 'async' (one subprocess per sub-env), 'worker' (half the sub-envs in
             one worker process, stepped while this process steps the others; ``pgcli.vecenv``; 'sync' with one
             sub-env or one usable CPU: the same results either way) or 'shm' (the same split, synchronised through
-            shared memory, with lean infos; ``pgcli.shmenv``; all sub-envs in this process with one usable CPU).
+            shared memory, with lean infos; ``pgcli.shmenv``; all sub-envs in this process with one usable CPU) or
+            'lean' (that env's lean step with every sub-env in this process: the sync env's arrays and end-of-episode
+            infos, about 13 us less per sub-env step; what evaluations step).
         gamma: discount used by return-based reward normalisation.
     """
     n = cfg.n_envs if n_envs is None else n_envs
@@ -96,6 +98,8 @@ def make_vec_env(
         venv = WorkerVectorEnv(fns)
     elif vectorization == "shm":  # one sub-env or one usable CPU: all in this process (the same lean step)
         venv = SharedMemoryVectorEnv(fns, n_worker=n // 2 if usable_cpus() >= 2 else 0)
+    elif vectorization == "lean":
+        venv = SharedMemoryVectorEnv(fns, n_worker=0)
     elif vectorization == "async":
         venv = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:
@@ -130,6 +134,10 @@ def batch_mean_var(batch: np.ndarray) -> tuple[Any, Any]:
     return mean, np.add.reduce(np.square(batch - mean), axis=0) / n
 
 
+_clip = getattr(np, "_core", np.core).umath.clip
+"""The ufunc ``np.clip`` dispatches to (the same results), called directly on the vector env's per-step path."""
+
+
 class RunningMeanStd:
     """Parallel running mean / variance (Chan et al.), as in SB3 and gymnasium."""
 
@@ -139,13 +147,25 @@ class RunningMeanStd:
         self.count = epsilon
 
     def update(self, batch: np.ndarray) -> None:
-        """Fold a batch [B, *shape] into the statistics."""
+        """Fold a batch [B, *shape] into the statistics: mean += delta * b / n and
+        var = (var * count + b_var * b + delta^2 * count * b / n) / n, n = count + b, evaluated in that order (the
+        temporaries updated in place: the vector env calls this twice per step)."""
         (b_mean, b_var), b_count = batch_mean_var(batch), batch.shape[0]
+        count = self.count
+        total = count + b_count
         delta = b_mean - self.mean
-        total = self.count + b_count
-        self.mean = self.mean + delta * b_count / total
-        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
-        self.var = m2 / total
+        step = delta * b_count
+        step /= total
+        self.mean = self.mean + step
+        m2 = self.var * count
+        m2 += b_var * b_count
+        square = np.square(delta)
+        square *= count
+        square *= b_count
+        square /= total
+        m2 += square
+        m2 /= total
+        self.var = m2
         self.count = total
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -187,8 +207,9 @@ class VecNormalize(VectorWrapper):
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         if not self.norm_obs:
             return obs
-        out = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32)
+        out = obs - self.obs_rms.mean
+        out /= np.sqrt(self.obs_rms.var + self.epsilon)
+        return _clip(out, -self.clip_obs, self.clip_obs, out=out).astype(np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
         # options={"reset_mask": m} resets only the sub-envs in m (gymnasium pops the key, so read it first)
@@ -209,11 +230,14 @@ class VecNormalize(VectorWrapper):
                 final[i] = self.normalize_obs(final[i])
             info = {**info, "final_obs": final}
         if self.norm_reward:
-            self.returns = self.returns * self.gamma + rewards
+            returns = self.returns * self.gamma
+            returns += rewards
+            self.returns = returns
             if self.training:
-                self.ret_rms.update(self.returns)
-            rewards = np.clip(rewards / np.sqrt(self.ret_rms.var + self.epsilon), -self.clip_reward, self.clip_reward)
-            self.returns[terminated | truncated] = 0.0
+                self.ret_rms.update(returns)
+            rewards = rewards / np.sqrt(self.ret_rms.var + self.epsilon)
+            rewards = _clip(rewards, -self.clip_reward, self.clip_reward, out=rewards)
+            returns[terminated | truncated] = 0.0
         return self.normalize_obs(obs), rewards, terminated, truncated, info
 
     def state_dict(self) -> dict[str, Any]:

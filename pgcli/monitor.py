@@ -160,7 +160,7 @@ class Evaluator:
             if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
                 self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
             else:
-                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
+                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs, vectorization="lean")
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
         recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
@@ -244,7 +244,7 @@ def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, se
         while (request := conn.recv()) is not None:
             actor, normalizer = request
             if env is None:
-                env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs)
+                env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
             load_normalizer_state(env, normalizer, training=False)
             result = run_episodes(env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
             conn.send(("ok", (result.returns, result.lengths)))

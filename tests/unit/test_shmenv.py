@@ -13,7 +13,7 @@ from test_vecenv import assert_same, flat_info, rollout
 
 from pgcli import env as env_module
 from pgcli.config import EnvConfig
-from pgcli.env import batch_mean_var, make_vec_env
+from pgcli.env import RunningMeanStd, batch_mean_var, make_vec_env
 from pgcli.shmenv import SharedMemoryVectorEnv
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
@@ -72,19 +72,23 @@ def test_shm_env_on_discrete_actions_and_without_a_worker(monkeypatch: pytest.Mo
     shm = make_vec_env(cartpole, seed=3, vectorization="shm")
     monkeypatch.setattr(env_module, "usable_cpus", lambda: 1)
     alone = make_vec_env(cartpole, seed=3, vectorization="shm")  # one usable CPU: every sub-env here
+    monkeypatch.undo()
+    lean = make_vec_env(cartpole, seed=3, vectorization="lean")  # what evaluations step: never a worker
     try:
         assert shm.unwrapped.n_local == 2 and alone.unwrapped.n_local == 4 and alone.unwrapped._process is None
+        assert lean.unwrapped.n_local == 4 and lean.unwrapped._process is None
         rng = np.random.default_rng(0)
         for t in range(300):
             actions = rng.integers(0, 2, size=4)
-            x, y, z = sync.step(actions), shm.step(actions), alone.step(actions)
-            for u, v, w in zip(x[:4], y[:4], z[:4], strict=True):
+            x, y, z, q = sync.step(actions), shm.step(actions), alone.step(actions), lean.step(actions)
+            for u, v, w, c in zip(x[:4], y[:4], z[:4], q[:4], strict=True):
                 np.testing.assert_array_equal(u, v, err_msg=f"step {t}")
                 np.testing.assert_array_equal(u, w, err_msg=f"step {t}")
+                np.testing.assert_array_equal(u, c, err_msg=f"step {t}")
             ends = {k: v for k, v in flat_info(x[4]).items() if k.startswith(END_KEYS)}
-            assert ends == flat_info(y[4]) == flat_info(z[4]), f"step {t}"
+            assert ends == flat_info(y[4]) == flat_info(z[4]) == flat_info(q[4]), f"step {t}"
     finally:
-        for env in (sync, shm, alone):
+        for env in (sync, shm, alone, lean):
             env.close()
 
 
@@ -107,3 +111,20 @@ def test_batch_mean_var_is_numpys_mean_and_var_bit_for_bit(shape: tuple[int, ...
         assert np.array_equal(var, batch.var(axis=0)) and type(var) is type(batch.var(axis=0))
     ints = rng.integers(0, 5, size=shape)  # other dtypes: numpy's own
     assert np.array_equal(batch_mean_var(ints)[1], ints.var(axis=0))
+
+
+@pytest.mark.parametrize("shape", [(), (11,), (3, 2)])
+def test_running_statistics_follow_the_parallel_update_formula_bit_for_bit(shape: tuple[int, ...]):
+    """RunningMeanStd.update (in-place temporaries) against the textbook expression, evaluated in numpy's order."""
+    rng = np.random.default_rng(1)
+    stats = RunningMeanStd(shape)
+    mean, var, count = np.zeros(shape), np.ones(shape), 1e-4
+    for _ in range(300):
+        batch = rng.normal(size=(int(rng.integers(1, 9)), *shape)) * rng.choice([1e-3, 1.0, 1e3]) + rng.normal()
+        b_mean, b_var, b = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta, total = b_mean - mean, count + b
+        mean = mean + delta * b / total
+        var = (var * count + b_var * b + delta**2 * count * b / total) / total
+        count = total
+        stats.update(batch)
+        assert np.array_equal(stats.mean, mean) and np.array_equal(stats.var, var) and stats.count == count
