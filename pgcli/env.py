@@ -134,7 +134,7 @@ def batch_mean_var(batch: np.ndarray) -> tuple[Any, Any]:
     return mean, np.add.reduce(np.square(batch - mean), axis=0) / n
 
 
-_clip = getattr(np, "_core", np.core).umath.clip
+_clip = (np._core if hasattr(np, "_core") else np.core).umath.clip  # numpy >= 2 : numpy 1.x
 """The ufunc ``np.clip`` dispatches to (the same results), called directly on the vector env's per-step path."""
 
 
