@@ -16,6 +16,9 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
   session 5's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
 - ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
   trainer takes the policy step.
+- ``command``: the whole command a user types, ``pgcli train algo=trpo env=hopper seed=<s>`` (the preset's two-core
+  path), as a subprocess in an empty directory, so its default embedded MLflow store is created and written too:
+  wall time from start to exit, imports and reports included (not a default variant: ``--variants ... command``).
 - ``sb3_trpo``: sb3-contrib's TRPO with its zoo preset (``algo=sb3_trpo``), at ``--sb3-steps`` (its wall time is
   also given scaled to ``--steps``), one process.
 
@@ -47,6 +50,7 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +68,9 @@ VARIANTS = {
     "shm_inproc": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=false", "algo.critic_process=false"]),
     "sb3_trpo": ("sb3_trpo", []),
 }
+# The whole default command as a user types it, with the preset's own settings (the two-core path) and the default
+# embedded MLflow store: imports, config, the store, training, the model and the reports.
+COMMAND = "command"
 LAST_EVALS = 5
 
 
@@ -142,6 +149,41 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def run_command(seed: int, steps: int) -> dict[str, Any]:
+    """``pgcli train algo=trpo env=hopper`` as a subprocess in an empty directory (a first run: the embedded store is
+    created too); wall time of the whole command, CPU time of it and its children, the run's curve and digest."""
+    overrides = ["algo=trpo", "env=hopper", f"seed={seed}", f"total_steps={steps}", "progress=false",
+                 "eval.every=50000", "eval.episodes=10"]  # fmt: skip
+    pgcli = Path(sys.executable).with_name("pgcli")
+    load_before = os.getloadavg()
+    contention_before = core_contention()
+    with tempfile.TemporaryDirectory(prefix="pgcli_trpo_1m_command_") as tmp:
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall0 = time.perf_counter()
+        proc = subprocess.run([str(pgcli), "train", *overrides], cwd=tmp, capture_output=True, text=True)
+        wall = time.perf_counter() - wall0
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            raise SystemExit(f"pgcli train failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        (metrics,) = Path(tmp).glob("outputs/runs/*/*/metrics.csv")
+        with metrics.open() as f:
+            rows = sorted(
+                (r["key"], r["step"], r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")
+            )
+        assert (Path(tmp) / "outputs" / "mlflow.db").is_file(), "the default command logs to the embedded store"
+    cpu = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
+    curve = sorted((int(step), float(value)) for key, step, value in rows if key == "eval/return_mean")
+    return {
+        "variant": COMMAND, "algo": "trpo", "seed": seed, "steps": max(int(s) for _, s, _ in rows),
+        "overrides": overrides, "wall_s": wall, "trainer_cpu_s": float("nan"), "all_cpu_s": cpu,
+        "final": curve[-1][1], "best": max(v for _, v in curve),
+        "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
+        "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "n_metric_rows": len(rows), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "contention": [contention_before, core_contention()],
+    }  # fmt: skip
+
+
 def _child(conn: Any, variant: str, seed: int, steps: int) -> None:
     conn.send(run_one(variant, seed, steps))
 
@@ -165,7 +207,7 @@ def summary_rows(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]
     """Per variant: medians over runs of wall and CPU time, wall relative to serial in the same round, learning."""
     serial = {(r["seed"], r["round"]): r for r in runs if r["variant"] == "serial"}
     rows = []
-    for variant in VARIANTS:
+    for variant in [*VARIANTS, COMMAND]:
         group = [r for r in runs if r["variant"] == variant]
         if not group:
             continue
@@ -209,12 +251,12 @@ def main() -> None:
     parser.add_argument("--sb3-steps", type=int, default=200_000, help="env steps of the sb3-contrib run (0: skip)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=1)
-    trpo_variants = [v for v, (algo, _) in VARIANTS.items() if algo == "trpo"]
+    trpo_variants = [v for v, (algo, _) in VARIANTS.items() if algo == "trpo"] + [COMMAND]
     parser.add_argument(
         "--variants",
         nargs="+",
         choices=trpo_variants,
-        default=trpo_variants,
+        default=[v for v in trpo_variants if v != COMMAND],
         help="TRPO variants to run (serial is the reference of the ratios and digests)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "trpo_1m.json")
@@ -242,7 +284,8 @@ def main() -> None:
                 if any(r["variant"] == variant and r["seed"] == seed and r["round"] == rnd and r["steps"] >= steps
                        for r in runs):  # fmt: skip
                     continue
-                r = {**in_fresh_process(variant, seed, steps), "round": rnd}
+                result = run_command(seed, steps) if variant == COMMAND else in_fresh_process(variant, seed, steps)
+                r = {**result, "round": rnd}
                 runs.append(r)
                 print(f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
                       f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
