@@ -11,6 +11,7 @@
 
     .venv/bin/python benchmarks/startup.py                  # 3 repeats of each
     .venv/bin/python benchmarks/startup.py --repeats 1 --nice -5
+    <other venv>/bin/python benchmarks/startup.py --out /tmp/startup_other.json   # the same pgcli, another venv
 
 Writes benchmarks/results/startup.json. Timings move with machine load: the load average is recorded with them.
 """
@@ -160,6 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nice", type=int, default=0, help="niceness of the timed processes (negative needs root)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
     ns = parser.parse_args()
 
     def preexec() -> None:
@@ -190,8 +192,11 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "repeats": ns.repeats,
+        "python_executable": PY,
+        "bytecode_cached": any(Path(PY).parents[1].glob("lib/python3*/site-packages/mlflow/__pycache__/*.pyc")),
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
     }
-    out = ROOT / "benchmarks" / "results" / "startup.json"
+    out = ns.out
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(f"wrote {out}")
