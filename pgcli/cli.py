@@ -121,6 +121,55 @@ def unexpected_error(exc: BaseException) -> PgcliError:
 # --------------------------------------------------------------------------------------------------------------------
 
 HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-completion", "-sc")
+# Hydra's command-line flags (hydra._internal.utils.get_args_parser): switches, flags with a value (and its choices),
+# and --info with an optional value.
+HYDRA_SWITCHES = ("-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
+                  "-sc", "--shell-completion")  # fmt: skip
+CFG_CHOICES = ("job", "hydra", "all")
+HYDRA_VALUE_FLAGS: dict[str, tuple[str, ...] | None] = {
+    "--cfg": CFG_CHOICES, "-c": CFG_CHOICES, "--package": None, "-p": None, "--config-path": None, "-cp": None,
+    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None,
+}  # fmt: skip
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def hydra_argv(args: list[str], command: str = "train") -> list[str]:
+    """Hydra's flags first, then the overrides, each in its order; an unknown flag or a bad flag value is a one-line
+    error (Hydra's parser prints its whole usage).
+
+    Hydra takes flags only before the first override, so ``pgcli train algo=ppo -m seed=0,1`` would fail there with
+    "unrecognized arguments: seed=0,1"; pgcli accepts flags anywhere, as ``--from-run X -m seed=1,2`` needs.
+    """
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg, nxt = args[i], args[i + 1] if i + 1 < len(args) else ""
+        i += 1
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            continue
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in HYDRA_SWITCHES and not eq:
+            flags.append(arg)
+        elif name in HYDRA_VALUE_FLAGS:
+            if not eq:
+                if not nxt or nxt.startswith("-"):
+                    raise ConfigError(f"{name} needs a value (see pgcli {command} --help)")
+                value, i = nxt, i + 1
+            choices = HYDRA_VALUE_FLAGS[name]
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{name} {value}: choose one of {', '.join(choices)}")
+            flags += [name, value]
+        elif name in ("-i", "--info"):
+            if eq and value not in INFO_CHOICES:
+                raise ConfigError(f"--info={value}: choose one of {', '.join(INFO_CHOICES)}")
+            if not eq and nxt in INFO_CHOICES:  # its optional value
+                value, i = nxt, i + 1
+            flags += ["--info", value or "all"]  # Hydra's default; a bare --info before overrides would take one
+        else:
+            raise ConfigError(f"unknown option {arg} for pgcli {command} (see pgcli {command} --help)")
+    return [*flags, *overrides]
 
 
 def _train_command(args: list[str]) -> int:
@@ -132,7 +181,10 @@ def _train_command(args: list[str]) -> int:
         from pgcli.resume import resume_command
 
         return resume_command(args)
-    from pgcli.rerun import from_run_args, has_from_run, reject_logged_config_dir
+    from pgcli.rerun import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
+
+    # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
+    hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, "sft" if args[:1] == ["algo=sft"] else "train")
 
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
@@ -161,7 +213,7 @@ def _train_command(args: list[str]) -> int:
         args = [*args, "hydra/hydra_help=pgcli"]
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
         signal.signal(signum, _raise_interrupted)
-    sys.argv = ["pgcli train", *args]
+    sys.argv = ["pgcli train", *hydra_argv(args)]
     from pgcli.run import FAILED, FINISHED, KILLED
     from pgcli.sweep import close_sweep
 

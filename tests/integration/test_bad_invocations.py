@@ -103,6 +103,13 @@ CONFIG_CASES: list[tuple[str, str]] = [
     ("tracking.uri=sqlite://relative.db", "a SQLite store is sqlite:///<relative path>"),
     ("tracking.uri=http:127.0.0.1:5000", "is malformed: expected <scheme>://"),
     ("-m seed=0,1 env.n_envs=8,0", "env.n_envs must be >= 1"),
+    ("seed=0,1 -m env.n_envs=8,0", "env.n_envs must be >= 1"),  # a flag after the overrides is still a flag
+    # Hydra's flags: an unknown one, or a bad value, is one line (not Hydra's whole usage)
+    ("--bogus", "unknown option --bogus for pgcli train (see pgcli train --help)"),
+    ("algo=ppo --multirun=yes", "unknown option --multirun=yes"),
+    ("--cfg foo", "--cfg foo: choose one of job, hydra, all"),
+    ("algo=ppo --cfg", "--cfg needs a value"),
+    ("--info=nope", "--info=nope: choose one of all, config, defaults"),
 ]
 
 

@@ -63,6 +63,29 @@ def test_from_run_dir_with_overrides_on_top(source):
     assert new.data.tags["source_config"] == run_dir
 
 
+def test_from_run_as_a_sweep_over_seeds(source):
+    """``--from-run X -m seed=5,6``: the flag may follow --from-run; each job is the source's config with its seed,
+    nested under one sweep parent, and learns what a direct run of that config and seed learns."""
+    store, workdir, run = source
+    client = store.client()
+    before = {r.info.run_id for r in client.search_runs([run.info.experiment_id])}
+    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "-m", "seed=5,6",
+                      "progress=false"], cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    new = [r for r in client.search_runs([run.info.experiment_id]) if r.info.run_id not in before]
+    (parent,) = [r for r in new if "mlflow.parentRunId" not in r.data.tags]
+    children = sorted((r for r in new if "mlflow.parentRunId" in r.data.tags), key=lambda r: r.data.params["seed"])
+    assert [r.data.params["seed"] for r in children] == ["5", "6"]
+    for child in children:
+        assert child.info.status == "FINISHED" and child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["source_run_id"] == run.info.run_id
+        assert {k: v for k, v in child.data.params.items() if k != "seed"} == {
+            k: v for k, v in run.data.params.items() if k != "seed"
+        }
+    assert parent.info.status == "FINISHED"
+    assert histories(store, children[0].info.run_id) != histories(store, children[1].info.run_id)  # seeds differ
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
