@@ -390,7 +390,6 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
         resume=resume,
         log_model=cfg.tracking.log_model,
         describe_model=lambda path: write_text_agent_files(path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name),
-        pyfunc=False,
     ) as run:
         trainer = run.closing(
             text_trainer_class(cfg.algo)(

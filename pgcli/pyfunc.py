@@ -1,10 +1,15 @@
-"""The MLflow Model of a pgcli run: ``mlflow.pyfunc.load_model("runs:/<run id>/model").predict(observations)``.
+"""The MLflow Model of a pgcli run: ``mlflow.pyfunc.load_model("runs:/<run id>/model").predict(...)``.
 
 Every run logs its final agent as ``model`` (and its best one as ``best_model``): an MLflow Model directory whose
 ``MLmodel`` names this module as the pyfunc ``loader_module``, beside the agent's own files (``model.pt`` or SB3's
-``model.zip``, ``normalizer.npz``, ``agent.json``; see :mod:`pgcli.agent`). MLflow calls :func:`_load_pyfunc` with
-that directory; ``predict`` maps raw observations (a numpy array, a list, or a pandas DataFrame with one column per
-observation dimension) to the actions the gymnasium env takes, normalisation inside, deterministic.
+``model.zip``, ``normalizer.npz``, ``policy.pt``, ``agent.json``; see :mod:`pgcli.agent`). MLflow calls
+:func:`_load_pyfunc` with that directory, and ``agent.json`` says which model it is:
+
+- a gymnasium agent (:class:`AgentPyfunc`): ``predict`` maps raw observations (a numpy array, a list, or a pandas
+  DataFrame with one column per observation dimension) to the actions the env takes, normalisation inside,
+  deterministic;
+- a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
+  them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions.
 
 This module never imports MLflow (``pgcli.tracking`` is the only one that does): a loader module needs no MLflow
 class, and the model directory holds no pickled Python object of ours -- the weights load with
@@ -36,6 +41,44 @@ class AgentPyfunc:
         return self.policy(np.asarray(model_input))
 
 
-def _load_pyfunc(data_path: str) -> AgentPyfunc:
+class TextPyfunc:
+    """A text policy's MLflow Model: prompts in, greedy completions out (what ``eval/accuracy`` scores)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+
+        from pgcli.agent import agent_config, read_agent_spec
+        from pgcli.build import make_text_policy
+        from pgcli.lm.model import load_policy
+        from pgcli.lm.tasks import make_task
+
+        cfg = agent_config(read_agent_spec(model_dir))
+        self.task = make_task(cfg.env)  # type: ignore[arg-type]  # a text spec holds a text env
+        self.policy = load_policy(make_text_policy(self.task, cfg.model, torch.device("cpu")), model_dir)  # type: ignore[arg-type]
+        self.policy.eval()
+
+    def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
+        """Greedy completions (EOS removed) of prompts written as the task writes them, e.g. ``"12+34="``."""
+        import pandas as pd
+
+        from pgcli.lm.model import generate
+        from pgcli.lm.tasks import Problem, decode_completions, encode_prompts
+
+        if isinstance(model_input, pd.DataFrame):
+            model_input = model_input["prompt"] if "prompt" in model_input else model_input.iloc[:, 0]
+        prompts = [model_input] if isinstance(model_input, str) else [str(p) for p in model_input]
+        if not prompts:
+            return []
+        vocab = self.task.vocab
+        tokens, mask = encode_prompts(vocab, [Problem(prompt=p, answer="") for p in prompts])
+        gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len, eos_id=vocab.eos_id,
+                       temperature=0.0, pad_id=vocab.pad_id)  # fmt: skip
+        return decode_completions(vocab, gen.tokens)
+
+
+def _load_pyfunc(data_path: str) -> AgentPyfunc | TextPyfunc:
     """MLflow's loader-module entry point: ``data_path`` is the model directory."""
-    return AgentPyfunc(Path(data_path))
+    from pgcli.agent import read_agent_spec
+
+    model_dir = Path(data_path)
+    return TextPyfunc(model_dir) if read_agent_spec(model_dir).get("backend") == "text" else AgentPyfunc(model_dir)

@@ -67,8 +67,9 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     changes = [o for o, k in zip(overrides, keys, strict=True) if k in RESUME_OVERRIDES]
     run_dir, run_id, uri, parent_run_id = locate_run(target, lookup)
 
-    hydra = _load_yaml(run_dir / ".hydra" / "hydra.yaml", target)
-    saved = _load_yaml(run_dir / ".hydra" / "config.yaml", target)
+    hydra_dir, seed = logged_config_dir(run_dir)
+    hydra = _load_yaml(hydra_dir / "hydra.yaml", target)
+    saved = _load_yaml(hydra_dir / "config.yaml", target)
     choices = {k: v for k, v in hydra.hydra.runtime.choices.items() if not str(k).startswith("hydra/")}
     original = [str(o) for o in hydra.hydra.overrides.task]
     # The group choices select the schemas (TRPOConfig, ...); the logged values then pin every field exactly, even
@@ -85,6 +86,14 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
         if not isinstance(merged, DictConfig):
             raise ConfigError(f"resume: the logged config of {run_dir} is not a mapping")
         original_total = int(merged.total_steps)
+        if seed is not None:  # one seed of an n_seeds job: that seed alone, as the job trained it
+            first, n = int(merged.seed), int(merged.n_seeds)
+            if not first <= seed < first + n:
+                raise ConfigError(
+                    f"resume: {run_dir} is seed {seed}, but its job trained seeds {first}..{first + n - 1}"
+                )
+            OmegaConf.update(merged, "seed", seed)
+            OmegaConf.update(merged, "n_seeds", 1)
         for change in changes:
             key, value = change.lstrip("+~").split("=", 1)
             OmegaConf.update(merged, key, value, force_add=False)  # typed fields convert '20000', 'false'
@@ -130,6 +139,17 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
         point=ResumePoint(run_id=run_id, checkpoint=checkpoint, step=step),
         resume_overrides=changes,
     )
+
+
+def logged_config_dir(run_dir: Path) -> tuple[Path, int | None]:
+    """Where a run's Hydra config is: ``<run dir>/.hydra``, or for one seed of an ``n_seeds`` job (its runs are
+    ``<job dir>/seed<k>``) the job's ``.hydra`` with that seed ``k``; the seed is None for a run of its own."""
+    import re
+
+    match = re.fullmatch(r"seed(\d+)", run_dir.name)
+    if not (run_dir / ".hydra").is_dir() and match and (run_dir.parent / ".hydra").is_dir():
+        return run_dir.parent / ".hydra", int(match.group(1))
+    return run_dir / ".hydra", None
 
 
 def locate_run(target: str, lookup: list[str]) -> tuple[Path, str | None, str | None, str | None]:

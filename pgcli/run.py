@@ -298,17 +298,15 @@ class Run:
         resume: ResumePoint | None = None,
         log_model: bool = True,
         describe_model: Callable[[Path], None] | None = None,
-        pyfunc: bool = True,
     ) -> None:
         """``open_backend(None)`` creates the MLflow run and ``open_backend(run_id)`` re-opens one (resume); both return
         None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has.
-        ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``). ``pyfunc``:
-        log the saved agents as MLflow Models (gymnasium agents), else as plain artifact directories (text policies)."""
+        ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``); the saved agents
+        are logged as MLflow Models (``pgcli.pyfunc``: gymnasium agents and text policies alike)."""
         from pgcli.tracking import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
         self.describe_model = describe_model
-        self.pyfunc = pyfunc
         self._open_backend = open_backend
         self.logger: RunLogger = RunLogger(output_dir)
         """What the trainer and monitor log through; its MLflow backend is attached when the run opens."""
@@ -369,10 +367,8 @@ class Run:
         for path, name in saved:
             if self.describe_model is not None:  # agent.json: what `pgcli eval` and the MLflow Model load it from
                 self.describe_model(path)
-            if self.log_model and self.pyfunc:
+            if self.log_model:
                 self.logger.log_model(path, name)
-            elif self.log_model:
-                self.logger.log_artifact(path, name)
         return model_dir
 
     # -- leaving -----------------------------------------------------------------------------------------------------

@@ -53,6 +53,26 @@ def test_sft_lands_a_finished_run_with_accuracy_weights_and_samples(sft):
     assert all(row["prompt"].endswith("=") and len(row["sampled"]) == 2 for row in table)
 
 
+def test_the_logged_model_completes_prompts_as_the_run_did(sft):
+    # runs:/<id>/model is an MLflow Model (pgcli.pyfunc): prompts in, greedy completions out, the same ones the run's
+    # final evaluation logged in its samples table
+    import mlflow.pyfunc
+    import pandas as pd
+
+    store, workdir, run_id = sft
+    client = store.client()
+    assert "model/MLmodel" in {a.path for a in client.list_artifacts(run_id, "model")}
+    table = json.loads(Path(client.download_artifacts(run_id, "samples/step_1024.json", str(workdir))).read_text())
+    prompts, greedy = [row["prompt"] for row in table], [row["greedy"] for row in table]
+    mlflow.set_tracking_uri(store.uri)
+    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    assert model.predict(prompts) == greedy
+    assert model.predict(pd.DataFrame({"prompt": prompts[:2]})) == greedy[:2]
+    assert model.predict(prompts[0]) == greedy[:1]
+    with pytest.raises(ValueError, match="character 'x' is not in the vocabulary"):
+        model.predict(["1x+2="])
+
+
 def test_a_text_run_starts_from_the_sft_run_by_id(sft):
     store, workdir, run_id = sft
     args = ["train", "algo=sft", "env=addition", f"init={run_id}", f"tracking.uri={store.uri}", "total_steps=64",

@@ -211,3 +211,40 @@ def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):
     for key in {k for k, _ in rows} - MANY_PER_STEP:
         steps = [s for k, s in rows if k == key]
         assert len(steps) == len(set(steps)), key
+
+
+def test_one_seed_of_an_n_seeds_job_resumes_alone(store: Store, workdir: Path):
+    # n_seeds=2 trains seeds 3 and 4 one after another in <job dir>/seed3 and seed4; the Hydra config is the job's.
+    # Resuming seed 4's run continues that run alone, with seed 4, from its own last checkpoint.
+    import shutil
+
+    job_dir = workdir / "job"
+    args = ["train", *CASES["trpo"], *COMMON[1:-1], "total_steps=1024", "seed=3", "n_seeds=2",
+            f"tracking.uri={store.uri}", f"hydra.run.dir={job_dir}"]  # fmt: skip
+    first = run_pgcli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    client = store.client()
+    runs = {
+        r.data.params["seed"]: r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+    }
+    run = runs["4"]
+    assert run.data.tags["output_dir"] == str((job_dir / "seed4").resolve()) and not (job_dir / "seed4/.hydra").exists()
+
+    resumed = run_pgcli(["train", f"resume={run.info.run_id}", "total_steps=2048", f"tracking.uri={store.uri}"],
+                        cwd=workdir)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{(job_dir / 'seed4').resolve()}/checkpoints/step_1024 (step 1,024 of 2,048)" in resumed.stderr
+    assert "trpo on cartpole (seed 4)" in resumed.stdout
+    after = client.get_run(run.info.run_id)
+    assert after.info.status == "FINISHED" and after.data.params["seed"] == "4"
+    history = histories(store, run.info.run_id)
+    assert max(s for s, _ in history["time/sps"]) >= 2048
+    for key in set(history) - MANY_PER_STEP:
+        steps = [s for s, _ in history[key]]
+        assert len(steps) == len(set(steps)), key
+    assert client.get_run(runs["3"].info.run_id).data.metrics == runs["3"].data.metrics  # seed 3 untouched
+
+    shutil.copytree(job_dir / "seed4", job_dir / "seed7")  # a seed the job never trained (seeds 3..4)
+    bad = run_pgcli(["train", f"resume={job_dir / 'seed7'}", "total_steps=4096"], cwd=workdir)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "is seed 7, but its job trained seeds 3..4" in bad.stderr
