@@ -14,6 +14,8 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
   synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
 - ``shm_inproc``: ``shm`` with evaluation in the trainer process (``hardware.eval_process=false``): the preset since
   session 5's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
+- ``shm_eval_worker``: ``shm`` whose env worker plays the evaluation episodes while it would idle (during the
+  updates; ``hardware.eval_in_worker=true``, the preset since session 7), with no process of its own.
 - ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
   trainer takes the policy step.
 - ``command``: the whole command a user types, ``pgcli train algo=trpo env=hopper seed=<s>`` (the preset's two-core
@@ -65,7 +67,24 @@ VARIANTS = {
     "parallel": ("trpo", ["hardware.vec_env=worker", "hardware.eval_process=true", "algo.critic_process=false"]),
     "shm": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=false"]),
     "shm_critic": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=true", "algo.critic_process=true"]),
-    "shm_inproc": ("trpo", ["hardware.vec_env=shm", "hardware.eval_process=false", "algo.critic_process=false"]),
+    "shm_inproc": (
+        "trpo",
+        [
+            "hardware.vec_env=shm",
+            "hardware.eval_process=false",
+            "algo.critic_process=false",
+            "hardware.eval_in_worker=false",
+        ],
+    ),
+    "shm_eval_worker": (
+        "trpo",
+        [
+            "hardware.vec_env=shm",
+            "hardware.eval_process=false",
+            "algo.critic_process=false",
+            "hardware.eval_in_worker=true",
+        ],
+    ),
     "sb3_trpo": ("sb3_trpo", []),
 }
 # The whole default command as a user types it, with the preset's own settings (the two-core path) and the default

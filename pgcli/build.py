@@ -320,6 +320,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                     seed=cfg.seed,
                     train_env=env,
                     background=cfg.hardware.eval_process and usable_cpus() >= 2,  # one CPU: in process, same results
+                    in_worker=cfg.hardware.eval_in_worker,  # vec_env=shm's worker plays them while it would idle
                 ),
                 eval_every=cfg.eval.every,
                 checkpoint_dir=ctx.output_dir / "checkpoints",

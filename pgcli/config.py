@@ -1004,6 +1004,9 @@ class HardwareConfig:
     eval_process: bool = False
     """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results; in
     process with one usable CPU)."""
+    eval_in_worker: bool = True
+    """With vec_env=shm's worker process (and no eval_process): the worker plays the evaluation episodes while it
+    would idle, during the updates, on a snapshot of the policy (same results); false evaluates in this process."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))

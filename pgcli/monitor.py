@@ -23,7 +23,7 @@ import multiprocessing as mp
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -123,18 +123,33 @@ class Evaluator:
     """Runs ``episodes`` episodes on a separate env with frozen copies of the training env's normalisation."""
 
     def __init__(
-        self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int, train_env: VectorEnv, background: bool = False
+        self,
+        env_cfg: EnvConfig,
+        cfg: EvalConfig,
+        *,
+        seed: int,
+        train_env: VectorEnv,
+        background: bool = False,
+        in_worker: bool = False,
     ) -> None:
         self.env_cfg, self.cfg, self.seed, self.train_env = env_cfg, cfg, seed + EVAL_SEED_OFFSET, train_env
-        self.background = background
-        """Evaluate agents that can ``snapshot`` their policy in an :class:`EvalProcess`, concurrently."""
+        self.in_worker = in_worker and not background and worker_channel(train_env) is not None
+        """Evaluations go to the training env's worker process (:class:`WorkerEvaluation`): asked for, and it has
+        one (``background``, the evaluation process, comes first)."""
+        self.background = background or self.in_worker
+        """Evaluate agents that can ``snapshot`` their policy concurrently, in an :class:`EvalProcess` or the worker."""
         self._env: VectorEnv | None = None
-        self._process: EvalProcess | None = None
+        self._process: EvalProcess | WorkerEvaluation | None = None
 
     def submit(self, actor: Actor) -> None:
-        """Start evaluating ``actor`` (a picklable snapshot) in the evaluation process; :meth:`result` collects it."""
+        """Start evaluating ``actor`` (a picklable snapshot) concurrently; :meth:`result` collects it."""
         if self._process is None:
-            self._process = EvalProcess(self.env_cfg, self.cfg, seed=self.seed)
+            channel = worker_channel(self.train_env) if self.in_worker else None
+            self._process = (
+                WorkerEvaluation(channel, self.env_cfg, self.cfg, seed=self.seed)
+                if channel is not None
+                else EvalProcess(self.env_cfg, self.cfg, seed=self.seed)
+            )
         self._process.submit(actor, normalizer_state(self.train_env))
 
     def ready(self) -> bool:
@@ -174,6 +189,14 @@ class Evaluator:
             self._env.close()
         if self._process is not None:
             self._process.close()
+
+
+def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:
+    """The evaluation pipe of ``env``'s shared-memory worker (through its VecNormalize), None when it has none."""
+    from pgcli.shmenv import SharedMemoryVectorEnv
+
+    inner = env.unwrapped
+    return inner.evaluation_channel() if isinstance(inner, SharedMemoryVectorEnv) else None
 
 
 class EvalProcess:
@@ -230,6 +253,54 @@ class EvalProcess:
         stop_process(self._process, self._conn)
 
 
+class WorkerEvaluation:
+    """Evaluations played by the shared-memory env's worker process in its idle time, i.e. during the trainer's
+    updates (``hardware.eval_in_worker``; the worker side is ``pgcli.shmenv._IdleEvaluation``).
+
+    The interface of :class:`EvalProcess` without a process of its own: the snapshot and the frozen normaliser state
+    go to the worker through its evaluation pipe, and the worker plays :func:`episode_steps` one step at a time while
+    no step command arrives, so the second core that idles during updates plays the evaluation and the rollouts keep
+    the worker's full attention. Its results are those an in-process evaluation at that step would give.
+    """
+
+    def __init__(self, channel: tuple[Connection, Any], env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int) -> None:
+        self._conn, self._process = channel
+        self.env_cfg, self.cfg, self.seed = env_cfg, cfg, seed
+        self._pending = False
+
+    def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
+        if self._pending:
+            raise RuntimeError("an evaluation is already in flight")
+        try:
+            self._conn.send((actor, normalizer, self.env_cfg, self.cfg, self.seed))
+        except OSError:
+            self._fail()
+        self._pending = True
+
+    def ready(self) -> bool:
+        return self._pending and self._conn.poll()
+
+    def result(self) -> EvalResult:
+        try:
+            status, value = self._conn.recv()  # the worker plays on while this process waits (no step commands)
+        except (EOFError, OSError):
+            self._fail()
+        self._pending = False
+        if status == "error":
+            raise EnvWorkerError(f"evaluation in the env worker failed: {value}")
+        return EvalResult(*value)
+
+    def _fail(self) -> NoReturn:
+        self._process.join(timeout=1.0)
+        raise EnvWorkerError(
+            f"the env worker process (pid {self._process.pid}) died during an evaluation (exit code "
+            f"{self._process.exitcode}); hardware.eval_in_worker=false evaluates in this process"
+        )
+
+    def close(self) -> None:
+        """Nothing of its own to close: the env owns the worker and its pipes."""
+
+
 def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> None:
     """The evaluation process: answer each (snapshot, normaliser state) with (returns, lengths) until None."""
     import signal
@@ -273,6 +344,26 @@ def run_episodes(
     Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
     ``recorder`` (video) is told after each step whether sub-env 0's episode ended.
     """
+    steps = episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: EvalResult = done.value
+            return result
+
+
+def episode_steps(
+    env: VectorEnv,
+    agent: Actor,
+    episodes: int,
+    *,
+    deterministic: bool,
+    seed: int,
+    recorder: EpisodeRecorder | None = None,
+) -> Generator[None, None, EvalResult]:
+    """:func:`run_episodes` one vector step at a time: it yields after each step and returns the :class:`EvalResult`
+    (the env worker plays evaluations this way in its idle time, a step per poll)."""
     n = env.num_envs
     targets = np.array([(episodes + i) // n for i in range(n)])
     counts = np.zeros(n, dtype=int)
@@ -283,6 +374,7 @@ def run_episodes(
         recorder.reset()
     while (counts < targets).any():
         obs, _, terminated, truncated, info = env.step(agent.act(obs, deterministic))
+        yield
         if recorder is not None:
             recorder.step(bool(terminated[0] or truncated[0]))
         final = info.get("final_info")

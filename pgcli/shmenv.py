@@ -22,6 +22,12 @@ are left out; they cost a dict merge per step and nothing reads them. On the rar
 episode ends, its final observation and info come through the pipe. Reset, ``call``, ``get_attr`` and
 ``set_attr`` (checkpoints) go through the pipe as with ``WorkerVectorEnv``.
 
+**Evaluation in the worker's idle time** (``hardware.eval_in_worker``, the default): during the updates the worker
+has nothing to step, so it plays the evaluation episodes (:class:`_IdleEvaluation`, fed by
+``pgcli.monitor.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
+within one evaluation step when the next rollout starts. The trainer no longer plays them on its own core; the
+results are those of an in-process evaluation (tests/integration/test_parallel_training.py).
+
 With one sub-env, one usable CPU, or spaces other than Box / Discrete, every sub-env steps in this process (the
 same lean step, no worker). The busy-wait protocol relies on x86's ordering of stores (a writer's data is visible
 before its counter), so on other CPU architectures the worker is not started either.
@@ -82,11 +88,81 @@ def _nbytes(layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> int:
     return sum(-(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 8) * 8 for _, dtype, shape in layout)
 
 
-def _worker(conn: Connection, buffer: Any, layout: list, env_fns: list[Callable[[], gym.Env]], first: int) -> None:
+class _IdleEvaluation:
+    """Evaluations the worker plays while it would otherwise sleep (``hardware.eval_in_worker``).
+
+    A request ``(actor, normaliser state, env config, eval config, seed)`` arrives on the evaluation pipe; the worker
+    builds the evaluation env once (``make_vec_env(..., vectorization="lean")``, as an in-process evaluation does),
+    loads the frozen statistics and plays ``pgcli.monitor.episode_steps`` one vector step per call, only after
+    ``SPIN_S`` without a step command: during the trainer's updates, never inside a rollout. The answer is
+    ``("ok", (returns, lengths))`` or ``("error", message)``; the results are those an in-process evaluation gives.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.env: Any = None
+        self.steps: Any = None
+        self.warm = False
+
+    def __call__(self) -> bool:
+        """One unit of work (take a request, or play one step); False when there is nothing to do."""
+        if not self.warm:  # the first idle moment: import what an evaluation needs (torch: about a second), once
+            import torch  # noqa: F401
+
+            import pgcli.monitor  # noqa: F401
+
+            self.warm = True
+            return True
+        if self.steps is None:
+            if not self.conn.poll():
+                return False
+            request = self.conn.recv()  # EOF: the main process is gone, and the worker ends
+            try:
+                self._start(request)
+            except Exception as exc:
+                self.conn.send(("error", describe(exc)))
+            return True
+        try:
+            next(self.steps)
+        except StopIteration as done:
+            self.steps = None
+            self.conn.send(("ok", (done.value.returns, done.value.lengths)))
+        except Exception as exc:
+            self.steps = None
+            self.conn.send(("error", describe(exc)))
+        return True
+
+    def _start(self, request: tuple[Any, ...]) -> None:
+        import torch
+
+        from pgcli.env import load_normalizer_state, make_vec_env
+        from pgcli.monitor import episode_steps
+
+        actor, normalizer, env_cfg, cfg, seed = request
+        torch.set_num_threads(1)
+        if self.env is None:
+            self.env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
+        load_normalizer_state(self.env, normalizer, training=False)
+        self.steps = episode_steps(self.env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+def _worker(
+    conn: Connection,
+    buffer: Any,
+    layout: list,
+    env_fns: list[Callable[[], gym.Env]],
+    first: int,
+    eval_conn: Connection | None = None,
+) -> None:
     """The worker process: build its sub-envs (global indices ``first``, ``first + 1``, ...), then answer commands
-    until ``close``, or until the main process is gone."""
+    until ``close``, or until the main process is gone; in between, play the evaluations sent on ``eval_conn``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process, which checkpoints
     parent = os.getppid()
+    idle = _IdleEvaluation(eval_conn) if eval_conn is not None else None
     envs: list[gym.Env] = []
     views = _views(buffer, layout)
     ctrl = memoryview(buffer).cast("B").cast("q")[:4]  # plain-int reads: the cheapest spin
@@ -97,7 +173,7 @@ def _worker(conn: Connection, buffer: Any, layout: list, env_fns: list[Callable[
         conn.send(("ok", None))
         seq = 0
         while True:
-            seq = _next_command(ctrl, seq, parent)
+            seq = _next_command(ctrl, seq, parent, idle)
             if seq < 0:  # the main process went away
                 break
             command = ctrl[_CMD]
@@ -132,11 +208,15 @@ def _worker(conn: Connection, buffer: Any, layout: list, env_fns: list[Callable[
     finally:
         for env in envs:
             env.close()
+        if idle is not None:
+            idle.close()
         conn.close()
 
 
-def _next_command(ctrl: memoryview, seq: int, parent: int) -> int:
-    """Wait until the command counter passes ``seq``; its new value, or -1 when the parent process is gone."""
+def _next_command(ctrl: memoryview, seq: int, parent: int, idle: Callable[[], bool] | None = None) -> int:
+    """Wait until the command counter passes ``seq``; its new value, or -1 when the parent process is gone. After
+    ``SPIN_S`` of busy waiting, ``idle()`` does a unit of other work between polls (it returns False when it had
+    none; then the worker sleeps ``POLL_S``)."""
     if ctrl[_SEQ] != seq:
         return ctrl[_SEQ]
     deadline = time.perf_counter() + SPIN_S
@@ -145,7 +225,8 @@ def _next_command(ctrl: memoryview, seq: int, parent: int) -> int:
             break
     polls = 0
     while ctrl[_SEQ] == seq:
-        time.sleep(POLL_S)
+        if idle is None or not idle():
+            time.sleep(POLL_S)
         polls += 1
         if polls % 200 == 0 and os.getppid() != parent:
             return -1
@@ -197,14 +278,22 @@ class SharedMemoryVectorEnv(VectorEnv):
         self._ctrl = memoryview(self._buffer).cast("B").cast("q")[:4]
         self._seq = 0
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_worker, args=(child, self._buffer, layout, env_fns, self.n_local),
-                                    daemon=True, name="pgcli-env-worker")  # fmt: skip
+        self._eval_conn, eval_child = ctx.Pipe()
+        args = (child, self._buffer, layout, env_fns, self.n_local, eval_child)
+        self._process = ctx.Process(target=_worker, args=args, daemon=True, name="pgcli-env-worker")
         self._process.start()
         child.close()  # only the worker holds its end: its death is an EOF here, never a hang
+        eval_child.close()
         self._closed_worker = False
         self._receive("start")
 
     # -- the worker ---------------------------------------------------------------------------------------------------
+    def evaluation_channel(self) -> tuple[Connection, Any] | None:
+        """The worker's evaluation pipe and process (:class:`_IdleEvaluation`), None without a worker."""
+        if self._process is None or self._closed_worker:
+            return None
+        return self._eval_conn, self._process
+
     def _died(self, command: str) -> EnvWorkerError:
         self._process.join(timeout=1.0)
         self._closed_worker = True
@@ -365,3 +454,4 @@ class SharedMemoryVectorEnv(VectorEnv):
             self._ctrl[_CMD] = _CLOSE
             self._ctrl[_SEQ] = self._seq
         stop_process(self._process, self._conn)
+        self._eval_conn.close()

@@ -1,5 +1,5 @@
-"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm``, ``hardware.eval_process=true`` and
-``algo.critic_process=true`` change where the work runs, not what is learned.
+"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm``, ``hardware.eval_process=true``,
+``hardware.eval_in_worker`` and ``algo.critic_process=true`` change where the work runs, not what is learned.
 
 An end-to-end TRPO Hopper run through ``pgcli.build.train`` gives the same metric history (wall-clock ``time/*``
 aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
@@ -36,15 +36,20 @@ def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
     return sorted(rows)  # evaluations in the background are logged when they finish, after later train/* rows
 
 
-@pytest.mark.parametrize(("vec_env", "critic_process"), [("worker", "false"), ("shm", "true")])
+@pytest.mark.parametrize(
+    ("vec_env", "eval_process", "critic_process"),
+    [("worker", "true", "false"), ("shm", "true", "true"), ("shm", "false", "false")],  # the last: the preset's
+    ids=["worker-eval_process", "shm-eval_process-critic_process", "shm-eval_in_worker"],
+)
 def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
-    vec_env: str, critic_process: str, tmp_path: Path
+    vec_env: str, eval_process: str, critic_process: str, tmp_path: Path
 ):
     serial = run(
         tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"
     )
-    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", "hardware.eval_process=true",
-                   f"algo.critic_process={critic_process}")  # fmt: skip
+    # eval_process=false on shm: the env worker plays the evaluations (hardware.eval_in_worker, the default)
+    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", f"hardware.eval_process={eval_process}",
+                   f"algo.critic_process={critic_process}", "hardware.eval_in_worker=true")  # fmt: skip
     evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]
     assert [step for step, _ in evals] == ["2048", "4096", "6144"]
     assert serial == parallel

@@ -128,3 +128,88 @@ def test_running_statistics_follow_the_parallel_update_formula_bit_for_bit(shape
         count = total
         stats.update(batch)
         assert np.array_equal(stats.mean, mean) and np.array_equal(stats.var, var) and stats.count == count
+
+
+def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_results():
+    # hardware.eval_in_worker: an evaluation submitted to the shm env's worker gives run_episodes' returns and lengths
+    # exactly, while the training env keeps stepping in between (the worker plays only when no step comes); then a
+    # second evaluation with other normaliser statistics, and a failing one is an error, not a hang
+    import torch
+
+    from pgcli.algo.policies import PolicySnapshot, make_policy
+    from pgcli.config import EvalConfig, ModelConfig
+    from pgcli.env import EVAL_SEED_OFFSET, load_normalizer_state, normalizer_state
+    from pgcli.monitor import Evaluator, WorkerEvaluation, run_episodes
+    from pgcli.vecenv import EnvWorkerError
+
+    cfg = EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)
+    eval_cfg = EvalConfig(episodes=3)
+    train = make_vec_env(cfg, seed=0, vectorization="shm")
+    reference = make_vec_env(cfg, seed=0, n_envs=1, vectorization="lean")
+    try:
+        torch.manual_seed(0)
+        policy = make_policy(train.single_observation_space, train.single_action_space, ModelConfig())
+        evaluator = Evaluator(cfg, eval_cfg, seed=5, train_env=train, in_worker=True)
+        assert evaluator.background and evaluator.in_worker
+        rng = np.random.default_rng(0)
+        train.reset(seed=1)
+        for round_ in range(2):
+            for _ in range(200 * (round_ + 1)):  # the normaliser statistics move between the two evaluations
+                train.step(rng.uniform(-1, 1, size=(2, 3)).astype(np.float32))
+            state = normalizer_state(train)
+            evaluator.submit(PolicySnapshot(policy))
+            assert isinstance(evaluator._process, WorkerEvaluation)
+            for _ in range(50):  # a rollout meanwhile: steps come before evaluation steps
+                train.step(rng.uniform(-1, 1, size=(2, 3)).astype(np.float32))
+            got = evaluator.result()
+            load_normalizer_state(reference, state, training=False)
+            expected = run_episodes(reference, PolicySnapshot(policy), 3, deterministic=True, seed=5 + EVAL_SEED_OFFSET)
+            np.testing.assert_array_equal(got.returns, expected.returns)
+            np.testing.assert_array_equal(got.lengths, expected.lengths)
+            assert len(got.returns) == 3
+        evaluator._process.submit("not an actor", None)  # type: ignore[arg-type]
+        with pytest.raises(EnvWorkerError, match="evaluation in the env worker failed: AttributeError"):
+            evaluator._process.result()
+        train.step(np.zeros((2, 3), np.float32))  # the worker is still serving the training env
+    finally:
+        train.close()
+        reference.close()
+
+
+def test_without_a_worker_the_evaluation_stays_in_process():
+    from pgcli.config import EvalConfig
+    from pgcli.monitor import Evaluator
+
+    cfg = EnvConfig(id="Hopper-v5", n_envs=2)
+    env = make_vec_env(cfg, seed=0, vectorization="sync")
+    try:
+        evaluator = Evaluator(cfg, EvalConfig(), seed=0, train_env=env, in_worker=True)
+        assert not evaluator.background and not evaluator.in_worker
+    finally:
+        env.close()
+
+
+def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
+    import os
+    import signal
+
+    import torch
+
+    from pgcli.algo.policies import PolicySnapshot, make_policy
+    from pgcli.config import EvalConfig, ModelConfig
+    from pgcli.monitor import Evaluator
+    from pgcli.vecenv import EnvWorkerError
+
+    cfg = EnvConfig(id="Hopper-v5", n_envs=2)
+    train = make_vec_env(cfg, seed=0, vectorization="shm")
+    try:
+        torch.manual_seed(0)
+        policy = make_policy(train.single_observation_space, train.single_action_space, ModelConfig())
+        evaluator = Evaluator(cfg, EvalConfig(episodes=50), seed=0, train_env=train, in_worker=True)
+        train.reset(seed=0)
+        evaluator.submit(PolicySnapshot(policy))
+        os.kill(train.unwrapped._process.pid, signal.SIGKILL)
+        with pytest.raises(EnvWorkerError, match=r"the env worker process \(pid \d+\) died during an evaluation"):
+            evaluator.result()
+    finally:
+        train.close()
