@@ -1004,6 +1004,9 @@ class HardwareConfig:
     eval_process: bool = False
     """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results; in
     process with one usable CPU)."""
+    busy_fallback: bool = True
+    """With a second process asked for (vec_env=worker|shm, eval_process, critic_process): when no core is free at
+    start (another process is running), run in one process instead, with the same results, and say so."""
     eval_in_worker: bool = True
     """With vec_env=shm's worker process (and no eval_process): the worker plays the evaluation episodes while it
     would idle, during the updates, on a snapshot of the policy (same results); false evaluates in this process."""

@@ -81,6 +81,7 @@ def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, mig
     stderr = workdir / "stderr.txt"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "env=hopper", "total_steps=10000000",
             "eval.every=0", f"hardware.vec_env={vec_env}", "hardware.eval_process=false", "algo.critic_process=false",
+            "hardware.busy_fallback=false",  # the worker even when another test process keeps a core busy
             "progress=true",
             f"tracking.uri={migrated_store.uri}",
             f"hydra.run.dir={workdir / 'run'}"]  # fmt: skip
@@ -105,3 +106,23 @@ def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, mig
     assert "Traceback" not in text
     (failed,) = migrated_store.runs("hopper")
     assert failed.info.status == "FAILED" and failed.info.end_time is not None
+
+
+def test_a_run_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: Path):
+    # another process keeps every core busy: the preset's two-core path would make each step wait for a worker that
+    # shares a core, so the run steps in one process (the same results) and says why
+    from pgcli.env import usable_cpus
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
+    try:
+        time.sleep(0.3)
+        args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=2048"]
+        exe = str(Path(sys.executable).parent / "pgcli")
+        proc = subprocess.run([exe, "train", *args], cwd=workdir, capture_output=True, text=True, env=cli_env(),
+                              timeout=300)  # fmt: skip
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pgcli: note: no free core (another process is running): this run steps in one process" in proc.stderr

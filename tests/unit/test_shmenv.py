@@ -213,3 +213,30 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
             evaluator.result()
     finally:
         train.close()
+
+
+def test_free_core_reads_the_runnable_count_less_this_process(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(env_module, "usable_cpus", lambda: 2)
+    counts = iter([1, 2, 1, 1, 3])  # median 1: only this process runs
+    monkeypatch.setattr(env_module, "running_tasks", lambda: next(counts))
+    assert env_module.free_core(interval_s=0)
+    counts = iter([2, 2, 3, 1, 2])  # median 2: one other process runs, no core left for a worker
+    monkeypatch.setattr(env_module, "running_tasks", lambda: next(counts))
+    assert not env_module.free_core(interval_s=0)
+    monkeypatch.setattr(env_module, "running_tasks", lambda: None)  # unreadable: decide as before
+    assert env_module.free_core(interval_s=0)
+
+
+@pytest.mark.skipif(env_module.running_tasks() is None, reason="reads /proc/loadavg")
+def test_free_core_sees_a_busy_process_on_the_machine():
+    import subprocess
+    import sys
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(env_module.usable_cpus())]
+    try:
+        time.sleep(0.3)
+        assert not env_module.free_core()
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
