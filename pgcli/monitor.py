@@ -199,7 +199,46 @@ def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:
     return inner.evaluation_channel() if isinstance(inner, SharedMemoryVectorEnv) else None
 
 
-class EvalProcess:
+class _PipedEvaluation:
+    """One evaluation in flight at a time, answered over a pipe by another process: what :class:`EvalProcess` and
+    :class:`WorkerEvaluation` share. The answer is ``("ok", (returns, lengths))`` or ``("error", message)``; the other
+    process's death is an EOF (only it holds the other end), reported by ``_fail``."""
+
+    _conn: Connection
+    _pending = False
+    _failing = "evaluation"
+    """The subject of the error raised for an ``("error", message)`` answer."""
+
+    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _fail(self) -> NoReturn:
+        raise NotImplementedError
+
+    def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
+        if self._pending:
+            raise RuntimeError("an evaluation is already in flight")
+        try:
+            self._conn.send(self._request(actor, normalizer))
+        except OSError:
+            self._fail()
+        self._pending = True
+
+    def ready(self) -> bool:
+        return self._pending and self._conn.poll()
+
+    def result(self) -> EvalResult:
+        try:
+            status, value = self._conn.recv()  # the other process plays on while this one waits
+        except (EOFError, OSError):
+            self._fail()
+        self._pending = False
+        if status == "error":
+            raise EnvWorkerError(f"{self._failing} failed: {value}")
+        return EvalResult(*value)
+
+
+class EvalProcess(_PipedEvaluation):
     """Evaluations in a separate process (``hardware.eval_process``), concurrently with training: a spare core plays
     the evaluation episodes while the trainer collects and updates.
 
@@ -216,29 +255,11 @@ class EvalProcess:
                                     name="pgcli-eval")  # fmt: skip
         self._process.start()
         child.close()  # only the process holds its end: its death is an EOF here, never a hang
-        self._pending = False
 
-    def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
-        if self._pending:
-            raise RuntimeError("an evaluation is already in flight")
-        try:
-            self._conn.send((actor, normalizer))
-        except OSError:
-            self._fail()
-        self._pending = True
+    _failing = "evaluation process"
 
-    def ready(self) -> bool:
-        return self._pending and self._conn.poll()
-
-    def result(self) -> EvalResult:
-        try:
-            status, value = self._conn.recv()
-        except (EOFError, OSError):
-            self._fail()
-        self._pending = False
-        if status == "error":
-            raise EnvWorkerError(f"evaluation process failed: {value}")
-        return EvalResult(*value)
+    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
+        return actor, normalizer
 
     def _fail(self) -> NoReturn:
         self._process.join(timeout=1.0)
@@ -253,7 +274,7 @@ class EvalProcess:
         stop_process(self._process, self._conn)
 
 
-class WorkerEvaluation:
+class WorkerEvaluation(_PipedEvaluation):
     """Evaluations played by the shared-memory env's worker process in its idle time, i.e. during the trainer's
     updates (``hardware.eval_in_worker``; the worker side is ``pgcli.shmenv._IdleEvaluation``).
 
@@ -266,29 +287,11 @@ class WorkerEvaluation:
     def __init__(self, channel: tuple[Connection, Any], env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int) -> None:
         self._conn, self._process = channel
         self.env_cfg, self.cfg, self.seed = env_cfg, cfg, seed
-        self._pending = False
 
-    def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
-        if self._pending:
-            raise RuntimeError("an evaluation is already in flight")
-        try:
-            self._conn.send((actor, normalizer, self.env_cfg, self.cfg, self.seed))
-        except OSError:
-            self._fail()
-        self._pending = True
+    _failing = "evaluation in the env worker"
 
-    def ready(self) -> bool:
-        return self._pending and self._conn.poll()
-
-    def result(self) -> EvalResult:
-        try:
-            status, value = self._conn.recv()  # the worker plays on while this process waits (no step commands)
-        except (EOFError, OSError):
-            self._fail()
-        self._pending = False
-        if status == "error":
-            raise EnvWorkerError(f"evaluation in the env worker failed: {value}")
-        return EvalResult(*value)
+    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
+        return actor, normalizer, self.env_cfg, self.cfg, self.seed
 
     def _fail(self) -> NoReturn:
         self._process.join(timeout=1.0)
