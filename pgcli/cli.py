@@ -263,8 +263,7 @@ def _task_overrides(args: list[str]) -> list[str]:
         if skip:
             skip = False
             continue
-        if arg in ("--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",
-                   "--config-path", "-cp", "--experimental-rerun"):  # fmt: skip
+        if arg in HYDRA_VALUE_FLAGS:
             skip = True
             continue
         if arg.startswith("-"):
