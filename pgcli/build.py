@@ -12,6 +12,7 @@ import importlib
 import platform
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -158,6 +159,29 @@ def one_process(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, hardware=hardware, algo=algo)
 
 
+BUSY_NOTE = (
+    "pgcli: note: no free core (another process is running): this run steps in one process, with the same "
+    "results (hardware.busy_fallback=false keeps the second process)"
+)
+
+
+def fall_back_when_busy(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` in one process (:func:`one_process`, the same numbers) when it asks for a second process, allows the
+    fallback (``hardware.busy_fallback``) and no core is free (:func:`pgcli.env.free_core`); says so on stderr.
+
+    Another process keeping the second core busy would make a busy-waiting env worker share it and every vector step
+    wait: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
+    Used by ``pgcli train`` and by ``pgcli train resume=`` (checkpoints do not depend on the vector env)."""
+    if not (uses_second_core(cfg) and cfg.hardware.busy_fallback):
+        return cfg
+    from pgcli.env import free_core
+
+    if free_core():
+        return cfg
+    print(BUSY_NOTE, file=sys.stderr, flush=True)
+    return one_process(cfg)
+
+
 def parallel_launcher(target: str) -> bool:
     """Whether a Hydra launcher (its ``_target_``) runs a sweep's jobs at the same time: every launcher but Hydra's
     basic one (joblib, Ray, ...)."""
@@ -228,10 +252,25 @@ def run_tags(cfg: TrainConfig, ctx: RunContext, device: torch.device) -> dict[st
         "gymnasium_version": gymnasium.__version__,
         "sb3_version": stable_baselines3.__version__,
         "python_version": platform.python_version(),
+        "cpu": cpu_model(),
         **git_state(),
         **ctx.extra_tags,
     }
     return tags
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :func:`platform.processor` says. Runs with the same seed
+    and versions are bit-identical on one machine, not across CPUs: SIMD kernels (MuJoCo, NumPy, torch) round
+    differently on AVX2 and AVX-512 hosts, and a few ulps grow into another learning curve."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def git_state() -> dict[str, str]:

@@ -291,8 +291,7 @@ def run_train(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from pgcli.build import RunContext, one_process, parallel_launcher, train, uses_second_core
-    from pgcli.env import free_core
+    from pgcli.build import RunContext, fall_back_when_busy, one_process, parallel_launcher, train, uses_second_core
     from pgcli.labels import env_label, preset_label
     from pgcli.rerun import source_preset, source_tags
     from pgcli.run import PARENT_RUN_ENV
@@ -315,13 +314,8 @@ def run_train(cfg: DictConfig) -> float:
             note = "pgcli: note: a parallel sweep job runs in one process (hardware.vec_env=sync, no evaluation "
             print(note + "or critic process): the same results, and the cores stay with the other jobs",
                   file=sys.stderr, flush=True)  # fmt: skip
-        elif uses_second_core(run_cfg) and run_cfg.hardware.busy_fallback and not free_core():
-            # Another process keeps the second core busy: a busy-waiting worker would share it and make every step
-            # wait. One process gives the same numbers.
-            run_cfg = one_process(run_cfg)
-            print("pgcli: note: no free core (another process is running): this run steps in one process, with the "
-                  "same results (hardware.busy_fallback=false keeps the second process)", file=sys.stderr,
-                  flush=True)  # fmt: skip
+        else:
+            run_cfg = fall_back_when_busy(run_cfg)  # a busy second core: one process, the same numbers
         # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
         # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
         trial = TrialLink.from_job(

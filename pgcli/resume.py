@@ -223,7 +223,7 @@ def _load_yaml(path: Path, target: str) -> DictConfig:
 
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
-    from pgcli.build import RunContext, train
+    from pgcli.build import RunContext, fall_back_when_busy, train
     from pgcli.console import print_summary
 
     targets = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
@@ -244,6 +244,6 @@ def resume_command(args: list[str]) -> int:
     )
     print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
           f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip
-    summary = train(plan.cfg, ctx, resume=plan.point)
+    summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)
     print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=plan.cfg.seed)
     return 0

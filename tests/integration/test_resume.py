@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -248,3 +249,29 @@ def test_one_seed_of_an_n_seeds_job_resumes_alone(store: Store, workdir: Path):
     bad = run_pgcli(["train", f"resume={job_dir / 'seed7'}", "total_steps=4096"], cwd=workdir)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "is seed 7, but its job trained seeds 3..4" in bad.stderr
+
+
+def test_a_resume_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: Path):
+    # a two-core run (hardware.vec_env=shm) resumed while other processes keep every core busy continues in one
+    # process, like `pgcli train` itself: checkpoints do not depend on the vector env, and the results are the same
+    from pgcli.env import usable_cpus
+
+    run_dir = workdir / "run"
+    args = ["train", *CASES["trpo"], *COMMON[1:], "total_steps=512", "tracking=off", "hardware.vec_env=shm",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    first = run_pgcli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
+    try:
+        time.sleep(0.3)  # the busy processes show in /proc/loadavg
+        resumed = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir, timeout=300)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "pgcli: note: no free core (another process is running): this run steps in one process" in resumed.stderr
+    assert "(step 512 of 1,024)" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    sps = [ln for ln in (run_dir / "metrics.csv").read_text().splitlines() if ln.startswith("time/sps,")]
+    assert max(int(ln.split(",")[1]) for ln in sps) >= 1024
