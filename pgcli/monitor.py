@@ -304,6 +304,17 @@ class WorkerEvaluation(_PipedEvaluation):
         """Nothing of its own to close: the env owns the worker and its pipes."""
 
 
+def piped_eval_env(
+    env: VectorEnv | None, env_cfg: EnvConfig, cfg: EvalConfig, seed: int, normalizer: dict[str, Any] | None
+) -> VectorEnv:
+    """The env of an evaluation played away from the trainer (its process or the env worker): ``env``, or a new lean
+    one on the first request, with the trainer's normaliser statistics of this request (frozen)."""
+    if env is None:
+        env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
+    load_normalizer_state(env, normalizer, training=False)
+    return env
+
+
 def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> None:
     """The evaluation process: answer each (snapshot, normaliser state) with (returns, lengths) until None."""
     import signal
@@ -317,9 +328,7 @@ def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, se
     try:
         while (request := conn.recv()) is not None:
             actor, normalizer = request
-            if env is None:
-                env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
-            load_normalizer_state(env, normalizer, training=False)
+            env = piped_eval_env(env, env_cfg, cfg, seed, normalizer)
             result = run_episodes(env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
             conn.send(("ok", (result.returns, result.lengths)))
     except EOFError:  # the trainer went away

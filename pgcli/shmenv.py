@@ -135,14 +135,11 @@ class _IdleEvaluation:
     def _start(self, request: tuple[Any, ...]) -> None:
         import torch
 
-        from pgcli.env import load_normalizer_state, make_vec_env
-        from pgcli.monitor import episode_steps
+        from pgcli.monitor import episode_steps, piped_eval_env
 
         actor, normalizer, env_cfg, cfg, seed = request
         torch.set_num_threads(1)
-        if self.env is None:
-            self.env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
-        load_normalizer_state(self.env, normalizer, training=False)
+        self.env = piped_eval_env(self.env, env_cfg, cfg, seed, normalizer)
         self.steps = episode_steps(self.env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
 
     def close(self) -> None:
