@@ -269,7 +269,9 @@ class RawPolicy:
         Returns:
             [B] int64 actions (discrete) or [B, *action_shape] float32 actions within the env's bounds.
         """
-        obs = np.asarray(obs, dtype=np.float64)
+        # C order whatever the caller's layout (a DataFrame's values are column-major): the matmul kernels chosen
+        # for a layout round differently on some CPUs, and the same observations must give the same actions
+        obs = np.ascontiguousarray(obs, dtype=np.float64)
         single = obs.shape == self.obs_shape
         batch = obs.reshape(1, *self.obs_shape) if single else obs
         if batch.shape[1:] != self.obs_shape:
