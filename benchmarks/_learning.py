@@ -248,7 +248,7 @@ def run_all(
     """Run ``jobs`` (``n_jobs`` processes at a time), rewriting ``out`` after each so an interrupted benchmark keeps
     what it measured; print one line per run and the table at the end. ``previous`` runs are kept in ``out``, and a
     job whose overrides one of them already ran is skipped (so an interrupted benchmark resumes where it stopped)."""
-    from pgcli.build import git_state
+    from pgcli.build import cpu_model, git_state
 
     runs: list[dict[str, Any]] = list(previous or [])
     done = {tuple(r["overrides"]) for r in runs}
@@ -256,7 +256,7 @@ def run_all(
     if len(todo) < len(jobs):
         print(f"skipping {len(jobs) - len(todo)} run(s) already in {out}", flush=True)
     meta = {"command": f"{script} " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "python": platform.python_version(), "jobs": n_jobs,
+            "cpu": cpu_model(), "python": platform.python_version(), "jobs": n_jobs,
             "eval": {"every": {j.env: j.eval_every for j in jobs}, "episodes": jobs[0].eval_episodes if jobs else 0,
                      "deterministic": True},
             **git_state()}  # fmt: skip

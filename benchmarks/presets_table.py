@@ -56,6 +56,8 @@ class RunResult:
     sps: float
     date: str
     commit: str
+    cpu: str = ""
+    """The CPU's model name (the run's ``cpu`` tag; empty for runs from before it was logged)."""
 
 
 def run_result(record: Any, evals: Sequence[tuple[int, float]], sps_points: Sequence[tuple[int, float]]) -> RunResult:
@@ -79,6 +81,7 @@ def run_result(record: Any, evals: Sequence[tuple[int, float]], sps_points: Sequ
         sps=sps_points[-1][1] if sps_points else float("nan"),
         date=time.strftime("%Y-%m-%d", time.gmtime(start)),
         commit=commit,
+        cpu=record.tags.get("cpu", ""),
     )
 
 

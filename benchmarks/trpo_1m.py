@@ -289,12 +289,12 @@ def main() -> None:
         data = json.loads(args.report.read_text())
         print(markdown(data["summary"], data["meta"]["steps"]))
         return
-    from pgcli.build import git_state
+    from pgcli.build import cpu_model, git_state
 
     runs: list[dict[str, Any]] = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
     meta = {"command": "benchmarks/trpo_1m.py " + " ".join(sys.argv[1:]), "steps": args.steps,
-            "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            **git_state()}  # fmt: skip
+            "machine": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), **git_state()}  # fmt: skip
     for rnd in range(args.rounds):
         for seed in args.seeds:
             order = args.variants if rnd % 2 == 0 else args.variants[::-1]

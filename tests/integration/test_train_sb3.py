@@ -106,7 +106,15 @@ def check_common(store: Store, run: Any, stdout: str, *, algo: str, env: str, en
     tags = data.tags
     assert tags["algo"] == algo and tags["env"] == env and tags["seed"] == str(seed) and tags["env_id"] == env_id
     assert re.fullmatch(r"[0-9a-f]{40}", tags["git_commit"]) and tags["git_dirty"] in ("true", "false")
-    for key in ("pgcli_version", "torch_version", "gymnasium_version", "sb3_version", "python_version", "device"):
+    for key in (
+        "pgcli_version",
+        "torch_version",
+        "gymnasium_version",
+        "sb3_version",
+        "python_version",
+        "device",
+        "cpu",
+    ):
         assert tags[key], key
     assert f"seed={seed}" in tags["hydra_overrides"].split()
     output_dir = Path(tags["output_dir"])
