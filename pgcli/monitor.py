@@ -420,8 +420,13 @@ class TrainingMonitor:
         log_every_steps: int = 1000,
         stop: StopRequest | None = None,
         on_eval: Callable[[int, float], None] | None = None,
+        env_wait: Callable[[], float] | None = None,
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
+        self.env_wait = env_wait
+        """Seconds the env has waited for its worker process so far (``pgcli.shmenv.worker_wait``): logged as
+        ``time/env_wait_frac``, the share of wall time since the last log."""
+        self._waited = (env_wait(), time.perf_counter()) if env_wait is not None else (0.0, 0.0)
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
         self.recent_returns: deque[float] = deque(maxlen=window)
         self.recent_lengths: deque[int] = deque(maxlen=window)
@@ -725,6 +730,10 @@ class TrainingMonitor:
         elapsed = time.perf_counter() - self._start - self._eval_seconds
         sps = (step - self._start_step) / max(elapsed, 1e-9)
         stats = {"time/sps": sps, "time/episodes": float(self.n_episodes)}
+        if self.env_wait is not None:
+            waited, now = self.env_wait(), time.perf_counter()
+            stats["time/env_wait_frac"] = (waited - self._waited[0]) / max(now - self._waited[1], 1e-9)
+            self._waited = (waited, now)
         if self.recent_returns:
             stats["rollout/ep_return_mean"] = float(np.mean(self.recent_returns))
             stats["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))

@@ -230,6 +230,29 @@ def _next_command(ctrl: memoryview, seq: int, parent: int, idle: Callable[[], bo
     return ctrl[_SEQ]
 
 
+WAIT_NOTE_FRAC = 0.2
+"""The share of a run's wall time spent waiting for the env worker above which the run says so at the end."""
+
+
+def worker_wait(env: VectorEnv) -> Callable[[], float] | None:
+    """Seconds ``env``'s shared-memory worker has kept :meth:`SharedMemoryVectorEnv.step` waiting so far (a
+    counter, through its wrappers), None when ``env`` steps everything in this process."""
+    base = env.unwrapped
+    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
+        return None
+    return lambda: base.wait_s
+
+
+def worker_wait_note(waited_s: float, wall_s: float) -> str | None:
+    """The note for a run that waited ``waited_s`` of ``wall_s`` seconds for its env worker, when that is a large
+    share: another process took the worker's core, and one process would have been faster."""
+    if wall_s <= 0 or waited_s / wall_s < WAIT_NOTE_FRAC:
+        return None
+    share = f"{waited_s / wall_s:.0%}"
+    return (f"pgcli: note: this run waited for its env worker {share} of the time (another process shared the "
+            "cores; time/env_wait_frac shows when): hardware.vec_env=sync may be faster on this machine")  # fmt: skip
+
+
 class SharedMemoryVectorEnv(VectorEnv):
     """Same-step-autoreset vector env over ``env_fns``: sub-envs ``[0, n - n_worker)`` step in this process, the
     rest in one worker process synchronised through shared memory (see the module docstring).
@@ -264,6 +287,9 @@ class SharedMemoryVectorEnv(VectorEnv):
         self._last_obs: Any = None  # the batch returned last: the rows a masked reset leaves
         self._process: Any = None
         self._closed_worker = True
+        self.wait_s = 0.0
+        """Seconds :meth:`step` waited for the worker after stepping its own sub-envs: near 0 when the worker has a
+        core of its own, a large share of the run when another process takes it (see :func:`worker_wait_note`)."""
         if n_worker:
             self._start_worker(list(env_fns[self.n_local :]), obs_space, action_space)
 
@@ -328,13 +354,15 @@ class SharedMemoryVectorEnv(VectorEnv):
         """Busy-wait for the worker's step (then poll, checking that it lives); its status."""
         ctrl, seq = self._ctrl, self._seq
         if ctrl[_DONE] != seq:
-            deadline = time.perf_counter() + SPIN_S
+            start = time.perf_counter()
+            deadline = start + SPIN_S
             while ctrl[_DONE] != seq and time.perf_counter() < deadline:
                 pass
             while ctrl[_DONE] != seq:
                 if not self._process.is_alive():
                     raise self._died("step")
                 time.sleep(0)
+            self.wait_s += time.perf_counter() - start
         return ctrl[_STATUS]
 
     # -- VectorEnv ----------------------------------------------------------------------------------------------------

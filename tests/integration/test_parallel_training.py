@@ -126,3 +126,39 @@ def test_a_run_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: 
             p.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgcli: note: no free core (another process is running): this run steps in one process" in proc.stderr
+
+
+def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(workdir: Path):
+    # the two-core path kept on a busy machine (hardware.busy_fallback=false): every vector step waits for a worker
+    # that shares its core with another process. The run logs how much of its time went to that wait
+    # (time/env_wait_frac) and says at the end that one process may be faster.
+    from pgcli.env import usable_cpus
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
+    try:
+        time.sleep(0.3)
+        args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=4096", "hardware.vec_env=shm",
+                                                                         "hardware.busy_fallback=false"]  # fmt: skip
+        exe = str(Path(sys.executable).parent / "pgcli")
+        proc = subprocess.run([exe, "train", *args, f"hydra.run.dir={workdir / 'run'}"], cwd=workdir,
+                              capture_output=True, text=True, env=cli_env(), timeout=300)  # fmt: skip
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with (workdir / "run" / "metrics.csv").open() as f:
+        waits = [float(r["value"]) for r in csv.DictReader(f) if r["key"] == "time/env_wait_frac"]
+    assert waits and all(0 <= w <= 1 for w in waits)
+    (note,) = [ln for ln in proc.stderr.splitlines() if "waited for its env worker" in ln]
+    assert note.startswith("pgcli: note: this run waited for its env worker ") and "hardware.vec_env=sync" in note
+    assert "no free core" not in proc.stderr  # the fallback was off
+
+
+def test_the_wait_note_speaks_only_for_a_large_share():
+    from pgcli.shmenv import WAIT_NOTE_FRAC, worker_wait_note
+
+    assert worker_wait_note(0.0, 100.0) is None
+    assert worker_wait_note(WAIT_NOTE_FRAC * 100 - 1, 100.0) is None
+    assert "waited for its env worker 35% of the time" in (worker_wait_note(35.0, 100.0) or "")
+    assert worker_wait_note(1.0, 0.0) is None
