@@ -106,6 +106,7 @@ def summarise(results: Iterable[RunResult]) -> list[dict[str, Any]]:
             "seeds": sorted(r.seed for r in runs), "final": stat("final"), "last5": stat("last5"),
             "best": stat("best"), "wall_s": stat("wall_s")[0], "sps": stat("sps")[0],
             "date": max(r.date for r in runs), "commits": sorted({r.commit for r in runs}),
+            "cpus": sorted({r.cpu for r in runs if r.cpu}),
         })  # fmt: skip
     return rows
 

@@ -26,14 +26,14 @@ table = load_script()
 
 
 def log_run(store: Store, *, algo: str, env: str, env_id: str, seed: int, budget: int, evals: list[float],
-            start_s: float, wall_s: float, status: str = "FINISHED") -> str:  # fmt: skip
+            start_s: float, wall_s: float, status: str = "FINISHED", cpu: str = "") -> str:  # fmt: skip
     from mlflow.entities import Metric, Param
 
     client = store.client()
     exp = client.get_experiment_by_name("presets")
     exp_id = exp.experiment_id if exp else client.create_experiment("presets")
     tags = {"algo": algo, "env": env, "env_id": env_id, "seed": str(seed), "git_commit": "abcdef0123",
-            "git_dirty": "false"}  # fmt: skip
+            "git_dirty": "false", **({"cpu": cpu} if cpu else {})}  # fmt: skip
     run = client.create_run(exp_id, start_time=int(start_s * 1000), tags=tags)
     every = budget // len(evals)
     metrics = [Metric("eval/return_mean", v, int(start_s * 1000), (i + 1) * every) for i, v in enumerate(evals)]
@@ -49,7 +49,7 @@ def test_rows_per_preset_and_budget_with_final_last5_best_over_seeds(store: Stor
     curves = {0: [10, 20, 30, 40, 50, 60], 1: [0, 100, 80, 70, 60, 40], 2: [5, 5, 5, 5, 5, 5]}
     for seed, evals in curves.items():
         log_run(store, algo="ppo", env="cartpole", env_id="CartPole-v1", seed=seed, budget=60_000, evals=evals,
-                start_s=t0, wall_s=120.0)  # fmt: skip
+                start_s=t0, wall_s=120.0, cpu="CPU B" if seed else "")  # fmt: skip
     # the same preset at another budget: its own row, never averaged in
     log_run(store, algo="ppo", env="cartpole", env_id="CartPole-v1", seed=0, budget=6_000, evals=[1.0, 3.0],
             start_s=t0, wall_s=12.0)  # fmt: skip
@@ -74,6 +74,7 @@ def test_rows_per_preset_and_budget_with_final_last5_best_over_seeds(store: Stor
         assert big[key] == pytest.approx((mean, std)), key
     assert big["wall_s"] == pytest.approx(120.0) and big["sps"] == pytest.approx(1001.0)
     assert big["seeds"] == [0, 1, 2] and big["commits"] == ["abcdef0"]
+    assert big["cpus"] == ["CPU B"]  # the CPU models that ran the row (a run from before the tag has none)
 
     md = table.markdown(rows)
     assert "| ppo_cartpole | CartPole-v1 | 6,000 | 1 (n < 3) | 3.000 | 2.000 | 3.000 |" in md  # n = 1: no ± 0.0
