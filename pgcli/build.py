@@ -326,7 +326,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     from pgcli.env import make_vec_env, reward_threshold, usable_cpus
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.run import Run
-    from pgcli.shmenv import worker_wait, worker_wait_note
+    from pgcli.shmenv import worker_wait, worker_wait_note, worker_watch
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
@@ -372,12 +372,13 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 stop=run.stop,
                 on_eval=ctx.on_eval,
                 env_wait=worker_wait(env),
+                watch_worker=worker_watch(env) if cfg.hardware.busy_fallback else None,
             )
         )
         fit_start = time.perf_counter()
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
-        waited = monitor.env_wait() if monitor.env_wait is not None else 0.0
-        if note := worker_wait_note(waited, time.perf_counter() - fit_start):  # the cores were not free after all
+        waited = monitor.env_wait() if worker_wait(env) is not None and monitor.env_wait is not None else 0.0
+        if note := worker_wait_note(waited, time.perf_counter() - fit_start):  # the worker stayed on a busy core
             print(note, file=sys.stderr, flush=True)
     return summary(cfg, ctx, run, monitor, steps, final, start, threshold=reward_threshold(cfg.env))
 

@@ -21,6 +21,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Mapping
@@ -140,6 +141,13 @@ class Evaluator:
         """Evaluate agents that can ``snapshot`` their policy concurrently, in an :class:`EvalProcess` or the worker."""
         self._env: VectorEnv | None = None
         self._process: EvalProcess | WorkerEvaluation | None = None
+
+    def leave_worker(self) -> None:
+        """The training env's worker has stopped (its sub-envs came home): evaluate in this process from now on, with
+        the same results. Call it with no evaluation in flight."""
+        if self.in_worker:
+            self.in_worker = self.background = False
+            self._process = None
 
     def submit(self, actor: Actor) -> None:
         """Start evaluating ``actor`` (a picklable snapshot) concurrently; :meth:`result` collects it."""
@@ -421,12 +429,16 @@ class TrainingMonitor:
         stop: StopRequest | None = None,
         on_eval: Callable[[int, float], None] | None = None,
         env_wait: Callable[[], float] | None = None,
+        watch_worker: Callable[[], str | None] | None = None,
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
         self.env_wait = env_wait
         """Seconds the env has waited for its worker process so far (``pgcli.shmenv.worker_wait``): logged as
         ``time/env_wait_frac``, the share of wall time since the last log."""
         self._waited = (env_wait(), time.perf_counter()) if env_wait is not None else (0.0, 0.0)
+        self.watch_worker = watch_worker
+        """Called after each update with no evaluation in flight (``pgcli.shmenv.WorkerWatch``): a note when the
+        env's worker sub-envs came home, after which evaluations run in this process."""
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
         self.recent_returns: deque[float] = deque(maxlen=window)
         self.recent_lengths: deque[int] = deque(maxlen=window)
@@ -487,6 +499,11 @@ class TrainingMonitor:
         self.collect_evaluation(wait=False)
         if self._last_logged_step is None or step - self._last_logged_step >= self.log_every_steps:
             self._log_rollout_stats(step)
+        if self.watch_worker is not None and self._pending_eval is None and (note := self.watch_worker()):
+            self.watch_worker = None  # the worker is gone; evaluations due from now on run here
+            if isinstance(self.evaluator, Evaluator):
+                self.evaluator.leave_worker()
+            self._say(note)
         if self._next_eval is not None and step >= self._next_eval:
             # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
             # steps (other n_steps) report comparable steps to on_eval.
@@ -498,6 +515,14 @@ class TrainingMonitor:
                 self._next_ckpt += self.checkpoint_every
             self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
+
+    def _say(self, note: str) -> None:
+        """A one-line note on stderr (above the progress bar, which stays) and in train.log."""
+        log.info(note.removeprefix("pgcli: note: "))
+        if self._bar is not None:
+            self._bar.write(note, file=sys.stderr)
+        else:
+            print(note, file=sys.stderr, flush=True)
 
     def save_checkpoint(self, step: int, agent: Agent, *, defer: bool = False) -> Path | None:
         """Save ``agent`` and this monitor's state to ``checkpoint_dir/step_<step>`` and log it as an artifact.

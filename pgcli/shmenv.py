@@ -253,6 +253,46 @@ def worker_wait_note(waited_s: float, wall_s: float) -> str | None:
             "cores; time/env_wait_frac shows when): hardware.vec_env=sync may be faster on this machine")  # fmt: skip
 
 
+HOME_NOTE = (
+    "pgcli: note: another process has taken the env worker's core (this run waited for it {share} of the "
+    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps "
+    "the worker)"
+)
+
+
+class WorkerWatch:
+    """Between updates: brings a shared-memory env's worker sub-envs home (:meth:`SharedMemoryVectorEnv.bring_home`,
+    the same results) when the run has waited for the worker more than ``share`` of its wall time for ``patience``
+    updates in a row: another process took the worker's core after the run started (a second run started beside
+    it, say), and every step would wait for the worker. (With a core of its own the worker, which steps no more
+    sub-envs than this process and nothing else, keeps this share near 0. :func:`pgcli.env.free_core` cannot tell
+    here: the run's own worker counts as a runnable process while it busy-waits.)
+
+    Call it only with no evaluation in the worker; it returns the note to print when the sub-envs came home."""
+
+    def __init__(self, env: SharedMemoryVectorEnv, *, share: float = 0.25, patience: int = 2) -> None:
+        self.env, self.share, self.patience = env, share, patience
+        self._last = (env.wait_s, time.perf_counter())
+        self._strikes = 0
+
+    def __call__(self) -> str | None:
+        waited, now = self.env.wait_s, time.perf_counter()
+        share = (waited - self._last[0]) / max(now - self._last[1], 1e-9)
+        self._last = (waited, now)
+        self._strikes = self._strikes + 1 if share > self.share else 0
+        if self._strikes < self.patience or not self.env.bring_home():
+            return None
+        return HOME_NOTE.format(share=f"{share:.0%}")
+
+
+def worker_watch(env: VectorEnv) -> WorkerWatch | None:
+    """A :class:`WorkerWatch` for ``env``'s shared-memory worker (through its wrappers), None without one."""
+    base = env.unwrapped
+    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
+        return None
+    return WorkerWatch(base)
+
+
 class SharedMemoryVectorEnv(VectorEnv):
     """Same-step-autoreset vector env over ``env_fns``: sub-envs ``[0, n - n_worker)`` step in this process, the
     rest in one worker process synchronised through shared memory (see the module docstring).
@@ -284,6 +324,7 @@ class SharedMemoryVectorEnv(VectorEnv):
         if n_worker == 0:  # the sub-envs meant for the worker step here
             self.envs += [fn() for fn in env_fns[n - requested :]]
         self.n_local = n - n_worker
+        self._env_fns = list(env_fns)
         self._last_obs: Any = None  # the batch returned last: the rows a masked reset leaves
         self._process: Any = None
         self._closed_worker = True
@@ -468,11 +509,32 @@ class SharedMemoryVectorEnv(VectorEnv):
         if self._process is not None:
             self._receive("set_attr")
 
+    def bring_home(self) -> bool:
+        """Step every sub-env in this process from now on, and stop the worker: for a run whose worker has lost its
+        core to another process. The worker's sub-envs are made here and continue their episodes in progress from
+        their ``episode_state`` (simulator, wrapper counters, RNGs: the run's results do not change). False, changing
+        nothing, when there is no worker or a sub-env's simulator state cannot be read (it would restart)."""
+        if self._process is None:
+            return False
+        states = list(self.get_attr("episode_state"))[self.n_local :]
+        if any(state["sim"] is None for state in states):
+            return False
+        envs = [fn() for fn in self._env_fns[self.n_local :]]
+        for env in envs:  # as a vector env's first reset does (the wrappers' checks expect one); then overwritten
+            env.reset(seed=0)
+        answer(envs, "set_attr", ("episode_state", states))
+        self._stop_worker()
+        self.envs += envs
+        self.n_local, self._process = self.num_envs, None
+        return True
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
-        if self._process is None:
-            return
+        if self._process is not None:
+            self._stop_worker()
+
+    def _stop_worker(self) -> None:
         self._closed_worker = True
         if self._process.is_alive():  # also after an error it answered: it waits for the next command
             self._seq += 1

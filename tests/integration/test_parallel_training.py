@@ -162,3 +162,24 @@ def test_the_wait_note_speaks_only_for_a_large_share():
     assert worker_wait_note(WAIT_NOTE_FRAC * 100 - 1, 100.0) is None
     assert "waited for its env worker 35% of the time" in (worker_wait_note(35.0, 100.0) or "")
     assert worker_wait_note(1.0, 0.0) is None
+
+
+def test_a_worker_that_loses_its_core_brings_its_envs_home_with_the_same_results(tmp_path: Path, capfd):
+    # other processes take every core after the run has started on the two-core path (build.train does not check
+    # for a free core at start; pgcli train's busy fallback does): after two updates that waited long for the
+    # worker, the run moves the worker's sub-envs home and goes on in one process, learning exactly what the
+    # one-process run learns, evaluations included
+    from pgcli.env import usable_cpus
+
+    steps = ["total_steps=10240", "eval.every=4096"]
+    serial = run(tmp_path / "serial", *steps, "hardware.vec_env=sync", "hardware.eval_in_worker=false")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
+    try:
+        moved = run(tmp_path / "moved", *steps, "hardware.vec_env=shm", "hardware.eval_in_worker=true")
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    err = capfd.readouterr().err
+    assert "another process has taken the env worker's core" in err, err[-2000:]
+    assert moved == serial

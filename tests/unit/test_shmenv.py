@@ -240,3 +240,49 @@ def test_free_core_sees_a_busy_process_on_the_machine():
         for proc in busy:
             proc.kill()
             proc.wait()
+
+
+def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
+    # the worker's sub-envs move into this process with their episodes in progress, and the worker stops: from then
+    # on the experience is still exactly the sync env's
+    cfg = EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)
+    sync = make_vec_env(cfg, seed=7, vectorization="sync")
+    shm = make_vec_env(cfg, seed=7, vectorization="shm")
+    try:
+        base = shm.unwrapped
+        worker = base._process
+        assert_same(lean(rollout(sync, 57, seed=1)), rollout(shm, 57, seed=1))
+        wrappers = dict(map(tuple, base.get_attr("episode_state")[1]["wrappers"]))
+        assert wrappers["TimeLimit"]["elapsed_steps"] > 0  # the worker's sub-env is mid-episode
+        assert base.bring_home()
+        assert base._process is None and base.n_local == 2 and not worker.is_alive()
+        assert base.evaluation_channel() is None and not base.bring_home()  # once
+        assert_same(lean(rollout(sync, 300, seed=2)), rollout(shm, 300, seed=2))
+    finally:
+        sync.close()
+        shm.close()
+
+
+def test_the_worker_watch_brings_the_envs_home_after_long_waits_only():
+    from pgcli.shmenv import WorkerWatch
+
+    class Env:  # the two things the watch reads and calls; the move itself is tested above
+        wait_s = 0.0
+        moved = 0
+
+        def bring_home(self) -> bool:
+            self.moved += 1
+            return True
+
+    env = Env()
+    watch = WorkerWatch(env, share=0.25, patience=2)  # type: ignore[arg-type]
+
+    def update(waited_share: float) -> str | None:
+        time.sleep(0.02)
+        env.wait_s += waited_share * 0.02
+        return watch()
+
+    assert update(0.05) is None and update(0.9) is None  # one long wait is not a trend
+    assert update(0.05) is None and update(0.9) is None
+    note = update(0.9)  # the second in a row
+    assert env.moved == 1 and note is not None and "continues in one process, with the same results" in note
