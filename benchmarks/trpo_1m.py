@@ -152,14 +152,15 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         with (Path(tmp) / "metrics.csv").open() as f:
-            rows = sorted(
-                (r["key"], r["step"], r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")
-            )
+            every = list(csv.DictReader(f))
+        rows = sorted((r["key"], r["step"], r["value"]) for r in every if not r["key"].startswith("time/"))
+        waits = [float(r["value"]) for r in every if r["key"] == "time/env_wait_frac"]
     children_cpu = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
     curve = sorted((int(step), float(value)) for key, step, value in rows if key == "eval/return_mean")
     return {
         "variant": variant, "algo": algo, "seed": seed, "steps": summary.steps, "overrides": overrides,
         "wall_s": wall, "trainer_cpu_s": cpu, "all_cpu_s": cpu + children_cpu,
+        "env_wait_frac": float(np.mean(waits)) if waits else None,
         "final": summary.final_return, "best": max(v for _, v in curve),
         "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
         "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
@@ -309,7 +310,7 @@ def main() -> None:
                 print(f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
                       f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
                       f"load {r['loadavg_before'][0]:.1f}, core contention {r['contention'][0]:.2f} / "
-                      f"{r['contention'][1]:.2f}", flush=True)  # fmt: skip
+                      f"{r['contention'][1]:.2f}, wait share {r.get('env_wait_frac')}", flush=True)  # fmt: skip
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps({"meta": meta, "summary": summary_rows(runs, args.steps),
                                                 "runs": runs}, indent=1))  # fmt: skip
