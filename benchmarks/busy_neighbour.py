@@ -90,7 +90,7 @@ def run_case(case: str, steps: int, delay: float) -> dict[str, Any]:
     return {
         "case": case, "steps": steps, "delay_s": delay, "first_wall_s": first_wall, "second_wall_s": second_wall,
         "makespan_s": makespan, "first_wait_frac_mean": sum(waits) / len(waits) if waits else 0.0,
-        "first_moved_home": "another process has taken the env worker's core" in first_err,
+        "first_moved_home": "another process is using this run's cores" in first_err,
         "first_fell_back_at_start": "no free core" in first_err,
         "second_fell_back_at_start": "no free core" in second_err,
         "first_digest": digest, "first_final": final, "loadavg_before": load_before,

@@ -1007,7 +1007,8 @@ class HardwareConfig:
     busy_fallback: bool = True
     """With a second process asked for (vec_env=worker|shm, eval_process, critic_process): when no core is free at
     start (another process is running), run in one process instead, with the same results, and say so; with
-    vec_env=shm, also when the worker loses its core mid-run (two updates in a row waited > 25% of the time)."""
+    vec_env=shm, also when another process starts to use the cores mid-run (two updates in a row spent > 20% of
+    the time waiting for a core)."""
     eval_in_worker: bool = True
     """With vec_env=shm's worker process (and no eval_process): the worker plays the evaluation episodes while it
     would idle, during the updates, on a snapshot of the policy (same results); false evaluates in this process."""

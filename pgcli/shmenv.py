@@ -254,32 +254,64 @@ def worker_wait_note(waited_s: float, wall_s: float) -> str | None:
 
 
 HOME_NOTE = (
-    "pgcli: note: another process has taken the env worker's core (this run waited for it {share} of the "
-    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps "
-    "the worker)"
+    "pgcli: note: another process is using this run's cores (its two processes waited for one {share} of the "
+    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps the worker)"
 )
+
+
+def run_queue_s(pid: int) -> float | None:
+    """Seconds the task ``pid`` (a process's main thread) has spent runnable but waiting for a core: the second field
+    of ``/proc/<pid>/schedstat``. None where it cannot be read (another OS, a process that is gone)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class WorkerWatch:
     """Between updates: brings a shared-memory env's worker sub-envs home (:meth:`SharedMemoryVectorEnv.bring_home`,
-    the same results) when the run has waited for the worker more than ``share`` of its wall time for ``patience``
-    updates in a row: another process took the worker's core after the run started (a second run started beside
-    it, say), and every step would wait for the worker. (With a core of its own the worker, which steps no more
-    sub-envs than this process and nothing else, keeps this share near 0. :func:`pgcli.env.free_core` cannot tell
-    here: the run's own worker counts as a runnable process while it busy-waits.)
+    the same results) when another process has started to use the run's cores (a second run started beside it, say):
+    then the trainer and its busy-waiting worker share two cores with it, and every vector step waits for whichever
+    is descheduled, while one process would have a core to itself.
+
+    The sign: for ``patience`` updates in a row, the run's two processes together spent more than ``share`` of the
+    wall time runnable but off a core (:func:`run_queue_s`: near 0 on an otherwise idle machine; about 0.6 beside
+    one CPU-bound process on 2 cores). Where the kernel does not tell, the trainer's waits for the worker
+    (``wait_s``) stand in, with a higher bar (``wait_share``): they are also 10-20% per update on an idle machine,
+    when the two sub-envs' steps differ in cost. :func:`pgcli.env.free_core` cannot tell here: the run's own worker
+    counts as a runnable process while it busy-waits.
 
     Call it only with no evaluation in the worker; it returns the note to print when the sub-envs came home."""
 
-    def __init__(self, env: SharedMemoryVectorEnv, *, share: float = 0.25, patience: int = 2) -> None:
-        self.env, self.share, self.patience = env, share, patience
-        self._last = (env.wait_s, time.perf_counter())
+    def __init__(
+        self,
+        env: SharedMemoryVectorEnv,
+        *,
+        share: float = 0.2,
+        wait_share: float = 0.4,
+        patience: int = 2,
+        run_queue: Callable[[], float | None] | None = None,
+    ) -> None:
+        self.env, self.share, self.wait_share, self.patience = env, share, wait_share, patience
+        self.run_queue = run_queue or self._run_queue
+        """Seconds the run's processes have waited for a core so far (None: not known here)."""
+        self._last = (self.run_queue(), env.wait_s, time.perf_counter())
         self._strikes = 0
 
+    def _run_queue(self) -> float | None:
+        ours, worker = run_queue_s(os.getpid()), run_queue_s(self.env._process.pid)
+        return None if ours is None or worker is None else ours + worker
+
     def __call__(self) -> str | None:
-        waited, now = self.env.wait_s, time.perf_counter()
-        share = (waited - self._last[0]) / max(now - self._last[1], 1e-9)
-        self._last = (waited, now)
-        self._strikes = self._strikes + 1 if share > self.share else 0
+        queued, waited, now = self.run_queue(), self.env.wait_s, time.perf_counter()
+        (queued0, waited0, then), self._last = self._last, (queued, waited, now)
+        elapsed = max(now - then, 1e-9)
+        if queued is not None and queued0 is not None:
+            share, busy = (queued - queued0) / elapsed, (queued - queued0) / elapsed > self.share
+        else:
+            share, busy = (waited - waited0) / elapsed, (waited - waited0) / elapsed > self.wait_share
+        self._strikes = self._strikes + 1 if busy else 0
         if self._strikes < self.patience or not self.env.bring_home():
             return None
         return HOME_NOTE.format(share=f"{share:.0%}")

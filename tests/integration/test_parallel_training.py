@@ -181,5 +181,5 @@ def test_a_worker_that_loses_its_core_brings_its_envs_home_with_the_same_results
             p.kill()
             p.wait()
     err = capfd.readouterr().err
-    assert "another process has taken the env worker's core" in err, err[-2000:]
+    assert "another process is using this run's cores" in err, err[-2000:]
     assert moved == serial

@@ -263,7 +263,7 @@ def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
         shm.close()
 
 
-def test_the_worker_watch_brings_the_envs_home_after_long_waits_only():
+def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
     from pgcli.shmenv import WorkerWatch
 
     class Env:  # the two things the watch reads and calls; the move itself is tested above
@@ -274,15 +274,41 @@ def test_the_worker_watch_brings_the_envs_home_after_long_waits_only():
             self.moved += 1
             return True
 
-    env = Env()
-    watch = WorkerWatch(env, share=0.25, patience=2)  # type: ignore[arg-type]
+    env, queued = Env(), [0.0]
+    watch = WorkerWatch(env, share=0.2, wait_share=0.4, patience=2, run_queue=lambda: queued[0])  # type: ignore[arg-type]
 
-    def update(waited_share: float) -> str | None:
+    def update(queue_share: float, wait_share: float = 0.0) -> str | None:
         time.sleep(0.02)
-        env.wait_s += waited_share * 0.02
+        queued[0] += queue_share * 0.02
+        env.wait_s += wait_share * 0.02
         return watch()
 
-    assert update(0.05) is None and update(0.9) is None  # one long wait is not a trend
-    assert update(0.05) is None and update(0.9) is None
+    assert update(0.05) is None and update(0.9) is None  # one update off a core is not a trend
+    assert update(0.05, wait_share=0.9) is None and update(0.05, wait_share=0.9) is None  # waits alone do not count
+    assert update(0.9) is None
     note = update(0.9)  # the second in a row
     assert env.moved == 1 and note is not None and "continues in one process, with the same results" in note
+
+    # where the kernel does not say (run_queue gives None), long waits for the worker stand in, with a higher bar
+    env2 = Env()
+    watch2 = WorkerWatch(env2, share=0.2, wait_share=0.4, patience=2, run_queue=lambda: None)  # type: ignore[arg-type]
+    for share in (0.3, 0.3, 0.3):
+        time.sleep(0.02)
+        env2.wait_s += share * 0.02
+        assert watch2() is None
+    for _ in range(2):
+        time.sleep(0.02)
+        env2.wait_s += 0.8 * 0.02
+        note2 = watch2()
+    assert env2.moved == 1 and note2 is not None
+
+
+def test_run_queue_time_is_read_for_live_processes_only():
+    import os
+
+    from pgcli.shmenv import run_queue_s
+
+    if not os.path.exists("/proc/self/schedstat"):
+        pytest.skip("no /proc/<pid>/schedstat here")
+    assert (run_queue_s(os.getpid()) or 0.0) >= 0.0 and run_queue_s(os.getpid()) is not None
+    assert run_queue_s(2**22 + 12345) is None  # no such process
