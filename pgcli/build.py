@@ -144,8 +144,12 @@ TWO_CORE_VEC_ENVS = ("shm", "worker")
 def uses_second_core(cfg: TrainConfig) -> bool:
     """Whether ``cfg`` asks for a second process: a two-core vector env, the evaluation process or the critic
     process. Each gives the one-process run's numbers, only sooner when it has a core of its own."""
-    hw = cfg.hardware
-    return hw.vec_env in TWO_CORE_VEC_ENVS or hw.eval_process or bool(getattr(cfg.algo, "critic_process", False))
+    return cfg.hardware.vec_env in TWO_CORE_VEC_ENVS or extra_processes(cfg)
+
+
+def extra_processes(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` runs an evaluation or critic process of its own (beside any env worker)."""
+    return cfg.hardware.eval_process or bool(getattr(cfg.algo, "critic_process", False))
 
 
 def one_process(cfg: TrainConfig) -> TrainConfig:
@@ -372,7 +376,9 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 stop=run.stop,
                 on_eval=ctx.on_eval,
                 env_wait=worker_wait(env),
-                watch_worker=worker_watch(env) if cfg.hardware.busy_fallback else None,
+                # the env worker as the run's only second process: an evaluation or critic process of its own would
+                # also wait for a core at times, and read as another process taking the cores
+                watch_worker=worker_watch(env) if cfg.hardware.busy_fallback and not extra_processes(cfg) else None,
             )
         )
         fit_start = time.perf_counter()
