@@ -330,7 +330,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     from pgcli.env import make_vec_env, reward_threshold, usable_cpus
     from pgcli.monitor import Evaluator, TrainingMonitor
     from pgcli.run import Run
-    from pgcli.shmenv import worker_wait, worker_wait_note, worker_watch
+    from pgcli.shmenv import busy_cores_note, run_queue_total, worker_wait, worker_watch
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
@@ -381,11 +381,18 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 watch_worker=worker_watch(env) if cfg.hardware.busy_fallback and not extra_processes(cfg) else None,
             )
         )
-        fit_start = time.perf_counter()
+        fit_start, queued_start, waited_start = time.perf_counter(), run_queue_total(env), worker_wait(env)
+        waited_start_s = waited_start() if waited_start is not None else 0.0
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
-        waited = monitor.env_wait() if worker_wait(env) is not None and monitor.env_wait is not None else 0.0
-        if note := worker_wait_note(waited, time.perf_counter() - fit_start):  # the worker stayed on a busy core
-            print(note, file=sys.stderr, flush=True)
+        if monitor.watch_worker is None and (waited := worker_wait(env)) is not None:  # a worker kept to the end
+            queued = run_queue_total(env)
+            note = busy_cores_note(
+                None if queued is None or queued_start is None else queued - queued_start,
+                waited() - waited_start_s,
+                time.perf_counter() - fit_start,
+            )
+            if note:
+                print(note, file=sys.stderr, flush=True)
     return summary(cfg, ctx, run, monitor, steps, final, start, threshold=reward_threshold(cfg.env))
 
 

@@ -230,10 +230,6 @@ def _next_command(ctrl: memoryview, seq: int, parent: int, idle: Callable[[], bo
     return ctrl[_SEQ]
 
 
-WAIT_NOTE_FRAC = 0.2
-"""The share of a run's wall time spent waiting for the env worker above which the run says so at the end."""
-
-
 def worker_wait(env: VectorEnv) -> Callable[[], float] | None:
     """Seconds ``env``'s shared-memory worker has kept :meth:`SharedMemoryVectorEnv.step` waiting so far (a
     counter, through its wrappers), None when ``env`` steps everything in this process."""
@@ -241,22 +237,6 @@ def worker_wait(env: VectorEnv) -> Callable[[], float] | None:
     if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
         return None
     return lambda: base.wait_s
-
-
-def worker_wait_note(waited_s: float, wall_s: float) -> str | None:
-    """The note for a run that waited ``waited_s`` of ``wall_s`` seconds for its env worker, when that is a large
-    share: another process took the worker's core, and one process would have been faster."""
-    if wall_s <= 0 or waited_s / wall_s < WAIT_NOTE_FRAC:
-        return None
-    share = f"{waited_s / wall_s:.0%}"
-    return (f"pgcli: note: this run waited for its env worker {share} of the time (another process shared the "
-            "cores; time/env_wait_frac shows when): hardware.vec_env=sync may be faster on this machine")  # fmt: skip
-
-
-HOME_NOTE = (
-    "pgcli: note: another process is using this run's cores (its two processes waited for one {share} of the "
-    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps the worker)"
-)
 
 
 def run_queue_s(pid: int) -> float | None:
@@ -267,6 +247,51 @@ def run_queue_s(pid: int) -> float | None:
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+def run_queue_total(env: VectorEnv) -> float | None:
+    """Seconds this process and ``env``'s shared-memory worker have waited for a core so far (:func:`run_queue_s`);
+    None without a worker or where the kernel does not say."""
+    base = env.unwrapped
+    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
+        return None
+    ours, worker = run_queue_s(os.getpid()), run_queue_s(base._process.pid)
+    return None if ours is None or worker is None else ours + worker
+
+
+BUSY_SHARE = 0.2
+"""The share of wall time the run's two processes may spend waiting for a core before the run counts its cores as
+taken (:class:`WorkerWatch`, :func:`busy_cores_note`): near 0 on an otherwise idle machine, about 0.6 beside one
+CPU-bound process on 2 cores."""
+WAIT_SHARE = 0.4
+"""Where the kernel does not say: the share of wall time the trainer may wait for its worker (10-28% per update on an
+idle machine early in a Hopper run, when episodes end often and the two sub-envs' steps differ in cost)."""
+
+
+def busy_cores_note(queued_s: float | None, waited_s: float, wall_s: float) -> str | None:
+    """The end-of-run note for a run that kept its worker (``hardware.busy_fallback=false``) while other processes
+    used the cores: its processes waited ``queued_s`` seconds for a core (None: unknown; then the trainer's
+    ``waited_s`` for the worker decide) in ``wall_s``. None when the cores were the run's own."""
+    if wall_s <= 0:
+        return None
+    if queued_s is not None:
+        if queued_s / wall_s <= BUSY_SHARE:
+            return None
+        what = f"its two processes waited for a core {queued_s / wall_s:.0%} of the time"
+    else:
+        if waited_s / wall_s <= WAIT_SHARE:
+            return None
+        what = f"it waited for its env worker {waited_s / wall_s:.0%} of the time"
+    return (
+        f"pgcli: note: another process used this run's cores ({what}): hardware.vec_env=sync may be faster "
+        "on this machine"
+    )
+
+
+HOME_NOTE = (
+    "pgcli: note: another process is using this run's cores (its two processes waited for one {share} of the "
+    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps the worker)"
+)
 
 
 class WorkerWatch:
@@ -288,8 +313,8 @@ class WorkerWatch:
         self,
         env: SharedMemoryVectorEnv,
         *,
-        share: float = 0.2,
-        wait_share: float = 0.4,
+        share: float = BUSY_SHARE,
+        wait_share: float = WAIT_SHARE,
         patience: int = 2,
         run_queue: Callable[[], float | None] | None = None,
     ) -> None:
@@ -300,8 +325,7 @@ class WorkerWatch:
         self._strikes = 0
 
     def _run_queue(self) -> float | None:
-        ours, worker = run_queue_s(os.getpid()), run_queue_s(self.env._process.pid)
-        return None if ours is None or worker is None else ours + worker
+        return run_queue_total(self.env)
 
     def __call__(self) -> str | None:
         queued, waited, now = self.run_queue(), self.env.wait_s, time.perf_counter()
@@ -362,7 +386,7 @@ class SharedMemoryVectorEnv(VectorEnv):
         self._closed_worker = True
         self.wait_s = 0.0
         """Seconds :meth:`step` waited for the worker after stepping its own sub-envs: near 0 when the worker has a
-        core of its own, a large share of the run when another process takes it (see :func:`worker_wait_note`)."""
+        core of its own, more when another process takes it (:class:`WorkerWatch` reads the run queue instead)."""
         if n_worker:
             self._start_worker(list(env_fns[self.n_local :]), obs_space, action_space)
 

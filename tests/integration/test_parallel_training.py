@@ -150,18 +150,22 @@ def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(wor
     with (workdir / "run" / "metrics.csv").open() as f:
         waits = [float(r["value"]) for r in csv.DictReader(f) if r["key"] == "time/env_wait_frac"]
     assert waits and all(0 <= w <= 1 for w in waits)
-    (note,) = [ln for ln in proc.stderr.splitlines() if "waited for its env worker" in ln]
-    assert note.startswith("pgcli: note: this run waited for its env worker ") and "hardware.vec_env=sync" in note
+    (note,) = [ln for ln in proc.stderr.splitlines() if "used this run's cores" in ln]
+    assert note.startswith("pgcli: note: another process used this run's cores (") and "hardware.vec_env=sync" in note
     assert "no free core" not in proc.stderr  # the fallback was off
 
 
-def test_the_wait_note_speaks_only_for_a_large_share():
-    from pgcli.shmenv import WAIT_NOTE_FRAC, worker_wait_note
+def test_the_busy_cores_note_speaks_only_for_a_large_share():
+    from pgcli.shmenv import BUSY_SHARE, WAIT_SHARE, busy_cores_note
 
-    assert worker_wait_note(0.0, 100.0) is None
-    assert worker_wait_note(WAIT_NOTE_FRAC * 100 - 1, 100.0) is None
-    assert "waited for its env worker 35% of the time" in (worker_wait_note(35.0, 100.0) or "")
-    assert worker_wait_note(1.0, 0.0) is None
+    # the run queue decides where the kernel tells it; the worker waits alone never do then
+    assert busy_cores_note(0.0, 90.0, 100.0) is None
+    assert busy_cores_note(BUSY_SHARE * 100 - 1, 0.0, 100.0) is None
+    assert "its two processes waited for a core 35% of the time" in (busy_cores_note(35.0, 0.0, 100.0) or "")
+    # without it, the trainer's waits for the worker, with the higher bar
+    assert busy_cores_note(None, WAIT_SHARE * 100 - 1, 100.0) is None
+    assert "it waited for its env worker 60% of the time" in (busy_cores_note(None, 60.0, 100.0) or "")
+    assert busy_cores_note(1.0, 1.0, 0.0) is None
 
 
 def test_a_worker_that_loses_its_core_brings_its_envs_home_with_the_same_results(tmp_path: Path, capfd):
