@@ -381,14 +381,13 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
                 watch_worker=worker_watch(env) if cfg.hardware.busy_fallback and not extra_processes(cfg) else None,
             )
         )
-        fit_start, queued_start, waited_start = time.perf_counter(), run_queue_total(env), worker_wait(env)
-        waited_start_s = waited_start() if waited_start is not None else 0.0
+        fit_start, queued_start = time.perf_counter(), run_queue_total(env)
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
         if monitor.watch_worker is None and (waited := worker_wait(env)) is not None:  # a worker kept to the end
             queued = run_queue_total(env)
             note = busy_cores_note(
                 None if queued is None or queued_start is None else queued - queued_start,
-                waited() - waited_start_s,
+                waited(),  # from 0: no step before fit
                 time.perf_counter() - fit_start,
             )
             if note:

@@ -230,13 +230,17 @@ def _next_command(ctrl: memoryview, seq: int, parent: int, idle: Callable[[], bo
     return ctrl[_SEQ]
 
 
+def _with_worker(env: VectorEnv) -> SharedMemoryVectorEnv | None:
+    """``env``'s shared-memory vector env (through its wrappers) while its worker process runs, else None."""
+    base = env.unwrapped
+    return base if isinstance(base, SharedMemoryVectorEnv) and base._process is not None else None
+
+
 def worker_wait(env: VectorEnv) -> Callable[[], float] | None:
     """Seconds ``env``'s shared-memory worker has kept :meth:`SharedMemoryVectorEnv.step` waiting so far (a
     counter, through its wrappers), None when ``env`` steps everything in this process."""
-    base = env.unwrapped
-    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
-        return None
-    return lambda: base.wait_s
+    base = _with_worker(env)
+    return None if base is None else lambda: base.wait_s
 
 
 def run_queue_s(pid: int) -> float | None:
@@ -252,8 +256,8 @@ def run_queue_s(pid: int) -> float | None:
 def run_queue_total(env: VectorEnv) -> float | None:
     """Seconds this process and ``env``'s shared-memory worker have waited for a core so far (:func:`run_queue_s`);
     None without a worker or where the kernel does not say."""
-    base = env.unwrapped
-    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
+    base = _with_worker(env)
+    if base is None:
         return None
     ours, worker = run_queue_s(os.getpid()), run_queue_s(base._process.pid)
     return None if ours is None or worker is None else ours + worker
@@ -268,20 +272,27 @@ WAIT_SHARE = 0.4
 idle machine early in a Hopper run, when episodes end often and the two sub-envs' steps differ in cost)."""
 
 
+def busy_share(
+    queued_s: float | None, waited_s: float, wall_s: float, *, share: float = BUSY_SHARE, wait_share: float = WAIT_SHARE
+) -> tuple[float, bool]:
+    """The share of ``wall_s`` in which the run's processes waited ``queued_s`` for a core, and whether it is over
+    ``share``: the sign that other processes use the run's cores. Where the kernel does not say (``queued_s`` None),
+    the trainer's ``waited_s`` for its worker stand in, against ``wait_share``."""
+    if queued_s is not None:
+        return queued_s / wall_s, queued_s / wall_s > share
+    return waited_s / wall_s, waited_s / wall_s > wait_share
+
+
 def busy_cores_note(queued_s: float | None, waited_s: float, wall_s: float) -> str | None:
     """The end-of-run note for a run that kept its worker (``hardware.busy_fallback=false``) while other processes
-    used the cores: its processes waited ``queued_s`` seconds for a core (None: unknown; then the trainer's
-    ``waited_s`` for the worker decide) in ``wall_s``. None when the cores were the run's own."""
+    used the cores (:func:`busy_share`); None when the cores were the run's own."""
     if wall_s <= 0:
         return None
-    if queued_s is not None:
-        if queued_s / wall_s <= BUSY_SHARE:
-            return None
-        what = f"its two processes waited for a core {queued_s / wall_s:.0%} of the time"
-    else:
-        if waited_s / wall_s <= WAIT_SHARE:
-            return None
-        what = f"it waited for its env worker {waited_s / wall_s:.0%} of the time"
+    share, over = busy_share(queued_s, waited_s, wall_s)
+    if not over:
+        return None
+    who = "its two processes waited for a core" if queued_s is not None else "it waited for its env worker"
+    what = f"{who} {share:.0%} of the time"
     return (
         f"pgcli: note: another process used this run's cores ({what}): hardware.vec_env=sync may be faster "
         "on this machine"
@@ -330,11 +341,9 @@ class WorkerWatch:
     def __call__(self) -> str | None:
         queued, waited, now = self.run_queue(), self.env.wait_s, time.perf_counter()
         (queued0, waited0, then), self._last = self._last, (queued, waited, now)
-        elapsed = max(now - then, 1e-9)
-        if queued is not None and queued0 is not None:
-            share, busy = (queued - queued0) / elapsed, (queued - queued0) / elapsed > self.share
-        else:
-            share, busy = (waited - waited0) / elapsed, (waited - waited0) / elapsed > self.wait_share
+        queued_s = None if queued is None or queued0 is None else queued - queued0
+        share, busy = busy_share(queued_s, waited - waited0, max(now - then, 1e-9), share=self.share,
+                                 wait_share=self.wait_share)  # fmt: skip
         self._strikes = self._strikes + 1 if busy else 0
         if self._strikes < self.patience or not self.env.bring_home():
             return None
@@ -343,10 +352,8 @@ class WorkerWatch:
 
 def worker_watch(env: VectorEnv) -> WorkerWatch | None:
     """A :class:`WorkerWatch` for ``env``'s shared-memory worker (through its wrappers), None without one."""
-    base = env.unwrapped
-    if not isinstance(base, SharedMemoryVectorEnv) or base._process is None:
-        return None
-    return WorkerWatch(base)
+    base = _with_worker(env)
+    return None if base is None else WorkerWatch(base)
 
 
 class SharedMemoryVectorEnv(VectorEnv):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -124,3 +125,19 @@ def wait_until(
                 proc.kill()
             pytest.fail(f"timed out after {timeout} s waiting for {what}:\n{tail()}")
         time.sleep(interval)
+
+
+@contextmanager
+def busy_cores() -> Iterator[None]:
+    """Another process keeping every usable CPU busy while the block runs (started 0.3 s before, so that they show
+    in /proc/loadavg), then killed."""
+    from pgcli.env import usable_cpus
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
+    try:
+        time.sleep(0.3)
+        yield
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()

@@ -21,7 +21,7 @@ import torch
 
 from pgcli.build import RunContext, train
 from pgcli.compose import compose_train_config
-from tests.conftest import Store, cli_env
+from tests.conftest import Store, busy_cores, cli_env
 
 # the Hopper preset (2 envs x 1024 steps, normalised) cut to 3 updates with an evaluation after each
 TINY = ["algo=trpo", "env=hopper", "total_steps=6144", "eval.every=2048", "eval.episodes=2", "algo.n_critic_updates=2",
@@ -111,19 +111,11 @@ def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, mig
 def test_a_run_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: Path):
     # another process keeps every core busy: the preset's two-core path would make each step wait for a worker that
     # shares a core, so the run steps in one process (the same results) and says why
-    from pgcli.env import usable_cpus
-
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
-    try:
-        time.sleep(0.3)
+    with busy_cores():
         args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=2048"]
         exe = str(Path(sys.executable).parent / "pgcli")
         proc = subprocess.run([exe, "train", *args], cwd=workdir, capture_output=True, text=True, env=cli_env(),
                               timeout=300)  # fmt: skip
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgcli: note: no free core (another process is running): this run steps in one process" in proc.stderr
 
@@ -132,20 +124,12 @@ def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(wor
     # the two-core path kept on a busy machine (hardware.busy_fallback=false): every vector step waits for a worker
     # that shares its core with another process. The run logs how much of its time went to that wait
     # (time/env_wait_frac) and says at the end that one process may be faster.
-    from pgcli.env import usable_cpus
-
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
-    try:
-        time.sleep(0.3)
+    with busy_cores():
         args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=4096", "hardware.vec_env=shm",
                                                                          "hardware.busy_fallback=false"]  # fmt: skip
         exe = str(Path(sys.executable).parent / "pgcli")
         proc = subprocess.run([exe, "train", *args, f"hydra.run.dir={workdir / 'run'}"], cwd=workdir,
                               capture_output=True, text=True, env=cli_env(), timeout=300)  # fmt: skip
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     with (workdir / "run" / "metrics.csv").open() as f:
         waits = [float(r["value"]) for r in csv.DictReader(f) if r["key"] == "time/env_wait_frac"]
@@ -173,17 +157,10 @@ def test_a_worker_that_loses_its_core_brings_its_envs_home_with_the_same_results
     # for a free core at start; pgcli train's busy fallback does): after two updates that waited long for the
     # worker, the run moves the worker's sub-envs home and goes on in one process, learning exactly what the
     # one-process run learns, evaluations included
-    from pgcli.env import usable_cpus
-
     steps = ["total_steps=10240", "eval.every=4096"]
     serial = run(tmp_path / "serial", *steps, "hardware.vec_env=sync", "hardware.eval_in_worker=false")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
-    try:
+    with busy_cores():
         moved = run(tmp_path / "moved", *steps, "hardware.vec_env=shm", "hardware.eval_in_worker=true")
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
     err = capfd.readouterr().err
     assert "another process is using this run's cores" in err, err[-2000:]
     assert moved == serial

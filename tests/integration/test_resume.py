@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.conftest import Store, busy_cores, cli_env, run_pgcli, wait_until
 
 TOTAL_STEPS = 2048
 CHECKPOINT_EVERY = 256
@@ -254,21 +253,13 @@ def test_one_seed_of_an_n_seeds_job_resumes_alone(store: Store, workdir: Path):
 def test_a_resume_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: Path):
     # a two-core run (hardware.vec_env=shm) resumed while other processes keep every core busy continues in one
     # process, like `pgcli train` itself: checkpoints do not depend on the vector env, and the results are the same
-    from pgcli.env import usable_cpus
-
     run_dir = workdir / "run"
     args = ["train", *CASES["trpo"], *COMMON[1:], "total_steps=512", "tracking=off", "hardware.vec_env=shm",
             f"hydra.run.dir={run_dir}"]  # fmt: skip
     first = run_pgcli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr[-3000:]
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
-    try:
-        time.sleep(0.3)  # the busy processes show in /proc/loadavg
+    with busy_cores():
         resumed = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir, timeout=300)
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "pgcli: note: no free core (another process is running): this run steps in one process" in resumed.stderr
     assert "(step 512 of 1,024)" in resumed.stderr

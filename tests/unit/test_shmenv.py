@@ -229,17 +229,10 @@ def test_free_core_reads_the_runnable_count_less_this_process(monkeypatch: pytes
 
 @pytest.mark.skipif(env_module.running_tasks() is None, reason="reads /proc/loadavg")
 def test_free_core_sees_a_busy_process_on_the_machine():
-    import subprocess
-    import sys
+    from tests.conftest import busy_cores
 
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(env_module.usable_cpus())]
-    try:
-        time.sleep(0.3)
+    with busy_cores():
         assert not env_module.free_core()
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
 
 
 def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
