@@ -265,8 +265,9 @@ def run_queue_total(env: VectorEnv) -> float | None:
 
 BUSY_SHARE = 0.2
 """The share of wall time the run's two processes may spend waiting for a core before the run counts its cores as
-taken (:class:`WorkerWatch`, :func:`busy_cores_note`): near 0 on an otherwise idle machine, about 0.6 beside one
-CPU-bound process on 2 cores."""
+taken (:class:`WorkerWatch`, :func:`busy_cores_note`): near 0 on an otherwise idle machine (0.17 ms in 0.54 s of
+a busy loop, one reading), about half the wall time per process with twice as many CPU-bound processes as cores
+(0.53 s in 1 s beside three busy loops on 2 cores, one reading)."""
 WAIT_SHARE = 0.4
 """Where the kernel does not say: the share of wall time the trainer may wait for its worker (10-28% per update on an
 idle machine early in a Hopper run, when episodes end often and the two sub-envs' steps differ in cost)."""
@@ -312,8 +313,7 @@ class WorkerWatch:
     is descheduled, while one process would have a core to itself.
 
     The sign: for ``patience`` updates in a row, the run's two processes together spent more than ``share`` of the
-    wall time runnable but off a core (:func:`run_queue_s`: near 0 on an otherwise idle machine; about 0.6 beside
-    one CPU-bound process on 2 cores). Where the kernel does not tell, the trainer's waits for the worker
+    wall time runnable but off a core (:func:`run_queue_s`; see :data:`BUSY_SHARE`). Where the kernel does not tell, the trainer's waits for the worker
     (``wait_s``) stand in, with a higher bar (``wait_share``): they are also 10-20% per update on an idle machine,
     when the two sub-envs' steps differ in cost. :func:`pgcli.env.free_core` cannot tell here: the run's own worker
     counts as a runnable process while it busy-waits.
