@@ -1,7 +1,7 @@
 """What the learning benchmarks share: one run through pgcli's build path, its evaluation curve, the loop over runs.
 
 ``benchmarks/trpo_learning.py`` and ``benchmarks/grpo_learning.py`` differ only in their algorithms, envs, budgets
-and thresholds. Every run is ``pgcli.build.train`` on a config composed exactly as
+and thresholds. Every run is ``pgcli.training.build.train`` on a config composed exactly as
 ``pgcli train algo=<a> env=<e> seed=<s>`` composes it (each algorithm gets its preset, the same env builder, wrappers
 and seeds), with one evaluation protocol: every ``eval_every`` env steps, ``eval_episodes`` deterministic episodes on
 the separate evaluation env (frozen normalisation statistics). Runs go to throw-away directories with
@@ -55,8 +55,8 @@ class Job:
 
 def run_one(job: Job) -> dict[str, Any]:
     """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
-    from pgcli.build import RunContext, one_process, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, one_process, train
 
     overrides = job.overrides()
     # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning
@@ -248,7 +248,7 @@ def run_all(
     """Run ``jobs`` (``n_jobs`` processes at a time), rewriting ``out`` after each so an interrupted benchmark keeps
     what it measured; print one line per run and the table at the end. ``previous`` runs are kept in ``out``, and a
     job whose overrides one of them already ran is skipped (so an interrupted benchmark resumes where it stopped)."""
-    from pgcli.build import cpu_model, git_state
+    from pgcli.training.build import cpu_model, git_state
 
     runs: list[dict[str, Any]] = list(previous or [])
     done = {tuple(r["overrides"]) for r in runs}

@@ -8,7 +8,7 @@ core with it, and every vector step of the first run waits for the worker. Cases
 
 - ``watch`` (the default since session 8): the first run sees two updates in a row spend > 25% of their time
   waiting for its worker, moves the worker's sub-envs into its own process and goes on there
-  (``pgcli.shmenv.WorkerWatch``).
+  (``pgcli.envs.shm.WorkerWatch``).
 - ``keep``: the first run with ``hardware.busy_fallback=false``: its worker stays, sharing a core to the end.
 - ``sync``: both runs in one process each from the start (``hardware.vec_env=sync``), what a user who knew would
   type: the reference.
@@ -121,7 +121,7 @@ def main() -> None:
     if args.report:
         print(markdown(json.loads(args.report.read_text())["runs"]))
         return
-    from pgcli.build import cpu_model, git_state
+    from pgcli.training.build import cpu_model, git_state
 
     meta = {"command": "benchmarks/busy_neighbour.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
             "cpu": cpu_model(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

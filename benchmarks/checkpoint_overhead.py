@@ -1,6 +1,6 @@
 """What checkpointing costs (issue 8 benchmark): Hopper-v5 trained with checkpoints at an interval vs with them off.
 
-For each algorithm (pgcli's TRPO and SB3 PPO, their Hopper presets) the script runs ``pgcli.build.train`` (what
+For each algorithm (pgcli's TRPO and SB3 PPO, their Hopper presets) the script runs ``pgcli.training.build.train`` (what
 ``pgcli train`` runs, MLflow tracking to a temporary SQLite store, so each checkpoint is also copied into the run's
 artifacts) in pairs, checkpointing on and off, alternating which goes first so that load from other processes hits
 both alike. One torch thread, the same seed, evaluation only at the end.
@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from pgcli import tracking as pgcli_tracking
-from pgcli.build import RunContext, train, trainer_class
-from pgcli.compose import compose_train_config
 from pgcli.config import TrainConfig
+from pgcli.config.compose import compose_train_config
+from pgcli.tracking import backend as pgcli_tracking
+from pgcli.training.build import RunContext, train, trainer_class
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS: dict[str, list[str]] = {"trpo": ["algo=trpo", "env=hopper"], "ppo": ["algo=ppo", "env=hopper"]}
@@ -47,7 +47,7 @@ DEFAULT_EVERY = TrainConfig.checkpoint_every
 
 
 def one_run(overrides: list[str], checkpoint_every: int, store_uri: str, out_dir: Path) -> dict[str, float]:
-    """``pgcli.build.train`` with ``learn``, ``save`` and the artifact copies timed from outside."""
+    """``pgcli.training.build.train`` with ``learn``, ``save`` and the artifact copies timed from outside."""
     cfg = compose_train_config([*overrides, f"checkpoint_every={checkpoint_every}", f"tracking.uri={store_uri}",
                                 "progress=false", "eval.every=0", "eval.episodes=1"])  # fmt: skip
     cls = trainer_class(cfg.algo)

@@ -5,7 +5,7 @@ One vector step of Hopper-v5 with 2 sub-envs (the ``trpo_hopper`` preset), rando
 included, no normalisation, no policy: what each backend adds to the trainer's critical path per vector step.
 
 - ``sync``: gymnasium's ``SyncVectorEnv`` over pgcli's sub-env stack (``hardware.vec_env=sync``), one process;
-- ``shm``: ``pgcli.shmenv.SharedMemoryVectorEnv`` (``hardware.vec_env=shm``, the preset): one sub-env in a worker
+- ``shm``: ``pgcli.envs.shm.SharedMemoryVectorEnv`` (``hardware.vec_env=shm``, the preset): one sub-env in a worker
   process, busy-waiting on shared memory;
 - ``envpool_1`` / ``envpool_2``: ``envpool.make("Hopper-v5", env_type="gymnasium", num_envs=2, batch_size=2,
   num_threads=1|2)``: EnvPool's C++ pool, stepped synchronously (its MuJoCo tasks are its own ports, not
@@ -43,8 +43,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def backends() -> dict[str, Callable[[], Any]]:
     import envpool
 
-    from pgcli.compose import compose_train_config
-    from pgcli.env import make_vec_env
+    from pgcli.config.compose import compose_train_config
+    from pgcli.envs.make import make_vec_env
 
     env_cfg = compose_train_config(["algo=trpo", "env=hopper"]).env
     raw = dataclasses.replace(env_cfg, normalize_obs=False, normalize_reward=False)

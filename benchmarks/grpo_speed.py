@@ -1,6 +1,6 @@
 """GRPO training throughput as a fraction of what the env and the policy allow (issue 4).
 
-Three loops on the same vector env (``pgcli.env.make_vec_env``, the env's pgcli config) and the same policy
+Three loops on the same vector env (``pgcli.envs.make.make_vec_env``, the env's pgcli config) and the same policy
 (``pgcli.algo.policies.make_policy``), measured in one process, interleaved round by round so that load from other
 processes hits all three alike; the table reports medians over rounds:
 
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from pgcli.algo.grpo import GRPO, collect_groups
-from pgcli.compose import compose_train_config
-from pgcli.env import make_vec_env
+from pgcli.config.compose import compose_train_config
+from pgcli.envs.make import make_vec_env
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

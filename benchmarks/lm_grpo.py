@@ -153,7 +153,7 @@ def speed(args: argparse.Namespace) -> None:
     import torch
 
     from pgcli.algo.lm_grpo import LMGRPO
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
     from pgcli.lm.model import generate
     from pgcli.lm.tasks import encode_prompts, make_task
 
@@ -222,9 +222,9 @@ def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
 
     import torch
 
-    from pgcli.build import make_text_policy
     from pgcli.lm.init import locate_init
     from pgcli.lm.model import load_policy
+    from pgcli.training.build import make_text_policy
 
     policy = make_text_policy(task, cfg.model, torch.device("cpu"))
     if cfg.init is None:

@@ -30,11 +30,11 @@ RESULTS = ROOT / "benchmarks" / "results" / "lm_sft.json"
 def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[str, float]]:
     import torch
 
-    from pgcli.build import make_text_policy, seed_everything
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
     from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
     from pgcli.lm.sft import SFT
     from pgcli.lm.tasks import make_task
+    from pgcli.training.build import make_text_policy, seed_everything
 
     torch.set_num_threads(1)
     cfg = compose_train_config(["algo=sft", "env=addition", f"env.n_digits={digits}", f"seed={seed}", "~preset"])

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from pgcli.agent import write_agent_files
-from pgcli.build import trainer_class
 from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TrainConfig, TRPOConfig
-from pgcli.env import make_vec_env
-from pgcli.tracking import MLflowBackend, TrackingTarget
+from pgcli.envs.make import make_vec_env
+from pgcli.tracking.backend import MLflowBackend, TrackingTarget
+from pgcli.training.build import trainer_class
 
 AGENTS = {
     "trpo_hopper": (TRPOConfig(), EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)),

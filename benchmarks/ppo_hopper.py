@@ -139,7 +139,7 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
 
 def run_all(todo: list[VariantJob], *, n_jobs: int, out: Path) -> None:
     """Run ``todo`` (``n_jobs`` processes at a time); write each run's JSON as soon as it finishes."""
-    from pgcli.build import git_state
+    from pgcli.training.build import git_state
 
     meta = {"command": "benchmarks/ppo_hopper.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
             "python": platform.python_version(), "jobs": n_jobs, **git_state()}  # fmt: skip

@@ -61,7 +61,7 @@ class RunResult:
 
 
 def run_result(record: Any, evals: Sequence[tuple[int, float]], sps_points: Sequence[tuple[int, float]]) -> RunResult:
-    """A :class:`RunResult` from a stored run (``pgcli.tracking.RunRecord``) and its metric histories."""
+    """A :class:`RunResult` from a stored run (``pgcli.tracking.backend.RunRecord``) and its metric histories."""
     values = [v for _, v in sorted(evals)]
     start = record.start_time / 1000
     end = record.end_time / 1000 or start
@@ -137,7 +137,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def stored_results(uri: str) -> list[RunResult]:
     """Every FINISHED run of the benchmark experiment in the store at ``uri``."""
-    from pgcli.tracking import RunStore
+    from pgcli.tracking.backend import RunStore
 
     store = RunStore(uri)
     ids = store.experiment_ids([EXPERIMENT])

@@ -6,7 +6,7 @@ other processes hits both alike:
 
 - ``bare``: SB3 as a user would run it: ``stable_baselines3.common.env_util.make_vec_env`` (DummyVecEnv + Monitor,
   plus SB3's VecNormalize when the env config normalises), ``PPO(...).learn(total_steps)``; no tracking, no progress.
-- ``pgcli``: ``pgcli.build.train`` (what ``pgcli train`` runs): pgcli's env builder through the SB3VecEnv adapter,
+- ``pgcli``: ``pgcli.training.build.train`` (what ``pgcli train`` runs): pgcli's env builder through the SB3VecEnv adapter,
   the training monitor, batched MLflow tracking to a temporary SQLite store, the tqdm progress bar on, evaluation only
   at the end (``eval.every=0``).
 
@@ -41,12 +41,12 @@ from typing import Any
 import gymnasium
 import torch
 
-from pgcli import env as pgcli_env
-from pgcli import monitor as pgcli_monitor
-from pgcli import tracking as pgcli_tracking
 from pgcli.algo import sb3 as pgcli_sb3
-from pgcli.build import RunContext, train
-from pgcli.compose import compose_train_config
+from pgcli.config.compose import compose_train_config
+from pgcli.envs import make as pgcli_env
+from pgcli.tracking import backend as pgcli_tracking
+from pgcli.training import monitor as pgcli_monitor
+from pgcli.training.build import RunContext, train
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -84,7 +84,7 @@ def bare_sb3(cfg: Any, seed: int) -> dict[str, float]:
 
 
 def through_pgcli(overrides: list[str], seed: int, store_uri: str, out_dir: Path) -> dict[str, float]:
-    """pgcli.build.train with tracking and progress on; SB3Trainer.learn timed from outside."""
+    """pgcli.training.build.train with tracking and progress on; SB3Trainer.learn timed from outside."""
     cfg = compose_train_config([*overrides, f"seed={seed}", f"tracking.uri={store_uri}", "progress=true",
                                 "eval.every=0", "eval.episodes=1"])  # fmt: skip
     timing: dict[str, float] = {}

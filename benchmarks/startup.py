@@ -56,8 +56,8 @@ sys.exit(main(sys.argv[1:]))
 # What each process on the way to a first answer imports or does before it can go on.
 UI_PHASES = {
     "pgcli process: compose + validate the config, check the store": (
-        "from pgcli.cli import compose_train_config; from pgcli.store_check import check_readable_store; "
-        "compose_train_config([]); import pgcli.ui"
+        "from pgcli.cli import compose_train_config; from pgcli.tracking.store_check import check_readable_store; "
+        "compose_train_config([]); import pgcli.commands.ui"
     ),
     "`python -m mlflow ui` process: import mlflow's CLI": "import mlflow.cli",
     "uvicorn process: import mlflow.server.fastapi_app (the app)": "import mlflow.server.fastapi_app",
@@ -81,7 +81,7 @@ def free_port() -> int:
 def make_store(folder: Path) -> None:
     """outputs/mlflow.db with one finished run, written by pgcli's own tracking code."""
     sys.path.insert(0, str(ROOT))
-    from pgcli.tracking import RunStore
+    from pgcli.tracking.backend import RunStore
 
     store_dir = folder / "outputs"
     store_dir.mkdir(parents=True)

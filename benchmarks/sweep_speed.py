@@ -49,7 +49,7 @@ def make_store_template(path: Path) -> None:
     A user's store exists after their first run; creating one (MLflow's schema migrations, 2-13 s here depending on
     load) is a one-time cost that would otherwise be added to both variants and dilute the comparison.
     """
-    code = "import sys; from pgcli.tracking import RunStore; RunStore(sys.argv[1]).experiment_ids(['Default'])"
+    code = "import sys; from pgcli.tracking.backend import RunStore; RunStore(sys.argv[1]).experiment_ids(['Default'])"
     subprocess.run([sys.executable, "-c", code, f"sqlite:///{path}"], check=True, capture_output=True)
 
 

@@ -1,7 +1,7 @@
 """TRPO Hopper-v5 wall time on two cores (issue 11, item 2): the one-process path against the two-core path, side by
 side, with sb3-contrib's TRPO as a reference.
 
-Each run is ``pgcli.build.train`` on the config ``pgcli train algo=<a> env=hopper seed=<s>`` composes (the preset:
+Each run is ``pgcli.training.build.train`` on the config ``pgcli train algo=<a> env=hopper seed=<s>`` composes (the preset:
 2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process, one at
 a time, with ``tracking=off`` (metrics.csv only). Variants:
 
@@ -11,7 +11,7 @@ a time, with ``tracking=off`` (metrics.csv only). Variants:
   the trainer steps the other, synchronised through a pipe; evaluations run on a policy snapshot in a third
   process, concurrently.
 - ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=false``: the same split,
-  synchronised through shared memory with busy-waiting (``pgcli/shmenv.py``), and the same evaluation process.
+  synchronised through shared memory with busy-waiting (``pgcli/envs/shm.py``), and the same evaluation process.
 - ``shm_inproc``: ``shm`` with evaluation in the trainer process (``hardware.eval_process=false``): the preset since
   session 5's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
 - ``shm_eval_worker``: ``shm`` whose env worker plays the evaluation episodes while it would idle (during the
@@ -136,8 +136,8 @@ def core_contention(seconds: float = 1.5) -> float:
 
 def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     """One training run in this (fresh) process: wall time, CPU times, curve and metric digest."""
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, train
 
     algo, extra = VARIANTS[variant]
     overrides = [f"algo={algo}", "env=hopper", f"seed={seed}", f"total_steps={steps}", "tracking=off",
@@ -290,7 +290,7 @@ def main() -> None:
         data = json.loads(args.report.read_text())
         print(markdown(data["summary"], data["meta"]["steps"]))
         return
-    from pgcli.build import cpu_model, git_state
+    from pgcli.training.build import cpu_model, git_state
 
     runs: list[dict[str, Any]] = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
     meta = {"command": "benchmarks/trpo_1m.py " + " ".join(sys.argv[1:]), "steps": args.steps,

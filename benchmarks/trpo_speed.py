@@ -1,6 +1,6 @@
 """TRPO training throughput: ours vs sb3-contrib's, both against what the env and the policy allow (issue 3).
 
-Four loops on the same vector env (``pgcli.env.make_vec_env``: 8 sync envs, the env's pgcli config, so Hopper
+Four loops on the same vector env (``pgcli.envs.make.make_vec_env``: 8 sync envs, the env's pgcli config, so Hopper
 normalises observations and rewards) with the same 64x64 tanh MLP policy and 1 torch thread, measured in one
 process and interleaved round by round, so that load from other processes hits all of them alike:
 
@@ -44,9 +44,9 @@ from torch.distributions import Categorical, Normal
 from pgcli.algo.policies import CategoricalPolicy, DiagGaussianPolicy, obs_tensor
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
-from pgcli.compose import compose_train_config
 from pgcli.config import SB3TRPOConfig, TRPOConfig
-from pgcli.env import make_vec_env
+from pgcli.config.compose import compose_train_config
+from pgcli.envs.make import make_vec_env
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONTENDERS = ("limit", "limit_dist", "ours", "sb3")

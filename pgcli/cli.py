@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pgcli
-from pgcli.compose import (
+from pgcli.config.compose import (
     CONF_DIR,
     compose_dictconfig,
     compose_train_config,
@@ -178,10 +178,10 @@ def _train_command(args: list[str]) -> int:
     if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
         raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
     if any(a.startswith("resume=") for a in args):
-        from pgcli.resume import resume_command
+        from pgcli.training.resume import resume_command
 
         return resume_command(args)
-    from pgcli.rerun import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
+    from pgcli.training.rerun import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
 
     # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
     hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, "sft" if args[:1] == ["algo=sft"] else "train")
@@ -191,18 +191,18 @@ def _train_command(args: list[str]) -> int:
         args = from_run_args(args, overrides=_task_overrides(args), store_for=_run_store)
     args = [*args, *text_task_overrides(_task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
-        from pgcli.labels import stale_preset_overrides
+        from pgcli.config.labels import stale_preset_overrides
 
         multirun = any(a in ("-m", "--multirun") for a in args)
         preset_drop = stale_preset_overrides(_task_overrides(args), multirun=multirun, conf_dir=CONF_DIR)
         args = [*args, *preset_drop.overrides]
         validate_overrides(_task_overrides(args), multirun=multirun)
         if multirun:
-            from pgcli.study import check_search
+            from pgcli.sweeps.study import check_search
 
             check_search(_task_overrides(args))  # an Optuna search: settings, search space, the study's budget
         if not any(a in ("--cfg", "-c") for a in args):  # nothing is written when only the config is printed
-            from pgcli.preflight import check_train_environment, plan_from_overrides
+            from pgcli.training.preflight import check_train_environment, plan_from_overrides
 
             check_train_environment(plan_from_overrides(_task_overrides(args), multirun=multirun))
             from pgcli.lm.init import check_init_overrides
@@ -214,8 +214,8 @@ def _train_command(args: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
         signal.signal(signum, _raise_interrupted)
     sys.argv = ["pgcli train", *hydra_argv(args)]
-    from pgcli.run import FAILED, FINISHED, KILLED
-    from pgcli.sweep import close_sweep
+    from pgcli.sweeps.tree import close_sweep
+    from pgcli.training.run import FAILED, FINISHED, KILLED
 
     # A multirun's parent MLflow run is ended by the sweep callback at multirun end; Hydra skips that hook when the
     # sweeper raises (it re-raises a failed job) or on Ctrl-C, so those paths end it here. Never left RUNNING.
@@ -232,17 +232,17 @@ def _train_command(args: list[str]) -> int:
 
 
 def _run_store(overrides: list[str]) -> Any:
-    from pgcli.tracking import open_run_store
+    from pgcli.tracking.backend import open_run_store
 
     return open_run_store(compose_train_config(overrides).tracking)
 
 
 def _train_help(overrides: list[str]) -> int:
-    """Print ``pgcli train --help`` (pgcli.help): the groups from conf/ and the config ``overrides`` compose to."""
+    """Print ``pgcli train --help`` (pgcli.commands.help): the groups from conf/ and the config ``overrides`` compose to."""
     from omegaconf import OmegaConf
 
-    from pgcli.help import train_help
-    from pgcli.labels import stale_preset_overrides
+    from pgcli.commands.help import train_help
+    from pgcli.config.labels import stale_preset_overrides
 
     cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False, conf_dir=CONF_DIR).overrides)
     to_train_config(cfg)  # a bad override gets its one-line error, not a help page
@@ -251,7 +251,7 @@ def _train_help(overrides: list[str]) -> int:
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    from pgcli.run import Interrupted
+    from pgcli.training.run import Interrupted
 
     raise Interrupted(signum)
 
@@ -291,11 +291,18 @@ def run_train(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from pgcli.build import RunContext, fall_back_when_busy, one_process, parallel_launcher, train, uses_second_core
-    from pgcli.labels import env_label, preset_label
-    from pgcli.rerun import source_preset, source_tags
-    from pgcli.run import PARENT_RUN_ENV
-    from pgcli.study import TrialLink
+    from pgcli.config.labels import env_label, preset_label
+    from pgcli.sweeps.study import TrialLink
+    from pgcli.training.build import (
+        RunContext,
+        fall_back_when_busy,
+        one_process,
+        parallel_launcher,
+        train,
+        uses_second_core,
+    )
+    from pgcli.training.rerun import source_preset, source_tags
+    from pgcli.training.run import PARENT_RUN_ENV
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -363,13 +370,13 @@ def run_train(cfg: DictConfig) -> float:
 
 
 def _ui_command(args: list[str]) -> int:
-    from pgcli.ui import main as ui_main
+    from pgcli.commands.ui import main as ui_main
 
     return ui_main(args)
 
 
 def _runs_command(args: list[str]) -> int:
-    from pgcli.runs import main as runs_main
+    from pgcli.commands.runs import main as runs_main
 
     return runs_main(args)
 
@@ -391,7 +398,7 @@ def _sync_command(args: list[str]) -> int:
                         "credentials are never stored in the spool, so pass them here or in MLFLOW_TRACKING_USERNAME/"
                         "MLFLOW_TRACKING_PASSWORD)")  # fmt: skip
     ns = parser.parse_args(args)
-    from pgcli.tracking import sync_run_dir
+    from pgcli.tracking.backend import sync_run_dir
 
     run_id, n, status = sync_run_dir(ns.run_dir, ns.uri)
     ended = f"; run ended {status}" if status else "; the run had not ended (it is still RUNNING in the store)"
@@ -400,7 +407,7 @@ def _sync_command(args: list[str]) -> int:
 
 
 def _completion_command(args: list[str]) -> int:
-    from pgcli.completion import bash_script
+    from pgcli.commands.completion import bash_script
 
     if args != ["bash"]:
         raise ConfigError('usage: pgcli completion bash  (then: eval "$(pgcli completion bash)", e.g. in ~/.bashrc)')
@@ -409,14 +416,14 @@ def _completion_command(args: list[str]) -> int:
 
 
 def _eval_command(args: list[str]) -> int:
-    from pgcli.evaluate import main as eval_main
+    from pgcli.commands.eval import main as eval_main
 
     return eval_main(args, compose=compose_train_config)
 
 
 def _compare_command(args: list[str]) -> int:
     try:
-        from pgcli.compare import main as compare_main
+        from pgcli.commands.compare import main as compare_main
     except ImportError:
         raise PgcliError("pgcli compare is not available in this build") from None
     return int(compare_main(args) or 0)

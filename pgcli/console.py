@@ -7,9 +7,9 @@ import math
 import sys
 from pathlib import Path
 
-from pgcli.build import TrainSummary
 from pgcli.config import TrainConfig
 from pgcli.redact import redact_text
+from pgcli.training.build import TrainSummary
 
 log = logging.getLogger("pgcli")
 

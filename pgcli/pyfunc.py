@@ -11,7 +11,7 @@ Every run logs its final agent as ``model`` (and its best one as ``best_model``)
 - a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
   them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions.
 
-This module never imports MLflow (``pgcli.tracking`` is the only one that does): a loader module needs no MLflow
+This module never imports MLflow (``pgcli.tracking.backend`` is the only one that does): a loader module needs no MLflow
 class, and the model directory holds no pickled Python object of ours -- the weights load with
 ``torch.load(weights_only=True)``.
 """
@@ -48,9 +48,9 @@ class TextPyfunc:
         import torch
 
         from pgcli.agent import agent_config, read_agent_spec
-        from pgcli.build import make_text_policy
         from pgcli.lm.model import load_policy
         from pgcli.lm.tasks import make_task
+        from pgcli.training.build import make_text_policy
 
         cfg = agent_config(read_agent_spec(model_dir))
         self.task = make_task(cfg.env)  # type: ignore[arg-type]  # a text spec holds a text env

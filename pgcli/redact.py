@@ -2,7 +2,7 @@
 
 Two kinds of secret reach a run: credentials inside a URI (``tracking.uri=http://user:pass@host:5000``, which MLflow
 sends as HTTP basic auth) and values whose key names a secret (``+env.kwargs.api_token=...``). Both are replaced by
-``***`` in MLflow params and tags (:mod:`pgcli.tracking` calls :func:`redact_mapping` on every write), in the
+``***`` in MLflow params and tags (:mod:`pgcli.tracking.backend` calls :func:`redact_mapping` on every write), in the
 ``.hydra/*.yaml`` files of the run directory before they are logged as artifacts (:func:`redact_hydra_dir`), and in
 console output (:func:`redact_text`). The connection itself still uses the URI as given.
 

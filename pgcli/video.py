@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from pgcli.config import EnvConfig
-from pgcli.env import make_vec_env
+from pgcli.envs.make import make_vec_env
 from pgcli.errors import PgcliError
 
 

@@ -9,17 +9,17 @@ cannot prune (the trial never reaches the job). This one, per batch of ``n_jobs`
    (user attr ``duplicate_of``; Optuna's FAQ) and the sampler asked again, unless ``allow_duplicates``;
 2. launches one job per trial with the sampled overrides plus the trial's identity in ``hydra.job.env_set``, so the
    job (in this process, a joblib worker or a Ray worker) can report its periodic evaluations to the study and be
-   pruned (:class:`pgcli.study.TrialLink`);
+   pruned (:class:`pgcli.sweeps.study.TrialLink`);
 3. tells the study each job's outcome: its return value (COMPLETE), PRUNED when the job raised
-   :class:`pgcli.study.TrialPruned`, FAIL otherwise.
+   :class:`pgcli.sweeps.study.TrialPruned`, FAIL otherwise.
 
-The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``; :func:`pgcli.study.check_budget`).
+The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``; :func:`pgcli.sweeps.study.check_budget`).
 At the end, ``optimization_results.yaml`` in the sweep directory holds the best trial of the whole study.
 Optuna is imported only when a sweep runs, so Hydra's plugin scan stays cheap.
 """
 
 # No `from __future__ import annotations`: Hydra's plugin scan imports this module in a way that breaks
-# dataclasses with string annotations (the settings dataclass itself lives in pgcli.study).
+# dataclasses with string annotations (the settings dataclass itself lives in pgcli.sweeps.study).
 import logging
 import math
 from pathlib import Path
@@ -32,7 +32,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from pgcli.study import (
+from pgcli.sweeps.study import (
     OptunaSearchConfig,
     SearchSpace,
     TrialPruned,

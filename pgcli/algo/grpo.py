@@ -40,7 +40,6 @@ from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
-from pgcli.monitor import TrainingMonitor
 from pgcli.ops.grpo import (
     LOSS_AGGREGATIONS,
     clip_bounds,
@@ -49,6 +48,7 @@ from pgcli.ops.grpo import (
     grpo_clipped_objective,
     k3_kl,
 )
+from pgcli.training.monitor import TrainingMonitor
 
 STD_EPS = 1e-4
 """Added to the std before dividing the advantages (TRL's value)."""
@@ -85,7 +85,7 @@ def collect_groups(
     every sub-env starts with a reset.
 
     Args:
-        env: a same-step-autoreset vector env (pgcli.env.make_vec_env).
+        env: a same-step-autoreset vector env (pgcli.envs.make.make_vec_env).
         policy: samples the actions (`Policy.sample`) and converts them for the env (`Policy.to_env`).
         group_seeds: M reset seeds, one per group.
         group_size: G >= 1 members per group.

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from pgcli.monitor import TrainingMonitor
+from pgcli.training.monitor import TrainingMonitor
 
 
 def describe(values: Tensor) -> str:

@@ -49,7 +49,6 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import GRPOConfig, REINFORCEConfig, RLOOConfig
 from pgcli.lm.model import TinyGPT, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.monitor import TrainingMonitor
 from pgcli.ops.grpo import LOSS_AGGREGATIONS, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     SequenceAdvantages,
@@ -60,6 +59,7 @@ from pgcli.ops.lm import (
     rloo_advantages,
     token_advantages,
 )
+from pgcli.training.monitor import TrainingMonitor
 
 STD_EPS = 1e-4
 """Added to the std before dividing the GRPO advantages (TRL's value)."""

@@ -40,7 +40,6 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import PPOLMConfig
 from pgcli.lm.model import TinyGPT, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.monitor import TrainingMonitor
 from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
     clipped_policy_loss,
@@ -50,6 +49,7 @@ from pgcli.ops.lm import (
     token_gae,
     zero_variance_groups,
 )
+from pgcli.training.monitor import TrainingMonitor
 
 
 class ValueModel(nn.Module):

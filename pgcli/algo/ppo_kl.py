@@ -30,9 +30,9 @@ from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
-from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
+from pgcli.training.monitor import TrainingMonitor
 
 
 class PPOKLLoss(NamedTuple):

@@ -1,7 +1,7 @@
 """The shared on-policy core: rollout collection on a vector env into preallocated [T, N] tensors, minibatches, and
 the critic regression (:func:`fit_value`).
 
-:class:`RolloutCollector` steps a pgcli vector env (same-step autoreset, see ``pgcli.env``) for ``n_steps`` steps
+:class:`RolloutCollector` steps a pgcli vector env (same-step autoreset, see ``pgcli.envs.make``) for ``n_steps`` steps
 with the current policy and returns a :class:`Rollout` of [T, N] tensors (T = n_steps, N = n_envs):
 
 - ``obs`` [T, N, D], ``actions`` [T, N] (discrete) or [T, N, A] (continuous, unclipped);
@@ -32,9 +32,9 @@ from torch import Tensor
 
 from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
+from pgcli.envs.worker import stop_process
 from pgcli.errors import PgcliError
-from pgcli.monitor import TrainingMonitor
-from pgcli.vecenv import stop_process
+from pgcli.training.monitor import TrainingMonitor
 
 
 @dataclass
@@ -69,7 +69,7 @@ class RolloutCollector:
     """Collects :class:`Rollout` s of ``n_steps`` steps per env from ``env``, reusing its buffers.
 
     Args:
-        env: a pgcli vector env (``pgcli.env.make_vec_env``); it is reset here with ``seed``.
+        env: a pgcli vector env (``pgcli.envs.make.make_vec_env``); it is reset here with ``seed``.
         n_steps: T, steps per env per rollout.
         seed: reset seed (the same one ``make_vec_env`` used, so the first episodes are the seeded ones).
         device: where the returned tensors live (the buffers stay on the CPU, where the env is).

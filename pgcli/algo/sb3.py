@@ -1,9 +1,9 @@
 """Stable-Baselines3 baselines (PPO, A2C) and sb3-contrib's TRPO behind pgcli's trainer interface.
 
-SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.env.make_vec_env``: same wrappers, same
+SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.envs.make.make_vec_env``: same wrappers, same
 normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
 SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
-episode statistics, evaluation, checkpoints and progress go through the shared :class:`~pgcli.monitor.TrainingMonitor`.
+episode statistics, evaluation, checkpoints and progress go through the shared :class:`~pgcli.training.monitor.TrainingMonitor`.
 
 The monitor's per-update bookkeeping runs after each of SB3's updates (at the start of the next rollout, and once
 after ``learn``), so a checkpoint holds the updated model and an exact place to continue from: SB3's ``model.zip``
@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
 from pgcli.algo.guard import check_update, describe
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
-from pgcli.monitor import TrainingMonitor
+from pgcli.training.monitor import TrainingMonitor
 
 ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
     "tanh": torch.nn.Tanh,

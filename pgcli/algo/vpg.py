@@ -27,9 +27,9 @@ from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
-from pgcli.monitor import TrainingMonitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance
+from pgcli.training.monitor import TrainingMonitor
 
 
 class VPGLoss(NamedTuple):

@@ -5,7 +5,7 @@
 - ``pgcli.lm.evaluate``: held-out greedy accuracy, pass@k, reward, length, a samples table per evaluation.
 - ``pgcli.lm.sft``: the supervised trainer behind ``pgcli sft`` (``algo=sft``).
 
-What a text trainer receives from ``pgcli.build`` (``TEXT_TRAINERS`` maps its algo config to it)::
+What a text trainer receives from ``pgcli.training.build`` (``TEXT_TRAINERS`` maps its algo config to it)::
 
     Trainer(algo_cfg, *, task: TextTask, policy: TinyGPT, reference: TinyGPT | None, model: LMModelConfig,
             seed: int, device: torch.device)

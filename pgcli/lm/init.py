@@ -50,7 +50,7 @@ def locate_init(init: str, tracking: TrackingConfig) -> InitSource:
 
 
 def _run_id_of(run_dir: Path) -> str | None:
-    from pgcli.run import read_run_file
+    from pgcli.training.run import read_run_file
 
     info = read_run_file(run_dir) or {}
     run_id = info.get("run_id")
@@ -71,7 +71,7 @@ def _read_spec(model_dir: Path, init: str) -> dict[str, Any]:
 
 def _from_store(init: str, tracking: TrackingConfig) -> InitSource:
     from pgcli.lm.model import POLICY_FILE
-    from pgcli.tracking import open_run_store, resolve_tracking_target
+    from pgcli.tracking.backend import open_run_store, resolve_tracking_target
 
     looks_like_id = len(init) == 32 and all(c in "0123456789abcdef" for c in init)
     if not looks_like_id or tracking.backend != "mlflow":
@@ -125,7 +125,7 @@ def check_init_overrides(overrides: list[str]) -> None:
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     if not any(o.key_or_group == "init" and not o.is_sweep_override() for o in parsed):

@@ -25,7 +25,7 @@ from pgcli.config import LMModelConfig, SFTConfig
 from pgcli.errors import PgcliError
 from pgcli.lm.model import POLICY_FILE, TinyGPT, completion_logprobs, load_policy, save_policy
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
-from pgcli.monitor import TrainingMonitor
+from pgcli.training.monitor import TrainingMonitor
 
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"

@@ -371,7 +371,7 @@ def resolve_reward(spec: Mapping[str, Any] | None) -> RewardFn | None:
     """
     if not spec:
         return None
-    from pgcli.envspec import resolve_target
+    from pgcli.envs.spec import resolve_target
 
     spec = dict(spec)
     target = spec.pop("_target_", None)

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from pgcli.cli import main
-from pgcli.compose import CONF_DIR, compose_train_config, text_task_overrides
 from pgcli.config import (
     ALGO_CONFIGS,
     CONTROL_ALGOS,
@@ -23,6 +22,7 @@ from pgcli.config import (
     LMModelConfig,
     TrainConfig,
 )
+from pgcli.config.compose import CONF_DIR, compose_train_config, text_task_overrides
 from pgcli.errors import ConfigError
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli import schema_docs
 from pgcli.config import ALGO_CONFIGS, EnvConfig, EvalConfig, ModelConfig, TrainConfig
+from pgcli.config import docs as schema_docs
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGURATION = (REPO / "docs" / "configuration.md").read_text()
@@ -31,7 +31,7 @@ def section(text: str, heading: str) -> str:
 
 
 def test_generated_option_reference_is_up_to_date():
-    assert schema_docs.render(CONFIGURATION) == CONFIGURATION, "run: python -m pgcli.schema_docs"
+    assert schema_docs.render(CONFIGURATION) == CONFIGURATION, "run: python -m pgcli.config.docs"
 
 
 def test_generated_reference_lists_every_field_of_every_schema():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.compose import CONF_DIR, compose_train_config
+from pgcli.config.compose import CONF_DIR, compose_train_config
+from pgcli.config.labels import env_label, env_option_ids, stale_preset_overrides
 from pgcli.errors import ConfigError
-from pgcli.labels import env_label, env_option_ids, stale_preset_overrides
 
 MY_TARGET = "tests.example_envs.my_envs:MyTarget-v0"
 ODD = "tests.example_envs.odd_spaces"
@@ -133,7 +133,7 @@ def test_sweeps_drop_the_preset_only_when_every_job_leaves_its_id(capsys: pytest
 
 
 def test_the_preset_label_is_the_applied_preset_file_or_none():
-    from pgcli.labels import preset_label
+    from pgcli.config.labels import preset_label
 
     assert preset_label({"preset": "ppo_cartpole"}, CONF_DIR) == "ppo_cartpole"
     assert preset_label({"preset": "a2c_acrobot"}, CONF_DIR) == "none"  # Hydra records the choice; no such file

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import TEXT_ENV_CONFIGS, GRPOConfig
+from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 
 GRPO_PRESETS = sorted(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from pgcli.compose import CONF_DIR, compose_train_config, validate_overrides
 from pgcli.config import PPOConfig, TRPOConfig, register_configs
+from pgcli.config.compose import CONF_DIR, compose_train_config, validate_overrides
 from pgcli.errors import ConfigError
-from pgcli.study import SWEEPER_TARGET, SearchSpace, check_search, search_config
+from pgcli.sweeps.study import SWEEPER_TARGET, SearchSpace, check_search, search_config
 
 PRESETS = {"ppo_pendulum": (PPOConfig, "Pendulum-v1"), "trpo_cartpole": (TRPOConfig, "CartPole-v1")}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import GRPOConfig, PPOLMConfig, REINFORCEConfig, RLOOConfig
+from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 
 SCHEMAS = {"rloo": RLOOConfig, "reinforce": REINFORCEConfig, "ppo_lm": PPOLMConfig}

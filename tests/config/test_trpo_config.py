@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.compose import CONF_DIR, compose_train_config
 from pgcli.config import PPOKLConfig, SB3TRPOConfig, TRPOConfig, VPGConfig
+from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 
 SCHEMAS = {"trpo": TRPOConfig, "vpg": VPGConfig, "ppo_kl": PPOKLConfig, "sb3_trpo": SB3TRPOConfig}

@@ -141,11 +141,11 @@ def test_an_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]):
 # Each read command's own entry point, patched to fail as a bug would: the handler in pgcli.cli.main must turn it
 # into one line whichever command it came from.
 UNEXPECTED_CASES = [
-    (["compare"], "pgcli.compare.main"),
-    (["eval", "0123abcd"], "pgcli.evaluate.main"),
-    (["runs"], "pgcli.runs.main"),
-    (["ui"], "pgcli.ui.main"),
-    (["sync", "some/run/dir"], "pgcli.tracking.sync_run_dir"),
+    (["compare"], "pgcli.commands.compare.main"),
+    (["eval", "0123abcd"], "pgcli.commands.eval.main"),
+    (["runs"], "pgcli.commands.runs.main"),
+    (["ui"], "pgcli.commands.ui.main"),
+    (["sync", "some/run/dir"], "pgcli.tracking.backend.sync_run_dir"),
 ]
 
 

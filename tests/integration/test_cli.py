@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pgcli import __version__
-from pgcli.compose import CONF_DIR
+from pgcli.config.compose import CONF_DIR
 from tests.conftest import Store, cli_env, run_pgcli
 
 HEAVY = ("torch", "mlflow", "stable_baselines3", "sb3_contrib")

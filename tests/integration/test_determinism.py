@@ -1,6 +1,6 @@
 """Same seed on CPU, same run: every trainer gives identical metric histories (issue 10).
 
-Each algorithm trains three times through ``pgcli.build.train`` (the path ``pgcli train`` takes after Hydra: seeding,
+Each algorithm trains three times through ``pgcli.training.build.train`` (the path ``pgcli train`` takes after Hydra: seeding,
 env, trainer, monitor, logger) with a tiny budget and ``tracking=off``; the ``metrics.csv`` of the two seed-0 runs must
 match exactly (wall-clock keys ``time/*`` aside), and the seed-1 run must differ, so the comparison is not vacuous.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.build import RunContext, train
-from pgcli.compose import compose_train_config
+from pgcli.config.compose import compose_train_config
+from pgcli.training.build import RunContext, train
 
 COMMON = ["~preset", "env=cartpole", "env.n_envs=2", "total_steps=384", "eval.every=0", "eval.episodes=2",
           "tracking=off", "progress=false", "hardware=cpu"]  # fmt: skip

@@ -1,6 +1,6 @@
 """Divergence guard (issue 8, item 6) on injected NaNs: a real CartPole whose observations turn NaN after k steps,
 and a NaN learning rate. Training stops with a DivergenceError naming the quantity and the env step, the last
-checkpoint on disk is a good one, and through ``pgcli.build.train`` the MLflow run ends FAILED."""
+checkpoint on disk is a good one, and through ``pgcli.training.build.train`` the MLflow run ends FAILED."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from pgcli.algo.ppo_kl import PPOKL
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.algo.vpg import VPG
-from pgcli.build import seed_everything
 from pgcli.config import EnvConfig, GRPOConfig, ModelConfig, PPOConfig, PPOKLConfig, TRPOConfig, VPGConfig
-from pgcli.env import make_vec_env
+from pgcli.envs.make import make_vec_env
 from pgcli.errors import DivergenceError
-from pgcli.monitor import TrainingMonitor
-from pgcli.tracking import RunLogger
+from pgcli.tracking.backend import RunLogger
+from pgcli.training.build import seed_everything
+from pgcli.training.monitor import TrainingMonitor
 from tests.conftest import Store
 
 CPU = torch.device("cpu")
@@ -143,8 +143,8 @@ def store(migrated_store: Store) -> Store:
 
 @pytest.mark.parametrize(("algo", "name"), [("trpo", "trpo"), ("ppo", "sb3_ppo")])
 def test_diverged_run_ends_failed_naming_the_quantity(algo: str, name: str, store: Store, tmp_path: Path):
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, train
 
     # ~preset: another env id drops the cartpole preset, as `pgcli train` does (its batch_size needs 8 envs)
     cfg = compose_train_config([f"algo={algo}", "~preset", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",

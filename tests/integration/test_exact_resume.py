@@ -20,11 +20,11 @@ from pgcli.algo.ppo_kl import PPOKL
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.algo.vpg import VPG
-from pgcli.build import seed_everything
 from pgcli.config import EnvConfig, GRPOConfig, ModelConfig, PPOConfig, PPOKLConfig, TRPOConfig, VPGConfig
-from pgcli.env import env_state, find_normalizer, make_vec_env
-from pgcli.monitor import TrainingMonitor
-from pgcli.tracking import RunLogger
+from pgcli.envs.make import env_state, find_normalizer, make_vec_env
+from pgcli.tracking.backend import RunLogger
+from pgcli.training.build import seed_everything
+from pgcli.training.monitor import TrainingMonitor
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[16], vf_hidden_sizes=[16])
@@ -58,7 +58,7 @@ CASES = {
 
 
 def build(case: str, seed: int, vectorization: str = "sync"):
-    """As pgcli.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the trainer."""
+    """As pgcli.training.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the trainer."""
     trainer_cls, cfg, env_id = CASES[case]
     seed_everything(seed)
     env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True), seed=seed,

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.test_eval_cli import last, trained_run
 
-EVAL_SEED = 10_000  # pgcli.env.EVAL_SEED_OFFSET + seed 0: the env seed of the run's evaluations
+EVAL_SEED = 10_000  # pgcli.envs.make.EVAL_SEED_OFFSET + seed 0: the env seed of the run's evaluations
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pgcli.algo.ppo_kl import PPOKL
 from pgcli.algo.trpo import TRPO
 from pgcli.algo.vpg import VPG
 from pgcli.config import EnvConfig, ModelConfig, PPOKLConfig, TRPOConfig, VPGConfig
-from pgcli.env import make_vec_env
+from pgcli.envs.make import make_vec_env
 from pgcli.ops.autodiff import flat_params
 from tests.conftest import Store, run_pgcli
 

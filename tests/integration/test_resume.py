@@ -111,7 +111,7 @@ def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, wor
 
 def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
     from pgcli.errors import ConfigError
-    from pgcli.resume import plan_resume
+    from pgcli.training.resume import plan_resume
 
     run_dir = workdir / "run"
     args = ["train", *CASES["trpo"], *COMMON, "total_steps=512", "checkpoint_every=0", f"tracking.uri={store.uri}",

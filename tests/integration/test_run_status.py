@@ -35,7 +35,7 @@ def assert_never_running(store: Store) -> None:
 def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(signum: int, store: Store, workdir: Path):
     from stable_baselines3 import PPO
 
-    from pgcli.resume import plan_resume
+    from pgcli.training.resume import plan_resume
 
     stdout, stderr, run_dir = workdir / "stdout.txt", workdir / "stderr.txt", workdir / "run"
     args = [str(Path(sys.executable).parent / "pgcli"), "train", f"tracking.uri={store.uri}", "total_steps=10000000",
@@ -96,15 +96,15 @@ def test_env_failing_mid_training_ends_the_run_failed(store: Store, workdir: Pat
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# in process: pgcli.build.train with a training hook that raises after a few updates
+# in process: pgcli.training.build.train with a training hook that raises after a few updates
 # --------------------------------------------------------------------------------------------------------------------
 
 
 def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_path: Path, monkeypatch) -> Any:
-    """Run pgcli.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
+    """Run pgcli.training.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
     from pgcli.algo import sb3
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, train
 
     original = sb3._MonitorCallback._on_rollout_end
     calls = {"n": 0}
@@ -143,9 +143,9 @@ def test_keyboard_interrupt_mid_training_ends_killed(store: Store, tmp_path: Pat
 
 def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_path: Path, monkeypatch):
     # Ctrl-C while the progress bar is being set up, between MLflow's create_run and the first update.
-    from pgcli import monitor
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training import monitor
+    from pgcli.training.build import RunContext, train
 
     def interrupted_bar(total: int) -> Any:
         raise KeyboardInterrupt
@@ -163,8 +163,8 @@ def test_a_run_whose_reports_cannot_be_written_ends_failed_and_says_what_is_miss
     # IsADirectoryError after training went well. The run must not end FINISHED.
     import json
 
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, train
 
     run_dir = tmp_path / "run"
     (run_dir / "metrics.csv").mkdir(parents=True)
@@ -187,8 +187,8 @@ def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path:
     import os
     import socket
 
-    from pgcli.build import RunContext, train
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.build import RunContext, train
 
     cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=256", "eval.episodes=1", "progress=false"])
     train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))

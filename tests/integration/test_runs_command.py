@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pgcli.run import process_start_time
-from pgcli.tracking import MLflowBackend, TrackingTarget
+from pgcli.tracking.backend import MLflowBackend, TrackingTarget
+from pgcli.training.run import process_start_time
 from tests.conftest import Store, run_pgcli
 
 

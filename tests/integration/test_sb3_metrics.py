@@ -10,9 +10,9 @@ import torch
 
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.config import A2CConfig, EnvConfig, ModelConfig, PPOConfig
-from pgcli.env import make_vec_env
-from pgcli.monitor import TrainingMonitor
-from pgcli.tracking import RunLogger
+from pgcli.envs.make import make_vec_env
+from pgcli.tracking.backend import RunLogger
+from pgcli.training.monitor import TrainingMonitor
 
 
 def train_sb3(cfg: PPOConfig | A2CConfig, total_steps: int, tmp_path: Path, n_envs: int = 2) -> RunLogger:

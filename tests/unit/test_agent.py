@@ -14,7 +14,7 @@ from pgcli.agent import RawPolicy, read_agent_spec, train_config_from_dict, writ
 from pgcli.algo.checkpoint import save_checkpoint
 from pgcli.algo.policies import make_policy
 from pgcli.config import EnvConfig, ModelConfig, TrainConfig, TRPOConfig
-from pgcli.env import find_normalizer, make_vec_env
+from pgcli.envs.make import find_normalizer, make_vec_env
 from pgcli.errors import ConfigError
 
 

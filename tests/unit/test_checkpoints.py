@@ -15,10 +15,10 @@ from pgcli.algo.checkpoint import atomic_dir, rng_state, set_rng_state
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TRPOConfig
-from pgcli.env import find_normalizer, make_vec_env
+from pgcli.envs.make import find_normalizer, make_vec_env
 from pgcli.errors import PgcliError
-from pgcli.monitor import TrainingMonitor, prune_checkpoints
-from pgcli.tracking import RunLogger
+from pgcli.tracking.backend import RunLogger
+from pgcli.training.monitor import TrainingMonitor, prune_checkpoints
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[8], vf_hidden_sizes=[8])

@@ -1,4 +1,4 @@
-"""pgcli.compare: IQM, bootstrap bands and step grids against hand-computed cases; grouping that never averages
+"""pgcli.commands.compare: IQM, bootstrap bands and step grids against hand-computed cases; grouping that never averages
 different budgets, env ids, configs or a seed twice; `pgcli compare` end to end on synthetic metric histories logged
 with MlflowClient into a real temporary SQLite store; its error paths as real `pgcli compare` subprocesses."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pgcli.compare import (
+from pgcli.commands.compare import (
     Group,
     RunCurve,
     aggregate,
@@ -291,7 +291,7 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
 def test_the_plot_has_one_panel_per_env_each_with_its_own_y_axis(mixed_store: Store) -> None:
     from matplotlib.collections import PolyCollection
 
-    from pgcli.tracking import RunStore
+    from pgcli.tracking.backend import RunStore
 
     run_store = RunStore(mixed_store.uri)
     runs = []

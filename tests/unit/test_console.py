@@ -3,8 +3,8 @@ only when it was saved."""
 
 from pathlib import Path
 
-from pgcli.build import TrainSummary
 from pgcli.console import print_summary
+from pgcli.training.build import TrainSummary
 
 
 def summary(tmp_path: Path, *, final: float, best: float) -> TrainSummary:

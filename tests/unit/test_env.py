@@ -1,4 +1,4 @@
-"""pgcli.env: the one env builder, VecNormalize, and the episode / final-observation helpers, on real gymnasium envs."""
+"""pgcli.envs.make: the one env builder, VecNormalize, and the episode / final-observation helpers, on real gymnasium envs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.env import (
+from pgcli.envs.make import (
     VecNormalize,
     final_observations,
     find_normalizer,

@@ -1,4 +1,4 @@
-"""pgcli.env.env_state / restore_env_state: a vector env snapshotted mid-episode (through JSON) and restored into a
+"""pgcli.envs.make.env_state / restore_env_state: a vector env snapshotted mid-episode (through JSON) and restored into a
 fresh env built with another seed steps on exactly as the original, for classic control and MuJoCo, sync and async."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.env import env_state, find_normalizer, make_vec_env, restore_env_state
+from pgcli.envs.make import env_state, find_normalizer, make_vec_env, restore_env_state
 
 
 def actions_for(env, n: int) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""pgcli.envspec and the env builder's wrapper chain: module:EnvId ids, env.wrappers, and the trainers' space table."""
+"""pgcli.envs.spec and the env builder's wrapper chain: module:EnvId ids, env.wrappers, and the trainers' space table."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from gymnasium import spaces
 
 from pgcli.config import EnvConfig
-from pgcli.env import finished_episodes, make_env, make_vec_env, reward_threshold
-from pgcli.envspec import (
+from pgcli.envs.make import finished_episodes, make_env, make_vec_env, reward_threshold
+from pgcli.envs.spec import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
     OWN_TRAINERS,

@@ -10,7 +10,7 @@ import torch
 
 from pgcli.algo.grpo import GRPO, EpisodeBatch, collect_groups, grpo_loss
 from pgcli.config import EnvConfig, GRPOConfig, ModelConfig
-from pgcli.env import make_vec_env
+from pgcli.envs.make import make_vec_env
 
 CPU = torch.device("cpu")
 

@@ -2,7 +2,7 @@
 
 - nothing imports ``pgcli.cli`` (the entry point sits on top; ``pgcli/__main__.py`` is its only caller);
 - ``pgcli/ops`` (pure math) imports nothing from pgcli outside ``pgcli.ops``;
-- only ``pgcli/tracking.py`` imports ``mlflow`` (MLflow is a backend behind one logger interface).
+- only ``pgcli/tracking/backend.py`` imports ``mlflow`` (MLflow is a backend behind one logger interface).
 """
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ def modules() -> dict[str, set[str]]:
 
 def test_the_import_walker_sees_function_level_imports():
     # the walker itself: a nested import and a relative one must be found, or the rules below would pass vacuously
-    assert "pgcli.compose" in imported_modules(PACKAGE / "cli.py")
-    tracking = imported_modules(PACKAGE / "tracking.py")
+    assert "pgcli.config.compose" in imported_modules(PACKAGE / "cli.py")
+    tracking = imported_modules(PACKAGE / "tracking" / "backend.py")
     assert "mlflow.tracking" in tracking and "mlflow.entities" in tracking  # both imported inside functions
 
 
 def test_nothing_imports_the_cli():
     importers = [m for m, imports in modules().items() if any(i == "pgcli.cli" or i.startswith("pgcli.cli.")
                  for i in imports) and m != "pgcli/__main__.py"]  # fmt: skip
-    assert not importers, f"these import pgcli.cli (config loading lives in pgcli.compose): {importers}"
+    assert not importers, f"these import pgcli.cli (config loading lives in pgcli.config.compose): {importers}"
 
 
 def test_ops_import_nothing_above_them():
@@ -61,4 +61,4 @@ def test_ops_import_nothing_above_them():
 
 def test_only_the_tracking_module_imports_mlflow():
     importers = [m for m, imports in modules().items() if any(i.split(".")[0] == "mlflow" for i in imports)]
-    assert importers == ["pgcli/tracking.py"], importers
+    assert importers == ["pgcli/tracking/backend.py"], importers

@@ -1,4 +1,4 @@
-"""pgcli.monitor: the Evaluator on real CartPole / Pendulum envs, and the TrainingMonitor's cadences and metrics."""
+"""pgcli.training.monitor: the Evaluator on real CartPole / Pendulum envs, and the TrainingMonitor's cadences and metrics."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pgcli import monitor as monitor_module
 from pgcli.config import EnvConfig, EvalConfig
-from pgcli.env import find_normalizer, make_vec_env
-from pgcli.monitor import EvalResult, Evaluator, TrainingMonitor
+from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.training import monitor as monitor_module
+from pgcli.training.monitor import EvalResult, Evaluator, TrainingMonitor
 
 
 class RowPolicy:
@@ -326,7 +326,7 @@ def test_a_checkpoint_without_monitor_state_continues_from_its_step(tmp_path: Pa
 
 
 def test_a_stop_request_checkpoints_at_the_update_and_raises(tmp_path: Path):
-    from pgcli.run import Interrupted, StopRequest
+    from pgcli.training.run import Interrupted, StopRequest
 
     stop = StopRequest()
     logger = RecordingLogger()
@@ -438,7 +438,7 @@ def test_a_dead_evaluation_process_is_a_one_line_error(tmp_path: Path):
     import os
     import signal
 
-    from pgcli.vecenv import EnvWorkerError
+    from pgcli.envs.worker import EnvWorkerError
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
     evaluator = Evaluator(env_cfg, EvalConfig(episodes=2), seed=0, train_env=make_vec_env(env_cfg, seed=0),

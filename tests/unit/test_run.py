@@ -1,4 +1,4 @@
-"""pgcli.run's decisions: the final status, the latest checkpoint, and which RUNNING runs are stale."""
+"""pgcli.training.run's decisions: the final status, the latest checkpoint, and which RUNNING runs are stale."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.run import (
+from pgcli.tracking.backend import RunRecord
+from pgcli.training.run import (
     Interrupted,
     final_status,
     latest_checkpoint,
@@ -20,7 +21,6 @@ from pgcli.run import (
     stale_reason,
     sweep_status,
 )
-from pgcli.tracking import RunRecord
 
 
 @pytest.mark.parametrize(

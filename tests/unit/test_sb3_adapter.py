@@ -7,7 +7,7 @@ import pytest
 
 from pgcli.algo.sb3 import SB3VecEnv, policy_kwargs
 from pgcli.config import EnvConfig, ModelConfig
-from pgcli.env import find_normalizer, make_vec_env
+from pgcli.envs.make import find_normalizer, make_vec_env
 
 
 def adapter(cfg: EnvConfig, seed: int = 0) -> SB3VecEnv:

@@ -1,4 +1,4 @@
-"""``hardware.vec_env=shm`` (pgcli/shmenv.py): the sync vector env's observations, rewards, flags and end-of-episode
+"""``hardware.vec_env=shm`` (pgcli/envs/shm.py): the sync vector env's observations, rewards, flags and end-of-episode
 infos, step for step, on real envs with many resets on both sides of the process boundary; checkpoint snapshots
 through the worker; a dead or failing worker is a one-line error, not a hang; the exact fast mean / variance of the
 normaliser."""
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from test_vecenv import assert_same, flat_info, rollout
 
-from pgcli import env as env_module
 from pgcli.config import EnvConfig
-from pgcli.env import RunningMeanStd, batch_mean_var, make_vec_env
-from pgcli.shmenv import SharedMemoryVectorEnv
+from pgcli.envs import make as env_module
+from pgcli.envs.make import RunningMeanStd, batch_mean_var, make_vec_env
+from pgcli.envs.shm import SharedMemoryVectorEnv
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
 END_KEYS = ("final_obs", "_final_obs", "final_info.", "_final_info")
@@ -138,9 +138,9 @@ def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_resul
 
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
-    from pgcli.env import EVAL_SEED_OFFSET, load_normalizer_state, normalizer_state
-    from pgcli.monitor import Evaluator, WorkerEvaluation, run_episodes
-    from pgcli.vecenv import EnvWorkerError
+    from pgcli.envs.make import EVAL_SEED_OFFSET, load_normalizer_state, normalizer_state
+    from pgcli.envs.worker import EnvWorkerError
+    from pgcli.training.monitor import Evaluator, WorkerEvaluation, run_episodes
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)
     eval_cfg = EvalConfig(episodes=3)
@@ -178,7 +178,7 @@ def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_resul
 
 def test_without_a_worker_the_evaluation_stays_in_process():
     from pgcli.config import EvalConfig
-    from pgcli.monitor import Evaluator
+    from pgcli.training.monitor import Evaluator
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2)
     env = make_vec_env(cfg, seed=0, vectorization="sync")
@@ -197,8 +197,8 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
 
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
-    from pgcli.monitor import Evaluator
-    from pgcli.vecenv import EnvWorkerError
+    from pgcli.envs.worker import EnvWorkerError
+    from pgcli.training.monitor import Evaluator
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2)
     train = make_vec_env(cfg, seed=0, vectorization="shm")
@@ -257,7 +257,7 @@ def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
 
 
 def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
-    from pgcli.shmenv import WorkerWatch
+    from pgcli.envs.shm import WorkerWatch
 
     class Env:  # the two things the watch reads and calls; the move itself is tested above
         wait_s = 0.0
@@ -299,7 +299,7 @@ def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
 def test_run_queue_time_is_read_for_live_processes_only():
     import os
 
-    from pgcli.shmenv import run_queue_s
+    from pgcli.envs.shm import run_queue_s
 
     if not os.path.exists("/proc/self/schedstat"):
         pytest.skip("no /proc/<pid>/schedstat here")

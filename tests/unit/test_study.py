@@ -1,11 +1,11 @@
-"""pgcli.study: the search space, the study's budget, the sweeper's settings and a trial's reports through storage."""
+"""pgcli.sweeps.study: the search space, the study's budget, the sweeper's settings and a trial's reports through storage."""
 
 from __future__ import annotations
 
 import pytest
 
 from pgcli.errors import ConfigError
-from pgcli.study import (
+from pgcli.sweeps.study import (
     TRIAL_ENV,
     OptunaSearchConfig,
     SearchSpace,

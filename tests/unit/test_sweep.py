@@ -1,11 +1,18 @@
-"""pgcli.sweep and the Ray launcher: the pure helpers behind a sweep's summary, exit line and worker environment."""
+"""pgcli.sweeps.tree and the Ray launcher: the pure helpers behind a sweep's summary, exit line and worker environment."""
 
 from __future__ import annotations
 
 import pytest
 
 from hydra_plugins.pgcli_ray_launcher.ray_launcher import is_loopback, loopback_only, worker_env
-from pgcli.sweep import SweepOutcome, child_row, drop_common_overrides, format_table, round_overrides, summary_line
+from pgcli.sweeps.tree import (
+    SweepOutcome,
+    child_row,
+    drop_common_overrides,
+    format_table,
+    round_overrides,
+    summary_line,
+)
 
 
 def row(job: str, overrides: str, status: str = "FINISHED", error: str = "") -> dict[str, str]:
@@ -113,7 +120,7 @@ def test_worker_env_forwards_pgcli_mlflow_and_thread_settings(monkeypatch: pytes
 
 
 def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
-    from pgcli.tracking import with_retry
+    from pgcli.tracking.backend import with_retry
 
     calls = []
 
@@ -146,7 +153,7 @@ def test_an_optuna_storage_opens_and_reopens_with_the_garbage_collector_off(tmp_
     import gc
 
     optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
-    from pgcli.study import open_storage
+    from pgcli.sweeps.study import open_storage
 
     url = f"sqlite:///{tmp_path}/not/yet/there/optuna.db"
     enabled = gc.isenabled()

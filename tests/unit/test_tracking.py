@@ -1,4 +1,4 @@
-"""pgcli.tracking: flatten, where runs go, RunLogger reports, and MLflowBackend batching against a real SQLite store."""
+"""pgcli.tracking.backend: flatten, where runs go, RunLogger reports, and MLflowBackend batching against a real SQLite store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pgcli.config import TrackingConfig
-from pgcli.tracking import (
+from pgcli.tracking.backend import (
     MLFLOW_BATCH_LIMIT,
     MLflowBackend,
     RunLogger,

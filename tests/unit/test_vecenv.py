@@ -1,4 +1,4 @@
-"""``hardware.vec_env=worker`` (pgcli/vecenv.py): the same experience as the sync vector env, step for step, on real
+"""``hardware.vec_env=worker`` (pgcli/envs/worker.py): the same experience as the sync vector env, step for step, on real
 envs; checkpoint snapshots through the worker; a dead or failing worker is a one-line error, not a hang. The last
 three hold for ``hardware.vec_env=shm`` too (parametrized; its own tests are in test_shmenv.py)."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.env import env_state, final_observations, finished_episodes, make_vec_env, restore_env_state
-from pgcli.shmenv import SharedMemoryVectorEnv
-from pgcli.vecenv import EnvWorkerError, WorkerVectorEnv
+from pgcli.envs.make import env_state, final_observations, finished_episodes, make_vec_env, restore_env_state
+from pgcli.envs.shm import SharedMemoryVectorEnv
+from pgcli.envs.worker import EnvWorkerError, WorkerVectorEnv
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
 

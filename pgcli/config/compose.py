@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def find_conf_dir() -> str:
     """``conf/`` beside the package (a checkout or editable install), else the copy shipped inside the package."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the pgcli package
     for candidate in (here.parent / "conf", here / "conf"):
         if (candidate / "train.yaml").is_file():
             return str(candidate)
@@ -63,7 +63,7 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
     """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
     run_cfg = to_train_config(compose_dictconfig(overrides))
     if run_cfg.hardware.device == "cuda":
-        from pgcli.build import select_device
+        from pgcli.training.build import select_device
 
         select_device(run_cfg.hardware)
     return run_cfg

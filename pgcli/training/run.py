@@ -1,6 +1,6 @@
 """A training run's life in one place: create or re-open its MLflow run, and decide how it ends.
 
-:class:`Run` is the context manager around one training job (``pgcli.build.train``):
+:class:`Run` is the context manager around one training job (``pgcli.training.build.train``):
 
 - on entry it creates the MLflow run (or, when resuming, nothing yet: :meth:`Run.start` re-opens the old run only
   once its checkpoint has loaded, so a bad checkpoint changes nothing in the store) and records who runs it
@@ -34,11 +34,11 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
-from pgcli.spool import strip_credentials
+from pgcli.tracking.spool import strip_credentials
 
 if TYPE_CHECKING:
-    from pgcli.monitor import Learner, TrainingMonitor
-    from pgcli.tracking import MLflowBackend, RunLogger, RunRecord, RunStore
+    from pgcli.tracking.backend import MLflowBackend, RunLogger, RunRecord, RunStore
+    from pgcli.training.monitor import Learner, TrainingMonitor
 
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"
@@ -62,7 +62,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StoppedEarly(Exception):
-    """Training was stopped on purpose before its budget (a search's pruner, ``pgcli.study.TrialPruned``): not an
+    """Training was stopped on purpose before its budget (a search's pruner, ``pgcli.sweeps.study.TrialPruned``): not an
     error; the run ends KILLED, as a run cut short, with :meth:`tags` saying why."""
 
     def tags(self) -> dict[str, str]:
@@ -277,7 +277,7 @@ C = TypeVar("C", bound=Closeable)
 class Run:
     """One training run, from its MLflow run's creation (or re-opening) to its final status.
 
-    Example (``pgcli.build.train``)::
+    Example (``pgcli.training.build.train``)::
 
         with Run(output_dir, open_backend, params=params, resume=resume) as run:
             env = run.closing(make_vec_env(...))
@@ -303,7 +303,7 @@ class Run:
         None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has.
         ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``); the saved agents
         are logged as MLflow Models (``pgcli.pyfunc``: gymnasium agents and text policies alike)."""
-        from pgcli.tracking import RunLogger
+        from pgcli.tracking.backend import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
         self.describe_model = describe_model
@@ -404,7 +404,7 @@ class Run:
         backend = self.logger.backend
         return {
             "run_id": backend.run_id if backend else None,
-            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.spool)
+            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.tracking.spool)
             "tracking_uri": strip_credentials(backend.uri) if backend else None,
             **process_tags(),
         }

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError, PgcliError
 from pgcli.redact import redact_mapping, redact_text
-from pgcli.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
+from pgcli.tracking.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
 
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MLFLOW_BATCH_LIMIT = 1000  # MLflow's maximum number of metrics per log_batch call
@@ -30,7 +30,7 @@ PARAM_BATCH_LIMIT = 100
 T = TypeVar("T")
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 """MLflow 3's experiment kind: "Machine learning" (model training) rather than a GenAI app. MLflow 3.17's UI picks
-its view from the sidebar's GenAI / Model training switch instead, which ``pgcli ui``'s URLs set (pgcli/ui.py)."""
+its view from the sidebar's GenAI / Model training switch instead, which ``pgcli ui``'s URLs set (pgcli/commands/ui.py)."""
 
 
 class MetricLogger(Protocol):
@@ -103,7 +103,7 @@ class MLflowBackend:
 
     With a tracking server and a ``spool_dir``, an outage never stops or stalls training: writes go to
     ``<spool_dir>/tracking_spool.jsonl`` while the server is unreachable and are delivered, in order, once its
-    ``/health`` answers again (checked every ``probe_every_s``) or later by ``pgcli sync`` (pgcli.spool).
+    ``/health`` answers again (checked every ``probe_every_s``) or later by ``pgcli sync`` (pgcli.tracking.spool).
     """
 
     def __init__(
@@ -274,7 +274,7 @@ def server_is_healthy(uri: str, timeout_s: float = 2.0) -> bool:
 
 
 def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
-    """Write one spool-format operation (pgcli.spool) to ``run_id`` through ``client``."""
+    """Write one spool-format operation (pgcli.tracking.spool) to ``run_id`` through ``client``."""
     from mlflow.entities import Metric, Param, RunTag
 
     kind = op["op"]
@@ -518,7 +518,7 @@ class RunLogger:
         return missing
 
     def end(self, status: str) -> None:
-        """End the MLflow run with ``status`` (decided by :mod:`pgcli.run`). Safe to call twice."""
+        """End the MLflow run with ``status`` (decided by :mod:`pgcli.training.run`). Safe to call twice."""
         if self.closed:
             return
         if status not in RUN_STATUSES:
@@ -573,7 +573,7 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Pa
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Reading and annotating stored runs: sweep parents (pgcli.sweep) and `pgcli compare` (pgcli.compare)
+# Reading and annotating stored runs: sweep parents (pgcli.sweeps.tree) and `pgcli compare` (pgcli.commands.compare)
 # --------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
 """Composition root: a validated :class:`~pgcli.config.TrainConfig` in; device, seeded env, trainer, logger and
-monitor out; one training run executed inside :class:`pgcli.run.Run`, which owns the MLflow run's life.
+monitor out; one training run executed inside :class:`pgcli.training.run.Run`, which owns the MLflow run's life.
 
 Trainers come from one explicit table, :data:`TRAINERS` (config type -> "module:Class"); the module is imported only
 when that algorithm runs, so ``pgcli --help`` and config validation never pay for torch or SB3.
@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 
     from pgcli.lm.model import TinyGPT
     from pgcli.lm.tasks import TextTask
-    from pgcli.monitor import EvalResult, Learner, Trainer, TrainingMonitor
-    from pgcli.run import ResumePoint, Run
-    from pgcli.tracking import MLflowBackend
+    from pgcli.tracking.backend import MLflowBackend
+    from pgcli.training.monitor import EvalResult, Learner, Trainer, TrainingMonitor
+    from pgcli.training.run import ResumePoint, Run
 
 TRAINERS: dict[type, str] = {
     PPOConfig: "pgcli.algo.sb3:SB3Trainer",
@@ -79,7 +79,7 @@ class RunContext:
 
     algo_name: str
     env_name: str
-    """The env label (pgcli.labels.env_label): experiment, run name and ``tags.env``."""
+    """The env label (pgcli.config.labels.env_label): experiment, run name and ``tags.env``."""
     output_dir: Path
     overrides: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
@@ -171,14 +171,14 @@ BUSY_NOTE = (
 
 def fall_back_when_busy(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` in one process (:func:`one_process`, the same numbers) when it asks for a second process, allows the
-    fallback (``hardware.busy_fallback``) and no core is free (:func:`pgcli.env.free_core`); says so on stderr.
+    fallback (``hardware.busy_fallback``) and no core is free (:func:`pgcli.envs.make.free_core`); says so on stderr.
 
     Another process keeping the second core busy would make a busy-waiting env worker share it and every vector step
     wait: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
     Used by ``pgcli train`` and by ``pgcli train resume=`` (checkpoints do not depend on the vector env)."""
     if not (uses_second_core(cfg) and cfg.hardware.busy_fallback):
         return cfg
-    from pgcli.env import free_core
+    from pgcli.envs.make import free_core
 
     if free_core():
         return cfg
@@ -294,7 +294,7 @@ def git_state() -> dict[str, str]:
 
 def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     """The flattened resolved config as MLflow params (``algo.clip_range`` ...), plus the group choices."""
-    from pgcli.tracking import flatten
+    from pgcli.tracking.backend import flatten
 
     params = flatten(asdict(cfg))
     params["algo"], params["env"], params["preset"] = ctx.algo_name, ctx.env_name, ctx.preset
@@ -304,7 +304,7 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
 
 def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id: str | None) -> MLflowBackend | None:
     """The run's MLflow backend (None for ``tracking=off``): creates the MLflow run, or re-opens ``run_id``."""
-    from pgcli.tracking import MLflowBackend, resolve_tracking_target
+    from pgcli.tracking.backend import MLflowBackend, resolve_tracking_target
 
     if cfg.tracking.backend != "mlflow":
         return None
@@ -317,20 +317,20 @@ def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id
         parent_run_id=ctx.parent_run_id,
         flush_every_s=cfg.tracking.flush_every_s,
         run_id=run_id,
-        spool_dir=ctx.output_dir,  # a tracking server that goes away mid-run: writes wait here (pgcli.spool)
+        spool_dir=ctx.output_dir,  # a tracking server that goes away mid-run: writes wait here (pgcli.tracking.spool)
     )
 
 
 def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
-    """Build everything for ``cfg`` and train (or continue ``resume``); :class:`pgcli.run.Run` ends the MLflow run
+    """Build everything for ``cfg`` and train (or continue ``resume``); :class:`pgcli.training.run.Run` ends the MLflow run
     FINISHED, FAILED or KILLED."""
     import torch
 
     from pgcli.agent import write_agent_files
-    from pgcli.env import make_vec_env, reward_threshold, usable_cpus
-    from pgcli.monitor import Evaluator, TrainingMonitor
-    from pgcli.run import Run
-    from pgcli.shmenv import busy_cores_note, run_queue_total, worker_wait, worker_watch
+    from pgcli.envs.make import make_vec_env, reward_threshold, usable_cpus
+    from pgcli.envs.shm import busy_cores_note, run_queue_total, worker_wait, worker_watch
+    from pgcli.training.monitor import Evaluator, TrainingMonitor
+    from pgcli.training.run import Run
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
@@ -413,7 +413,7 @@ def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device)
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
     """:func:`train` for a text task (issue 12): the task, the TinyGPT policy (from ``init`` when given, which is
-    also the frozen reference), the text trainer and the held-out evaluator, in the same :class:`pgcli.run.Run`."""
+    also the frozen reference), the text trainer and the held-out evaluator, in the same :class:`pgcli.training.run.Run`."""
     import copy
 
     import torch
@@ -423,8 +423,8 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.lm.init import check_init, locate_init
     from pgcli.lm.model import load_policy
     from pgcli.lm.tasks import make_task
-    from pgcli.monitor import TrainingMonitor
-    from pgcli.run import Run
+    from pgcli.training.monitor import TrainingMonitor
+    from pgcli.training.run import Run
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
     device = select_device(cfg.hardware)
@@ -500,7 +500,7 @@ def summary(
     step_unit: str = "env steps",
 ) -> TrainSummary:
     """The :class:`TrainSummary` of a run that has ended."""
-    from pgcli.tracking import resolve_tracking_target
+    from pgcli.tracking.backend import resolve_tracking_target
 
     return TrainSummary(
         run_id=run.logger.run_id,

@@ -3,7 +3,7 @@
 Everything is checked before anything changes: the run is found (in the store named by ``tracking.uri`` /
 ``tracking.store_dir`` for a run id, or through ``<run dir>/run.json``), its config is read back from
 ``<run dir>/.hydra/``, the overrides are checked against :data:`RESUME_OVERRIDES`, and the last checkpoint
-(``<run dir>/checkpoints/step_<N>``) is located. :class:`pgcli.run.Run` then loads the checkpoint and only then
+(``<run dir>/checkpoints/step_<N>``) is located. :class:`pgcli.training.run.Run` then loads the checkpoint and only then
 re-opens the MLflow run (RUNNING again, then FINISHED / FAILED / KILLED like any run).
 """
 
@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pgcli.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config
 from pgcli.config import TrainConfig
+from pgcli.config.compose import CONF_DIR, compose_dictconfig, compose_train_config, to_train_config
+from pgcli.config.labels import applied_preset, env_label
 from pgcli.errors import ConfigError
-from pgcli.labels import applied_preset, env_label
-from pgcli.run import RUN_FILE, ResumePoint, latest_checkpoint, process_alive, read_run_file
+from pgcli.training.run import RUN_FILE, ResumePoint, latest_checkpoint, process_alive, read_run_file
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from pgcli.tracking import RunStore
+    from pgcli.tracking.backend import RunStore
 
 RESUME_OVERRIDES = ("total_steps", "progress", "checkpoint_every", "checkpoint_keep", "hardware.torch_threads",
                     "tracking.flush_every_s")  # fmt: skip
@@ -102,7 +102,7 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     except ConfigError:
         raise
     except Exception as exc:
-        from pgcli.compose import describe_config_error
+        from pgcli.config.compose import describe_config_error
 
         raise ConfigError(
             f"resume: the logged config of {run_dir} does not load: {describe_config_error(exc)}"
@@ -131,7 +131,9 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     return ResumePlan(
         cfg=cfg,
         algo_name=str(choices.get("algo")),
-        env_name=env_label(cfg.env.id, str(choices.get("env")), CONF_DIR),  # as the run was labelled (pgcli.labels)
+        env_name=env_label(
+            cfg.env.id, str(choices.get("env")), CONF_DIR
+        ),  # as the run was labelled (pgcli.config.labels)
         preset=preset or "none",
         output_dir=run_dir,
         overrides=original,
@@ -155,7 +157,7 @@ def logged_config_dir(run_dir: Path) -> tuple[Path, int | None]:
 def locate_run(target: str, lookup: list[str]) -> tuple[Path, str | None, str | None, str | None]:
     """``(run dir, MLflow run id, tracking URI, parent run id)`` of a run id or run directory (ids and URI are None
     for a ``tracking=off`` run); the run must not be running."""
-    from pgcli.tracking import resolve_tracking_target
+    from pgcli.tracking.backend import resolve_tracking_target
 
     path = Path(target).expanduser()
     if path.is_dir():
@@ -196,7 +198,7 @@ def locate_run(target: str, lookup: list[str]) -> tuple[Path, str | None, str | 
 
 
 def _open_store(uri: str) -> RunStore:
-    from pgcli.tracking import RunStore
+    from pgcli.tracking.backend import RunStore
 
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise ConfigError(f"resume: no tracking store at {uri}")
@@ -223,8 +225,8 @@ def _load_yaml(path: Path, target: str) -> DictConfig:
 
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
-    from pgcli.build import RunContext, fall_back_when_busy, train
     from pgcli.console import print_summary
+    from pgcli.training.build import RunContext, fall_back_when_busy, train
 
     targets = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
     flags = [a for a in args if a.startswith("-")]

@@ -2,7 +2,7 @@
 
 When a run logs to a remote ``mlflow server`` and the server stops answering mid-run, training goes on: every write
 (metrics, params, tags, artifacts, the final status) is appended in order to ``<run dir>/tracking_spool.jsonl``
-instead of stalling or failing the run. The MLflow backend (``pgcli.tracking.MLflowBackend``) checks the server's
+instead of stalling or failing the run. The MLflow backend (``pgcli.tracking.backend.MLflowBackend``) checks the server's
 ``/health`` now and then and, once it answers, replays the spool and carries on online. If the server is still down
 when training ends, the spool stays and ``pgcli sync <run dir>`` delivers it later.
 

@@ -44,7 +44,7 @@ class EvalTarget:
     """'final' or 'best'."""
     run_dir: Path | None
     run: Any
-    """The run's :class:`~pgcli.tracking.RunRecord` when it is in the store."""
+    """The run's :class:`~pgcli.tracking.backend.RunRecord` when it is in the store."""
 
 
 def parse_args(args: Sequence[str]) -> argparse.Namespace:
@@ -92,7 +92,7 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str], *, compose: Callable[[list[str]], Any]) -> int:
     """``pgcli eval``. ``compose`` turns the tracking overrides into a validated TrainConfig (the CLI's)."""
     ns = parse_args(args)
-    from pgcli.tracking import open_run_store
+    from pgcli.tracking.backend import open_run_store
 
     tracking = compose(ns.overrides).tracking
     store = open_run_store(tracking)
@@ -101,7 +101,7 @@ def main(args: Sequence[str], *, compose: Callable[[list[str]], Any]) -> int:
 
 
 def _artifact_root(tracking: Any) -> str | None:
-    from pgcli.tracking import resolve_tracking_target
+    from pgcli.tracking.backend import resolve_tracking_target
 
     return resolve_tracking_target(tracking).artifact_root if tracking.backend == "mlflow" else None
 
@@ -187,8 +187,8 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
 
     from pgcli.agent import load_agent
     from pgcli.config import TextEnvConfig
-    from pgcli.env import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
-    from pgcli.monitor import run_episodes
+    from pgcli.envs.make import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
+    from pgcli.training.monitor import run_episodes
     from pgcli.video import EpisodeRecorder, make_recording_env
 
     cfg = target.cfg
@@ -246,10 +246,10 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
 
     import torch
 
-    from pgcli.build import make_text_policy
     from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
     from pgcli.lm.model import load_policy
     from pgcli.lm.tasks import make_task
+    from pgcli.training.build import make_text_policy
 
     if ns.video:
         raise ConfigError("--video: a text task has no frames; its samples table is logged instead")

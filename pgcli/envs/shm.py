@@ -24,7 +24,7 @@ episode ends, its final observation and info come through the pipe. Reset, ``cal
 
 **Evaluation in the worker's idle time** (``hardware.eval_in_worker``, the default): during the updates the worker
 has nothing to step, so it plays the evaluation episodes (:class:`_IdleEvaluation`, fed by
-``pgcli.monitor.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
+``pgcli.training.monitor.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
 within one evaluation step when the next rollout starts. The trainer no longer plays them on its own core; the
 results are those of an in-process evaluation (tests/integration/test_parallel_training.py).
 
@@ -51,7 +51,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from pgcli.vecenv import EnvWorkerError, answer, describe, reset_arguments, reset_envs, stop_process
+from pgcli.envs.worker import EnvWorkerError, answer, describe, reset_arguments, reset_envs, stop_process
 
 SPIN_S = 0.002
 """How long a waiting process busy-waits before it polls instead (the worker, between rollouts)."""
@@ -93,7 +93,7 @@ class _IdleEvaluation:
 
     A request ``(actor, normaliser state, env config, eval config, seed)`` arrives on the evaluation pipe; the worker
     builds the evaluation env once (``make_vec_env(..., vectorization="lean")``, as an in-process evaluation does),
-    loads the frozen statistics and plays ``pgcli.monitor.episode_steps`` one vector step per call, only after
+    loads the frozen statistics and plays ``pgcli.training.monitor.episode_steps`` one vector step per call, only after
     ``SPIN_S`` without a step command: during the trainer's updates, never inside a rollout. The answer is
     ``("ok", (returns, lengths))`` or ``("error", message)``; the results are those an in-process evaluation gives.
     """
@@ -109,7 +109,7 @@ class _IdleEvaluation:
         if not self.warm:  # the first idle moment: import what an evaluation needs (torch: about a second), once
             import torch  # noqa: F401
 
-            import pgcli.monitor  # noqa: F401
+            import pgcli.training.monitor  # noqa: F401
 
             self.warm = True
             return True
@@ -135,7 +135,7 @@ class _IdleEvaluation:
     def _start(self, request: tuple[Any, ...]) -> None:
         import torch
 
-        from pgcli.monitor import episode_steps, piped_eval_env
+        from pgcli.training.monitor import episode_steps, piped_eval_env
 
         actor, normalizer, env_cfg, cfg, seed = request
         torch.set_num_threads(1)
@@ -315,7 +315,7 @@ class WorkerWatch:
     The sign: for ``patience`` updates in a row, the run's two processes together spent more than ``share`` of the
     wall time runnable but off a core (:func:`run_queue_s`; see :data:`BUSY_SHARE`). Where the kernel does not
     tell, the trainer's waits for the worker (``wait_s``) stand in, with a higher bar (``wait_share``): they are
-    also 10-28% per update on an idle machine, when the two sub-envs' steps differ in cost. :func:`pgcli.env.free_core`
+    also 10-28% per update on an idle machine, when the two sub-envs' steps differ in cost. :func:`pgcli.envs.make.free_core`
     cannot tell here: the run's own worker counts as a runnable process while it busy-waits.
 
     Call it only with no evaluation in the worker; it returns the note to print when the sub-envs came home."""

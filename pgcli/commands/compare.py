@@ -450,9 +450,9 @@ def main(args: list[str]) -> int:
     keys = [*BASE_KEYS, *(k for k in (k.strip() for k in ns.group_by.split(",")) if k and k not in BASE_KEYS)]
     if ns.n_boot < 1:
         raise ConfigError(f"--n-boot must be >= 1 (got {ns.n_boot}); typical: 2000")
-    from pgcli.compose import compose_train_config
-    from pgcli.store_check import check_readable_store
-    from pgcli.tracking import RunStore, resolve_tracking_target
+    from pgcli.config.compose import compose_train_config
+    from pgcli.tracking.backend import RunStore, resolve_tracking_target
+    from pgcli.tracking.store_check import check_readable_store
 
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":

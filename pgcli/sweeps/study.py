@@ -15,7 +15,7 @@ jobs (which may run in other processes):
   setting; the job opens the study by name in the storage, reports each periodic evaluation as an intermediate
   value and raises :class:`TrialPruned` when the pruner says so. The training monitor only calls a hook.
 
-Optuna is imported inside functions: ``pgcli.build`` imports :class:`TrialPruned` from here for every run.
+Optuna is imported inside functions: ``pgcli.training.build`` imports :class:`TrialPruned` from here for every run.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pgcli.errors import ConfigError
-from pgcli.run import StoppedEarly
+from pgcli.training.run import StoppedEarly
 
 SWEEPER_TARGET = "hydra_plugins.pgcli_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 TRIAL_ENV = "PGCLI_TRIAL"
@@ -233,7 +233,7 @@ def open_storage(url: str) -> Any:
     """An Optuna RDB storage; a storage that cannot be opened (an older Optuna's schema) is a one-line error."""
     import optuna
 
-    from pgcli.sweep import prepare_optuna_storage
+    from pgcli.sweeps.tree import prepare_optuna_storage
 
     prepare_optuna_storage(url)
     try:
@@ -336,7 +336,7 @@ def check_search(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from pgcli.compose import compose_train_config
+    from pgcli.config.compose import compose_train_config
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     plain = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
@@ -359,8 +359,8 @@ def compose_with_hydra(overrides: list[str]) -> Any:
     """The composed config with its ``hydra`` node (the sweeper's settings); errors are one-line ConfigErrors."""
     from hydra import compose, initialize_config_dir
 
-    from pgcli.compose import CONF_DIR, describe_config_error
     from pgcli.config import register_configs
+    from pgcli.config.compose import CONF_DIR, describe_config_error
 
     register_configs()
     try:

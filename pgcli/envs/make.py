@@ -33,9 +33,9 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from pgcli.config import EnvConfig
-from pgcli.envspec import apply_wrappers, registered_id
-from pgcli.shmenv import SharedMemoryVectorEnv
-from pgcli.vecenv import WorkerVectorEnv
+from pgcli.envs.shm import SharedMemoryVectorEnv
+from pgcli.envs.spec import apply_wrappers, registered_id
+from pgcli.envs.worker import WorkerVectorEnv
 
 EVAL_SEED_OFFSET = 10_000
 """Evaluation envs are seeded with seed + this, so they never replay the training episodes."""
@@ -84,9 +84,9 @@ def make_vec_env(
         seed: base seed; the action space is seeded with it too.
         n_envs: number of sub-envs (default ``cfg.n_envs``).
         vectorization: 'sync' (one process), 'async' (one subprocess per sub-env), 'worker' (half the sub-envs in
-            one worker process, stepped while this process steps the others; ``pgcli.vecenv``; 'sync' with one
+            one worker process, stepped while this process steps the others; ``pgcli.envs.worker``; 'sync' with one
             sub-env or one usable CPU: the same results either way) or 'shm' (the same split, synchronised through
-            shared memory, with lean infos; ``pgcli.shmenv``; all sub-envs in this process with one usable CPU) or
+            shared memory, with lean infos; ``pgcli.envs.shm``; all sub-envs in this process with one usable CPU) or
             'lean' (that env's lean step with every sub-env in this process: the sync env's arrays and end-of-episode
             infos, about 11 us less per step of one normalised Hopper env; what evaluations step).
         gamma: discount used by return-based reward normalisation.

@@ -7,7 +7,7 @@ item 3), and stays light: gymnasium and numpy, never torch, SB3 or MLflow.
   the module is imported first so that it can register the id. A module in the directory pgcli starts in is found.
 - ``env.wrappers`` is a list of ``{_target_: module.Wrapper, arg: value, ...}``; each target must import, be callable
   and accept the arguments, and is applied as ``Wrapper(env, **args)``.
-- :func:`check_train_config` builds one throwaway env exactly as training will (``pgcli.env.make_env``), reads its
+- :func:`check_train_config` builds one throwaway env exactly as training will (``pgcli.envs.make.make_env``), reads its
   spaces, closes it, and rejects spaces or options the chosen trainer cannot take, with one line naming the space and
   the algorithms that can.
 """
@@ -213,7 +213,7 @@ _PROBED: dict[str, tuple[spaces.Space, spaces.Space] | None] = {}
 
 
 def _probe(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
-    from pgcli.env import wrap_env
+    from pgcli.envs.make import wrap_env
 
     try:
         base = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))

@@ -781,9 +781,9 @@ _FIRST_ALGOS: tuple[Any, ...] = (
 )
 ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS)}
 TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS)
-"""Algo configs that train on a text env (``pgcli.build.TEXT_TRAINERS`` holds their trainers)."""
+"""Algo configs that train on a text env (``pgcli.training.build.TEXT_TRAINERS`` holds their trainers)."""
 CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
-"""Algo configs that train on a gymnasium env (``pgcli.build.TRAINERS``)."""
+"""Algo configs that train on a gymnasium env (``pgcli.training.build.TRAINERS``)."""
 
 # --------------------------------------------------------------------------------------------------------------------
 # env, model, hardware, tracking
@@ -825,7 +825,7 @@ class EnvConfig:
             _require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
         _positive("env.clip_obs", self.clip_obs)
         _positive("env.clip_reward", self.clip_reward)
-        from pgcli.envspec import check_wrapper, registered_id  # light: gymnasium, no env is made here
+        from pgcli.envs.spec import check_wrapper, registered_id  # light: gymnasium, no env is made here
 
         registered_id(self.id)
         for index, spec in enumerate(self.wrappers):
@@ -1131,7 +1131,7 @@ class TrainConfig:
         _require(self.init is None, "init", self.init, "null on a gymnasium env",
                  f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
-        from pgcli.envspec import check_train_config  # probes one throwaway env for its spaces
+        from pgcli.envs.spec import check_train_config  # probes one throwaway env for its spaces
 
         check_train_config(self)
 
@@ -1175,7 +1175,7 @@ def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
-    from pgcli.labels import register_resolver
+    from pgcli.config.labels import register_resolver
 
     register_resolver()  # ${pgcli.env_label:...} in hydra.run.dir
     cs = ConfigStore.instance()

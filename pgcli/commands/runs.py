@@ -13,9 +13,9 @@ import argparse
 import sys
 from datetime import datetime
 
-from pgcli.compose import compose_train_config
+from pgcli.config.compose import compose_train_config
 from pgcli.errors import CommandParser, ConfigError
-from pgcli.run import find_stale_runs, mark_killed
+from pgcli.training.run import find_stale_runs, mark_killed
 
 
 def main(args: list[str]) -> int:
@@ -43,8 +43,8 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pgcli.store_check import check_readable_store
-    from pgcli.tracking import RunStore, resolve_tracking_target
+    from pgcli.tracking.backend import RunStore, resolve_tracking_target
+    from pgcli.tracking.store_check import check_readable_store
 
     uri = resolve_tracking_target(run_cfg.tracking).uri
     check_readable_store(uri, doing="list")

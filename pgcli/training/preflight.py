@@ -256,9 +256,9 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from pgcli.compose import describe_config_error
     from pgcli.config import register_configs
-    from pgcli.tracking import resolve_tracking_target
+    from pgcli.config.compose import describe_config_error
+    from pgcli.tracking.backend import resolve_tracking_target
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
@@ -285,7 +285,7 @@ def _compose_with_hydra(overrides: list[str]) -> Any:
     """The composed config with Hydra's own node (``hydra.run.dir`` and friends resolved)."""
     from hydra import compose, initialize_config_dir
 
-    from pgcli.compose import CONF_DIR
+    from pgcli.config.compose import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
         return compose("train", overrides=overrides, return_hydra_config=True)

@@ -74,9 +74,9 @@ def main(args: list[str]) -> int:
         raise ConfigError(f"--workers must be >= 1 (got {ns.workers})")
     if not ns.timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds (got {ns.timeout})")
-    from pgcli.compose import compose_train_config
-    from pgcli.store_check import check_readable_store, redact, sqlite_path
-    from pgcli.tracking import resolve_tracking_target
+    from pgcli.config.compose import compose_train_config
+    from pgcli.tracking.backend import resolve_tracking_target
+    from pgcli.tracking.store_check import check_readable_store, redact, sqlite_path
 
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":

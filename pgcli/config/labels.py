@@ -64,7 +64,7 @@ def register_resolver() -> None:
 
 
 def _dir_label(env_id: str, env_choice: str) -> str:
-    from pgcli.compose import CONF_DIR
+    from pgcli.config.compose import CONF_DIR
 
     return env_label(str(env_id), str(env_choice), CONF_DIR).replace("/", "-")
 

@@ -105,8 +105,8 @@ def logged_preset(hydra_dir: Path) -> str:
     """The preset label of the logged run (its ``hydra.yaml`` choices), ``none`` without one."""
     import yaml
 
-    from pgcli.compose import CONF_DIR
-    from pgcli.labels import preset_label
+    from pgcli.config.compose import CONF_DIR
+    from pgcli.config.labels import preset_label
 
     choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
     return preset_label(choices, CONF_DIR)

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pgcli.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
+from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
 
 if TYPE_CHECKING:
-    from pgcli.tracking import RunRecord, RunStore
+    from pgcli.tracking.backend import RunRecord, RunStore
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 FINAL_METRIC = "eval/return_mean"
@@ -88,7 +88,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _CURRENT
         from pgcli.config import TrackingConfig
-        from pgcli.tracking import resolve_tracking_target
+        from pgcli.tracking.backend import resolve_tracking_target
 
         self.torch_threads = int(OmegaConf.select(config, "hardware.torch_threads", default=0) or 0)
         limit_threads(self.torch_threads)
@@ -139,7 +139,7 @@ class SweepCallback(Callback):
     @property
     def store(self) -> RunStore:
         if self._store is None:
-            from pgcli.tracking import RunStore
+            from pgcli.tracking.backend import RunStore
 
             assert self.tracking_uri is not None
             self._store = RunStore(self.tracking_uri)
@@ -272,7 +272,7 @@ def swept_keys(config: DictConfig) -> set[str]:
 
 def parent_tags(config: DictConfig, overrides: list[str], swept: set[str], sweep_dir: Path) -> dict[str, str]:
     import pgcli
-    from pgcli.build import git_state
+    from pgcli.training.build import git_state
 
     tags = {
         "pgcli_role": "sweep",
@@ -291,9 +291,9 @@ def parent_tags(config: DictConfig, overrides: list[str], swept: set[str], sweep
 
 
 def env_label(config: DictConfig) -> str:
-    """The env label of a sweep whose env is fixed (pgcli.labels.env_label: follows ``env.id``, not ``env=``)."""
-    from pgcli.compose import CONF_DIR
-    from pgcli.labels import env_label as label
+    """The env label of a sweep whose env is fixed (pgcli.config.labels.env_label: follows ``env.id``, not ``env=``)."""
+    from pgcli.config.compose import CONF_DIR
+    from pgcli.config.labels import env_label as label
 
     return label(str(config.env.id), config.hydra.runtime.choices.env, CONF_DIR)
 
@@ -301,7 +301,7 @@ def env_label(config: DictConfig) -> str:
 def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> dict[str, str]:
     """The sweep's overrides, its directory, and every sweeper/launcher setting (``sweeper.params.<key>`` is the
     Optuna search space)."""
-    from pgcli.tracking import flatten
+    from pgcli.tracking.backend import flatten
 
     params = {"sweep.overrides": " ".join(overrides) or "(none)", "sweep.dir": str(sweep_dir)}
     for node in ("sweeper", "launcher"):
@@ -314,7 +314,7 @@ def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> 
 
 
 def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, str]:
-    """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.RunRecord`."""
+    """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.backend.RunRecord`."""
     value = child.metrics.get(final_metric)
     return {
         "job": child.tags.get("sweep_job", ""),

@@ -9,7 +9,7 @@ A trainer (ours or the SB3 adapter) reports three things to the :class:`Training
 
 After each evaluation the monitor calls its ``on_eval`` hook, if any, with the evaluation's scheduled step and mean
 return: an Optuna trial reports it to its study there, and the hook raises to stop a pruned trial
-(:class:`pgcli.study.TrialLink`; the monitor itself knows nothing of Optuna).
+(:class:`pgcli.sweeps.study.TrialLink`; the monitor itself knows nothing of Optuna).
 
 Metric keys are the same for every algorithm; ``step`` is always environment steps.
 """
@@ -35,17 +35,17 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from pgcli.config import EnvConfig, EvalConfig
-from pgcli.env import (
+from pgcli.envs.make import (
     EVAL_SEED_OFFSET,
     finished_episodes,
     load_normalizer_state,
     make_vec_env,
     normalizer_state,
 )
+from pgcli.envs.worker import EnvWorkerError, stop_process
 from pgcli.errors import DivergenceError
-from pgcli.run import StopRequest
-from pgcli.tracking import MetricLogger
-from pgcli.vecenv import EnvWorkerError, stop_process
+from pgcli.tracking.backend import MetricLogger
+from pgcli.training.run import StopRequest
 from pgcli.video import EpisodeRecorder, make_recording_env
 
 log = logging.getLogger("pgcli")
@@ -84,7 +84,7 @@ class Learner(Agent, Protocol):
 
 
 class Trainer(Learner, Actor, Protocol):
-    """A gymnasium training algorithm, built by ``pgcli.build`` as ``Trainer(algo_cfg, env=, model=, seed=,
+    """A gymnasium training algorithm, built by ``pgcli.training.build`` as ``Trainer(algo_cfg, env=, model=, seed=,
     device=)``; it acts for evaluation episodes."""
 
 
@@ -201,7 +201,7 @@ class Evaluator:
 
 def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:
     """The evaluation pipe of ``env``'s shared-memory worker (through its VecNormalize), None when it has none."""
-    from pgcli.shmenv import SharedMemoryVectorEnv
+    from pgcli.envs.shm import SharedMemoryVectorEnv
 
     inner = env.unwrapped
     return inner.evaluation_channel() if isinstance(inner, SharedMemoryVectorEnv) else None
@@ -284,7 +284,7 @@ class EvalProcess(_PipedEvaluation):
 
 class WorkerEvaluation(_PipedEvaluation):
     """Evaluations played by the shared-memory env's worker process in its idle time, i.e. during the trainer's
-    updates (``hardware.eval_in_worker``; the worker side is ``pgcli.shmenv._IdleEvaluation``).
+    updates (``hardware.eval_in_worker``; the worker side is ``pgcli.envs.shm._IdleEvaluation``).
 
     The interface of :class:`EvalProcess` without a process of its own: the snapshot and the frozen normaliser state
     go to the worker through its evaluation pipe, and the worker plays :func:`episode_steps` one step at a time while
@@ -433,11 +433,11 @@ class TrainingMonitor:
     ) -> None:
         self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
         self.env_wait = env_wait
-        """Seconds the env has waited for its worker process so far (``pgcli.shmenv.worker_wait``): logged as
+        """Seconds the env has waited for its worker process so far (``pgcli.envs.shm.worker_wait``): logged as
         ``time/env_wait_frac``, the share of wall time since the last log."""
         self._waited = (env_wait(), time.perf_counter()) if env_wait is not None else (0.0, 0.0)
         self.watch_worker = watch_worker
-        """Called after each update with no evaluation in flight (``pgcli.shmenv.WorkerWatch``): a note when the
+        """Called after each update with no evaluation in flight (``pgcli.envs.shm.WorkerWatch``): a note when the
         env's worker sub-envs came home, after which evaluations run in this process."""
         self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
         self.recent_returns: deque[float] = deque(maxlen=window)

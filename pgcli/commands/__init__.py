@@ -1,0 +1,1 @@
+"""One module per ``pgcli`` command (``pgcli.cli`` dispatches to them)."""

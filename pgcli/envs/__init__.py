@@ -1,0 +1,1 @@
+"""Environments: the one vector-env builder, normalisation, env state, spec checks, the worker vector envs."""

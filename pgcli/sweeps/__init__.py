@@ -1,0 +1,1 @@
+"""Sweeps: a parent MLflow run with nested children, and Optuna searches."""

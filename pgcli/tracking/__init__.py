@@ -1,0 +1,1 @@
+"""Experiment tracking: MLflow behind one logger interface; the only package that imports mlflow."""
