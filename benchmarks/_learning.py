@@ -56,7 +56,8 @@ class Job:
 def run_one(job: Job) -> dict[str, Any]:
     """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
     from pgcli.config.compose import compose_train_config
-    from pgcli.training.build import RunContext, one_process, train
+    from pgcli.hardware.placement import one_process
+    from pgcli.training.build import RunContext, train
 
     overrides = job.overrides()
     # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning

@@ -292,15 +292,9 @@ def run_train(cfg: DictConfig) -> float:
     from hydra.types import RunMode
 
     from pgcli.config.labels import env_label, preset_label
+    from pgcli.hardware.placement import fall_back_when_busy, one_process, parallel_launcher, uses_second_core
     from pgcli.sweeps.study import TrialLink
-    from pgcli.training.build import (
-        RunContext,
-        fall_back_when_busy,
-        one_process,
-        parallel_launcher,
-        train,
-        uses_second_core,
-    )
+    from pgcli.training.build import RunContext, train
     from pgcli.training.rerun import source_preset, source_tags
     from pgcli.training.run import PARENT_RUN_ENV
 

@@ -131,7 +131,7 @@ def wait_until(
 def busy_cores() -> Iterator[None]:
     """Another process keeping every usable CPU busy while the block runs (started 0.3 s before, so that they show
     in /proc/loadavg), then killed."""
-    from pgcli.envs.make import usable_cpus
+    from pgcli.hardware.placement import usable_cpus
 
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cpus())]
     try:

@@ -45,7 +45,7 @@ from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
 from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
-from pgcli.envs.make import usable_cpus
+from pgcli.hardware.placement import usable_cpus
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
 from pgcli.ops.cg import conjugate_gradient

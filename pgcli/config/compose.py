@@ -63,7 +63,7 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
     """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
     run_cfg = to_train_config(compose_dictconfig(overrides))
     if run_cfg.hardware.device == "cuda":
-        from pgcli.training.build import select_device
+        from pgcli.hardware.placement import select_device
 
         select_device(run_cfg.hardware)
     return run_cfg

@@ -19,7 +19,6 @@ RNGs, the last observation, and VecNormalize's discounted-return accumulator. Pl
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pgcli.config import EnvConfig
 from pgcli.envs.shm import SharedMemoryVectorEnv
 from pgcli.envs.spec import apply_wrappers, registered_id
 from pgcli.envs.worker import WorkerVectorEnv
+from pgcli.hardware.placement import usable_cpus
 
 EVAL_SEED_OFFSET = 10_000
 """Evaluation envs are seeded with seed + this, so they never replay the training episodes."""
@@ -116,40 +116,6 @@ def make_vec_env(
     venv.reset(seed=seed)
     venv.action_space.seed(seed)
     return venv
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def running_tasks() -> int | None:
-    """Runnable tasks on the machine now (``/proc/loadavg``'s running count, this process included); None where that
-    cannot be read."""
-    try:
-        with open("/proc/loadavg") as f:
-            return int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def free_core(samples: int = 5, interval_s: float = 0.01) -> bool:
-    """Whether a core is free for a busy-waiting env worker: the median runnable count over ``samples`` readings,
-    less this process, is below the usable CPUs less one. True where it cannot be read (the run decides as before).
-
-    Beside one CPU-bound process of another job, the two-core path's worker shares a core and every vector step waits
-    for it: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
-    """
-    counts = []
-    for i in range(samples):
-        if i:
-            time.sleep(interval_s)
-        count = running_tasks()
-        if count is None:
-            return True
-        counts.append(count)
-    others = sorted(counts)[len(counts) // 2] - 1
-    return others < usable_cpus() - 1
 
 
 def batch_mean_var(batch: np.ndarray) -> tuple[Any, Any]:

@@ -315,7 +315,7 @@ class WorkerWatch:
     The sign: for ``patience`` updates in a row, the run's two processes together spent more than ``share`` of the
     wall time runnable but off a core (:func:`run_queue_s`; see :data:`BUSY_SHARE`). Where the kernel does not
     tell, the trainer's waits for the worker (``wait_s``) stand in, with a higher bar (``wait_share``): they are
-    also 10-28% per update on an idle machine, when the two sub-envs' steps differ in cost. :func:`pgcli.envs.make.free_core`
+    also 10-28% per update on an idle machine, when the two sub-envs' steps differ in cost. :func:`pgcli.hardware.placement.free_core`
     cannot tell here: the run's own worker counts as a runnable process while it busy-waits.
 
     Call it only with no evaluation in the worker; it returns the note to print when the sub-envs came home."""

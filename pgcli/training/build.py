@@ -7,7 +7,6 @@ when that algorithm runs, so ``pgcli --help`` and config validation never pay fo
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import platform
 import random
@@ -25,7 +24,6 @@ import pgcli
 from pgcli.config import (
     A2CConfig,
     GRPOConfig,
-    HardwareConfig,
     LMModelConfig,
     ModelConfig,
     PPOConfig,
@@ -41,6 +39,7 @@ from pgcli.config import (
     VPGConfig,
 )
 from pgcli.errors import ConfigError
+from pgcli.hardware.placement import extra_processes, select_device
 
 if TYPE_CHECKING:
     import torch
@@ -137,61 +136,6 @@ class TextTrainerFactory(Protocol):
     ) -> Learner: ...
 
 
-TWO_CORE_VEC_ENVS = ("shm", "worker")
-"""Vector envs that step half the sub-envs in a second process (``hardware.vec_env``)."""
-
-
-def uses_second_core(cfg: TrainConfig) -> bool:
-    """Whether ``cfg`` asks for a second process: a two-core vector env, the evaluation process or the critic
-    process. Each gives the one-process run's numbers, only sooner when it has a core of its own."""
-    return cfg.hardware.vec_env in TWO_CORE_VEC_ENVS or extra_processes(cfg)
-
-
-def extra_processes(cfg: TrainConfig) -> bool:
-    """Whether ``cfg`` runs an evaluation or critic process of its own (beside any env worker)."""
-    return cfg.hardware.eval_process or bool(getattr(cfg.algo, "critic_process", False))
-
-
-def one_process(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with every second-process option off (the same numbers): for a run that shares the cores with other
-    runs, such as a job of a parallel sweep, where a busy-waiting worker would take a core from another job."""
-    hardware = dataclasses.replace(
-        cfg.hardware, vec_env="sync" if cfg.hardware.vec_env in TWO_CORE_VEC_ENVS else cfg.hardware.vec_env,
-        eval_process=False,
-    )  # fmt: skip
-    algo = dataclasses.replace(cfg.algo, critic_process=False) if hasattr(cfg.algo, "critic_process") else cfg.algo
-    return dataclasses.replace(cfg, hardware=hardware, algo=algo)
-
-
-BUSY_NOTE = (
-    "pgcli: note: no free core (another process is running): this run steps in one process, with the same "
-    "results (hardware.busy_fallback=false keeps the second process)"
-)
-
-
-def fall_back_when_busy(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` in one process (:func:`one_process`, the same numbers) when it asks for a second process, allows the
-    fallback (``hardware.busy_fallback``) and no core is free (:func:`pgcli.envs.make.free_core`); says so on stderr.
-
-    Another process keeping the second core busy would make a busy-waiting env worker share it and every vector step
-    wait: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
-    Used by ``pgcli train`` and by ``pgcli train resume=`` (checkpoints do not depend on the vector env)."""
-    if not (uses_second_core(cfg) and cfg.hardware.busy_fallback):
-        return cfg
-    from pgcli.envs.make import free_core
-
-    if free_core():
-        return cfg
-    print(BUSY_NOTE, file=sys.stderr, flush=True)
-    return one_process(cfg)
-
-
-def parallel_launcher(target: str) -> bool:
-    """Whether a Hydra launcher (its ``_target_``) runs a sweep's jobs at the same time: every launcher but Hydra's
-    basic one (joblib, Ray, ...)."""
-    return not target.endswith(".BasicLauncher")
-
-
 def trainer_class(algo_cfg: Any) -> TrainerFactory:
     """The trainer class for an algo config (imported on demand)."""
     try:
@@ -212,20 +156,6 @@ def text_trainer_class(algo_cfg: Any) -> TextTrainerFactory:
     module, name = target.split(":")
     trainer: TextTrainerFactory = getattr(importlib.import_module(module), name)
     return trainer
-
-
-def select_device(hw: HardwareConfig) -> torch.device:
-    """torch.device for ``hardware.device``; 'cuda' without a visible GPU is a one-line ConfigError."""
-    import torch
-
-    if hw.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "hardware=cuda but no CUDA GPU is visible to torch (torch.cuda.is_available() is False, torch "
-            f"{torch.__version__}); use hardware=cpu or hardware=auto"
-        )
-    if hw.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(hw.device)
 
 
 def seed_everything(seed: int) -> None:
@@ -327,8 +257,9 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     import torch
 
     from pgcli.agent import write_agent_files
-    from pgcli.envs.make import make_vec_env, reward_threshold, usable_cpus
+    from pgcli.envs.make import make_vec_env, reward_threshold
     from pgcli.envs.shm import busy_cores_note, run_queue_total, worker_wait, worker_watch
+    from pgcli.hardware.placement import usable_cpus
     from pgcli.training.monitor import Evaluator, TrainingMonitor
     from pgcli.training.run import Run
 

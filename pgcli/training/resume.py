@@ -226,7 +226,8 @@ def _load_yaml(path: Path, target: str) -> DictConfig:
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
     from pgcli.console import print_summary
-    from pgcli.training.build import RunContext, fall_back_when_busy, train
+    from pgcli.hardware.placement import fall_back_when_busy
+    from pgcli.training.build import RunContext, train
 
     targets = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
     flags = [a for a in args if a.startswith("-")]

@@ -1,11 +1,11 @@
-"""Runs that share the cores give up their second process (pgcli.training.build.one_process): the same config otherwise."""
+"""Runs that share the cores give up their second process (pgcli.hardware.placement.one_process): the same config otherwise."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from pgcli.config.compose import compose_train_config
-from pgcli.training.build import one_process, parallel_launcher, uses_second_core
+from pgcli.hardware.placement import one_process, parallel_launcher, uses_second_core
 
 
 def test_the_two_core_preset_goes_to_one_process_and_nothing_else_changes():

@@ -15,6 +15,7 @@ from pgcli.config import EnvConfig
 from pgcli.envs import make as env_module
 from pgcli.envs.make import RunningMeanStd, batch_mean_var, make_vec_env
 from pgcli.envs.shm import SharedMemoryVectorEnv
+from pgcli.hardware import placement
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
 END_KEYS = ("final_obs", "_final_obs", "final_info.", "_final_info")
@@ -216,23 +217,23 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
 
 
 def test_free_core_reads_the_runnable_count_less_this_process(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(env_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(placement, "usable_cpus", lambda: 2)
     counts = iter([1, 2, 1, 1, 3])  # median 1: only this process runs
-    monkeypatch.setattr(env_module, "running_tasks", lambda: next(counts))
-    assert env_module.free_core(interval_s=0)
+    monkeypatch.setattr(placement, "running_tasks", lambda: next(counts))
+    assert placement.free_core(interval_s=0)
     counts = iter([2, 2, 3, 1, 2])  # median 2: one other process runs, no core left for a worker
-    monkeypatch.setattr(env_module, "running_tasks", lambda: next(counts))
-    assert not env_module.free_core(interval_s=0)
-    monkeypatch.setattr(env_module, "running_tasks", lambda: None)  # unreadable: decide as before
-    assert env_module.free_core(interval_s=0)
+    monkeypatch.setattr(placement, "running_tasks", lambda: next(counts))
+    assert not placement.free_core(interval_s=0)
+    monkeypatch.setattr(placement, "running_tasks", lambda: None)  # unreadable: decide as before
+    assert placement.free_core(interval_s=0)
 
 
-@pytest.mark.skipif(env_module.running_tasks() is None, reason="reads /proc/loadavg")
+@pytest.mark.skipif(placement.running_tasks() is None, reason="reads /proc/loadavg")
 def test_free_core_sees_a_busy_process_on_the_machine():
     from tests.conftest import busy_cores
 
     with busy_cores():
-        assert not env_module.free_core()
+        assert not placement.free_core()
 
 
 def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
