@@ -36,6 +36,7 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
@@ -48,7 +49,6 @@ from pgcli.ops.grpo import (
     grpo_clipped_objective,
     k3_kl,
 )
-from pgcli.training.monitor import TrainingMonitor
 
 STD_EPS = 1e-4
 """Added to the std before dividing the advantages (TRL's value)."""
@@ -240,7 +240,7 @@ class GRPO:
         self.steps = 0
         self.n_updates = 0
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
             # 1. collect M groups of G episodes with the old policy
             seeds = self.seed_rng.integers(0, 2**31 - 1, size=self.cfg.n_groups).tolist()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from pgcli.training.monitor import TrainingMonitor
+from pgcli.algo.base import Monitor
 
 
 def describe(values: Tensor) -> str:
@@ -24,7 +24,7 @@ def describe(values: Tensor) -> str:
     return "inf" if bool((values == math.inf).any()) else "-inf"
 
 
-def check_steps(monitor: TrainingMonitor, name: str, values: Tensor, *, first_step: int) -> None:
+def check_steps(monitor: Monitor, name: str, values: Tensor, *, first_step: int) -> None:
     """Raise if per-step values [T, N, ...] hold a non-finite value; row t was returned at env step
     ``first_step + t * N``, and the error names the step of the first bad row."""
     if not bool(torch.isfinite(values).all()):
@@ -32,7 +32,7 @@ def check_steps(monitor: TrainingMonitor, name: str, values: Tensor, *, first_st
         raise monitor.diverged(name, first_step + bad_row * values.shape[1], describe(values))
 
 
-def check_finite(monitor: TrainingMonitor, step: int, **values: Tensor) -> None:
+def check_finite(monitor: Monitor, step: int, **values: Tensor) -> None:
     """Raise if a tensor (``observation=...``) of the batch collected by env step ``step`` is non-finite."""
     for name, tensor in values.items():
         if not bool(torch.isfinite(tensor).all()):
@@ -40,7 +40,7 @@ def check_finite(monitor: TrainingMonitor, step: int, **values: Tensor) -> None:
 
 
 def check_update(
-    monitor: TrainingMonitor,
+    monitor: Monitor,
     step: int,
     stats: Mapping[str, float],
     keys: Iterable[str],

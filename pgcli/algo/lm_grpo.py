@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
@@ -59,7 +60,6 @@ from pgcli.ops.lm import (
     rloo_advantages,
     token_advantages,
 )
-from pgcli.training.monitor import TrainingMonitor
 
 STD_EPS = 1e-4
 """Added to the std before dividing the GRPO advantages (TRL's value)."""
@@ -152,7 +152,7 @@ class LMGRPO:
         self.steps = 0
         self.n_updates = 0
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
             start = time.perf_counter()
             # 1. G completions of each of M prompts from the old policy, scored by the task

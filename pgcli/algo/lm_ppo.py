@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
@@ -49,7 +50,6 @@ from pgcli.ops.lm import (
     token_gae,
     zero_variance_groups,
 )
-from pgcli.training.monitor import TrainingMonitor
 
 
 class ValueModel(nn.Module):
@@ -102,7 +102,7 @@ class LMPPO:
         self.steps = 0
         self.n_updates = 0
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
             start = time.perf_counter()
             # 1. sample and score

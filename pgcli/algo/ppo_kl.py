@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_policy, make_value
@@ -32,7 +33,6 @@ from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
-from pgcli.training.monitor import TrainingMonitor
 
 
 class PPOKLLoss(NamedTuple):
@@ -118,7 +118,7 @@ class PPOKL:
         self.steps = 0
         """Env steps taken (continues across a checkpoint)."""
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         cfg = self.cfg
         while self.steps < total_steps:
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)

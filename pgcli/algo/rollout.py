@@ -30,11 +30,11 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
 from pgcli.envs.worker import stop_process
 from pgcli.errors import PgcliError
-from pgcli.training.monitor import TrainingMonitor
 
 
 @dataclass
@@ -102,7 +102,7 @@ class RolloutCollector:
         self,
         policy: Policy,
         value_fn: Callable[[Tensor], Tensor],
-        monitor: TrainingMonitor,
+        monitor: Monitor,
         step: int,
     ) -> Rollout:
         """Step every env ``n_steps`` times with ``policy``; report ended episodes to ``monitor``.

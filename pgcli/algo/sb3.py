@@ -3,7 +3,7 @@
 SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.envs.make.make_vec_env``: same wrappers, same
 normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
 SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
-episode statistics, evaluation, checkpoints and progress go through the shared :class:`~pgcli.training.monitor.TrainingMonitor`.
+episode statistics, evaluation, checkpoints and progress go through the run's monitor (:class:`pgcli.algo.base.Monitor`).
 
 The monitor's per-update bookkeeping runs after each of SB3's updates (at the start of the next rollout, and once
 after ``learn``), so a checkpoint holds the updated model and an exact place to continue from: SB3's ``model.zip``
@@ -27,10 +27,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import VecEnv
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
 from pgcli.algo.guard import check_update, describe
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
-from pgcli.training.monitor import TrainingMonitor
 
 ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
     "tanh": torch.nn.Tanh,
@@ -199,7 +199,7 @@ class SB3VecEnv(VecEnv):
 class _MonitorWriter(KVWriter):
     """Routes SB3's logger into the run's logger, renamed to pgcli's metric keys."""
 
-    def __init__(self, monitor: TrainingMonitor) -> None:
+    def __init__(self, monitor: Monitor) -> None:
         self.monitor = monitor
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
@@ -223,7 +223,7 @@ class _MonitorCallback(BaseCallback):
     starts; the trainer does it once more after the last update) the divergence check, SB3's ``train/*`` diagnostics
     every ``dump_every`` updates at the env step of the update they describe, and the monitor's bookkeeping."""
 
-    def __init__(self, monitor: TrainingMonitor, agent: SB3Trainer, dump_every: int) -> None:
+    def __init__(self, monitor: Monitor, agent: SB3Trainer, dump_every: int) -> None:
         super().__init__()
         self.monitor, self.agent, self.dump_every = monitor, agent, dump_every
         self.n_rollouts = 0
@@ -272,7 +272,7 @@ class SB3Trainer:
             "MlpPolicy", self.vec, policy_kwargs=policy_kwargs(model), seed=seed, device=device, verbose=0, **kwargs
         )
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         self.model.set_logger(Logger(folder=None, output_formats=[_MonitorWriter(monitor)]))
         steps_per_update = self.cfg.n_steps * self.vec.num_envs
         log_interval = max(1, math.ceil(MIN_STEPS_PER_DUMP / steps_per_update))
@@ -292,7 +292,7 @@ class SB3Trainer:
             monitor.update(self.model.num_timesteps, self)
         return int(self.model.num_timesteps)
 
-    def check_parameters(self, monitor: TrainingMonitor) -> None:
+    def check_parameters(self, monitor: Monitor) -> None:
         """Divergence guard: the policy's parameters after an update (one check on all of them)."""
         check_update(monitor, int(self.model.num_timesteps), {}, (), params=self.model.policy.parameters())
 

@@ -40,6 +40,7 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
@@ -51,7 +52,6 @@ from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
 from pgcli.ops.cg import conjugate_gradient
 from pgcli.ops.linesearch import backtracking_line_search
 from pgcli.ops.losses import approx_kl, explained_variance
-from pgcli.training.monitor import TrainingMonitor
 
 
 class SurrogateTerms(NamedTuple):
@@ -140,7 +140,7 @@ class TRPO:
         )
         """Step 6 in a second process while this one takes steps 2-5 (``algo.critic_process``; same numbers)."""
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         cfg = self.cfg
         while self.steps < total_steps:
             schedule = self._schedule(total_steps)  # by the steps before this update's rollout

@@ -22,6 +22,7 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
@@ -29,7 +30,6 @@ from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance
-from pgcli.training.monitor import TrainingMonitor
 
 
 class VPGLoss(NamedTuple):
@@ -74,7 +74,7 @@ class VPG:
         self.steps = 0
         """Env steps taken (continues across a checkpoint)."""
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         cfg = self.cfg
         while self.steps < total_steps:
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)

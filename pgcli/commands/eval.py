@@ -187,8 +187,8 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
 
     from pgcli.agent import load_agent
     from pgcli.config import TextEnvConfig
+    from pgcli.envs.episodes import run_episodes
     from pgcli.envs.make import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
-    from pgcli.training.monitor import run_episodes
     from pgcli.video import EpisodeRecorder, make_recording_env
 
     cfg = target.cfg

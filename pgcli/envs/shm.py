@@ -24,7 +24,7 @@ episode ends, its final observation and info come through the pipe. Reset, ``cal
 
 **Evaluation in the worker's idle time** (``hardware.eval_in_worker``, the default): during the updates the worker
 has nothing to step, so it plays the evaluation episodes (:class:`_IdleEvaluation`, fed by
-``pgcli.training.monitor.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
+``pgcli.training.evaluation.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
 within one evaluation step when the next rollout starts. The trainer no longer plays them on its own core; the
 results are those of an in-process evaluation (tests/integration/test_parallel_training.py).
 
@@ -93,7 +93,7 @@ class _IdleEvaluation:
 
     A request ``(actor, normaliser state, env config, eval config, seed)`` arrives on the evaluation pipe; the worker
     builds the evaluation env once (``make_vec_env(..., vectorization="lean")``, as an in-process evaluation does),
-    loads the frozen statistics and plays ``pgcli.training.monitor.episode_steps`` one vector step per call, only after
+    loads the frozen statistics and plays ``pgcli.envs.episodes.episode_steps`` one vector step per call, only after
     ``SPIN_S`` without a step command: during the trainer's updates, never inside a rollout. The answer is
     ``("ok", (returns, lengths))`` or ``("error", message)``; the results are those an in-process evaluation gives.
     """
@@ -135,7 +135,8 @@ class _IdleEvaluation:
     def _start(self, request: tuple[Any, ...]) -> None:
         import torch
 
-        from pgcli.training.monitor import episode_steps, piped_eval_env
+        from pgcli.envs.episodes import episode_steps
+        from pgcli.training.evaluation import piped_eval_env
 
         actor, normalizer, env_cfg, cfg, seed = request
         torch.set_num_threads(1)

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig
 from pgcli.lm.model import TinyGPT, generate
 from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
-from pgcli.training.monitor import Agent, EvalResult
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation's sampling seed is the run's seed plus this (as for gymnasium evaluation envs)."""

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
 from pgcli.algo.guard import check_update
 from pgcli.config import LMModelConfig, SFTConfig
 from pgcli.errors import PgcliError
 from pgcli.lm.model import POLICY_FILE, TinyGPT, completion_logprobs, load_policy, save_policy
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
-from pgcli.training.monitor import TrainingMonitor
 
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
@@ -59,7 +59,7 @@ class SFT:
             return self.cfg.learning_rate
         return self.cfg.learning_rate * min(1.0, (self.steps + self.cfg.batch_size) / self.cfg.warmup_steps)
 
-    def learn(self, total_steps: int, monitor: TrainingMonitor) -> int:
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
             stats = self._step()
             self.steps += self.cfg.batch_size

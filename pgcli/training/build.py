@@ -45,10 +45,11 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import VectorEnv
 
+    from pgcli.algo.base import EvalResult, Learner, Trainer
     from pgcli.lm.model import TinyGPT
     from pgcli.lm.tasks import TextTask
     from pgcli.tracking.backend import MLflowBackend
-    from pgcli.training.monitor import EvalResult, Learner, Trainer, TrainingMonitor
+    from pgcli.training.monitor import TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
 
 TRAINERS: dict[type, str] = {
@@ -260,7 +261,8 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     from pgcli.envs.make import make_vec_env, reward_threshold
     from pgcli.envs.shm import busy_cores_note, run_queue_total, worker_wait, worker_watch
     from pgcli.hardware.placement import usable_cpus
-    from pgcli.training.monitor import Evaluator, TrainingMonitor
+    from pgcli.training.evaluation import Evaluator
+    from pgcli.training.monitor import TrainingMonitor
     from pgcli.training.run import Run
 
     if isinstance(cfg.env, TextEnvConfig):

@@ -37,8 +37,9 @@ from pgcli.errors import PgcliError
 from pgcli.tracking.spool import strip_credentials
 
 if TYPE_CHECKING:
+    from pgcli.algo.base import Learner
     from pgcli.tracking.backend import MLflowBackend, RunLogger, RunRecord, RunStore
-    from pgcli.training.monitor import Learner, TrainingMonitor
+    from pgcli.training.monitor import TrainingMonitor
 
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"

@@ -9,10 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pgcli.algo.base import EvalResult
 from pgcli.config import EnvConfig, EvalConfig
 from pgcli.envs.make import find_normalizer, make_vec_env
 from pgcli.training import monitor as monitor_module
-from pgcli.training.monitor import EvalResult, Evaluator, TrainingMonitor
+from pgcli.training.evaluation import Evaluator
+from pgcli.training.monitor import TrainingMonitor
 
 
 class RowPolicy:

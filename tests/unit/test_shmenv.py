@@ -139,9 +139,10 @@ def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_resul
 
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
+    from pgcli.envs.episodes import run_episodes
     from pgcli.envs.make import EVAL_SEED_OFFSET, load_normalizer_state, normalizer_state
     from pgcli.envs.worker import EnvWorkerError
-    from pgcli.training.monitor import Evaluator, WorkerEvaluation, run_episodes
+    from pgcli.training.evaluation import Evaluator, WorkerEvaluation
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)
     eval_cfg = EvalConfig(episodes=3)
@@ -179,7 +180,7 @@ def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_resul
 
 def test_without_a_worker_the_evaluation_stays_in_process():
     from pgcli.config import EvalConfig
-    from pgcli.training.monitor import Evaluator
+    from pgcli.training.evaluation import Evaluator
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2)
     env = make_vec_env(cfg, seed=0, vectorization="sync")
@@ -199,7 +200,7 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
     from pgcli.envs.worker import EnvWorkerError
-    from pgcli.training.monitor import Evaluator
+    from pgcli.training.evaluation import Evaluator
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2)
     train = make_vec_env(cfg, seed=0, vectorization="shm")

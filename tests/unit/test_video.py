@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
+from pgcli.envs.episodes import run_episodes
 from pgcli.envs.make import make_vec_env
-from pgcli.training.monitor import run_episodes
 from pgcli.video import EpisodeRecorder, RenderError, first_frame, prepare_rendering, rendering_env_config
 
 
@@ -88,7 +88,8 @@ def test_a_missing_gl_backend_is_a_one_line_render_error():
 
 def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
     from pgcli.config import EvalConfig
-    from pgcli.training.monitor import Evaluator, TrainingMonitor
+    from pgcli.training.evaluation import Evaluator
+    from pgcli.training.monitor import TrainingMonitor
     from tests.unit.test_monitor import RecordingLogger, RowPolicy
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=2)
