@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PGCLI := $(VENV)/bin/pgcli
 # The CPU wheel goes in first: with no torch present, a plain `torch` requirement resolves to the newest CUDA build
-# (several GB). Once this version is installed, the package's normal `torch>=2.1` range is already satisfied.
+# (several GB). Once this version is installed, the package's `torch>=2.13` floor (this version) is satisfied.
 TORCH_VERSION ?= 2.13.0
 EXTRAS ?= dev,sweep,ray
 # Test processes (pytest-xdist): most tests wait on a real `pgcli` subprocess, a server or a browser, so two workers
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip uv
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
-	# uv resolves and installs the rest ~5x faster than pip; the installed torch already satisfies torch>=2.1.
+	# uv resolves and installs the rest ~5x faster than pip; the installed torch already satisfies torch>=2.13.
 	# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (as on CI) Python never
 	# caches them either, so every `pgcli` process would compile MLflow, SQLAlchemy, Hydra, gymnasium... from source
 	# again (about 3.5 s more to open an MLflow store). pgcli's own modules are compiled for the same reason.

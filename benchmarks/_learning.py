@@ -55,14 +55,14 @@ class Job:
 
 def run_one(job: Job) -> dict[str, Any]:
     """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
-    from pgcli.config.compose import compose_train_config
     from pgcli.hardware.placement import one_process
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     overrides = job.overrides()
     # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning
     # is the same either way (a preset's two-core options change the wall time only).
-    cfg = one_process(compose_train_config(overrides))
+    cfg = one_process(train_config(overrides))
     with tempfile.TemporaryDirectory(prefix=f"pgcli_bench_{job.algo}_{job.env}_") as tmp:
         ctx = RunContext(algo_name=job.algo, env_name=job.env, output_dir=Path(tmp), overrides=overrides)
         start = time.perf_counter()

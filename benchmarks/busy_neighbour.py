@@ -1,4 +1,4 @@
-"""Two `pgcli train` commands started one after the other on a 2-core machine (issue 11, item 2's leftover): does the
+"""Two `pgcli train` commands started one after the other on a 2-core machine: does the
 first run's two-core path survive the second one?
 
 The scene: a user starts ``pgcli train algo=trpo env=hopper seed=0`` (the preset's two-core path: half the sub-envs
@@ -6,9 +6,9 @@ step in a busy-waiting worker process), then, ``--delay`` seconds later, ``seed=
 run finds no free core and runs in one process (``hardware.busy_fallback``). The first run's worker now shares a
 core with it, and every vector step of the first run waits for the worker. Cases, each one pair of runs:
 
-- ``watch`` (the default since session 8): the first run sees two updates in a row spend > 25% of their time
+- ``watch`` (the default): the first run sees two updates in a row spend > 25% of their time
   waiting for its worker, moves the worker's sub-envs into its own process and goes on there
-  (``pgcli.envs.shm.WorkerWatch``).
+  (``pgcli.hardware.watch.WorkerWatch``).
 - ``keep``: the first run with ``hardware.busy_fallback=false``: its worker stays, sharing a core to the end.
 - ``sync``: both runs in one process each from the start (``hardware.vec_env=sync``), what a user who knew would
   type: the reference.
@@ -21,7 +21,8 @@ must be the same in every case (where the work runs changes nothing that is lear
     .venv/bin/python benchmarks/busy_neighbour.py                       # 3 cases x 1 round, ~6 min
     .venv/bin/python benchmarks/busy_neighbour.py --report benchmarks/results/busy_neighbour.json
 
-Results: benchmarks/results/busy_neighbour.json (``--out``) and the table printed; docs/benchmarks.md quotes it.
+Results: benchmarks/results/busy_neighbour.json (``--out``) and the table printed;
+docs/benchmarks/trpo.md, "Two commands side by side", quotes it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What checkpointing costs (issue 8 benchmark): Hopper-v5 trained with checkpoints at an interval vs with them off.
+"""What checkpointing costs: Hopper-v5 trained with checkpoints at an interval vs with them off
+(docs/benchmarks/overhead.md).
 
 For each algorithm (pgcli's TRPO and SB3 PPO, their Hopper presets) the script runs ``pgcli.training.build.train`` (what
 ``pgcli train`` runs, MLflow tracking to a temporary SQLite store, so each checkpoint is also copied into the run's
@@ -37,9 +38,9 @@ from typing import Any
 import torch
 
 from pgcli.config import TrainConfig
-from pgcli.config.compose import compose_train_config
-from pgcli.tracking import backend as pgcli_tracking
+from pgcli.tracking import logger as pgcli_tracking
 from pgcli.training.build import RunContext, train, trainer_class
+from pgcli.training.checks import train_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS: dict[str, list[str]] = {"trpo": ["algo=trpo", "env=hopper"], "ppo": ["algo=ppo", "env=hopper"]}
@@ -48,7 +49,7 @@ DEFAULT_EVERY = TrainConfig.checkpoint_every
 
 def one_run(overrides: list[str], checkpoint_every: int, store_uri: str, out_dir: Path) -> dict[str, float]:
     """``pgcli.training.build.train`` with ``learn``, ``save`` and the artifact copies timed from outside."""
-    cfg = compose_train_config([*overrides, f"checkpoint_every={checkpoint_every}", f"tracking.uri={store_uri}",
+    cfg = train_config([*overrides, f"checkpoint_every={checkpoint_every}", f"tracking.uri={store_uri}",
                                 "progress=false", "eval.every=0", "eval.episodes=1"])  # fmt: skip
     cls = trainer_class(cfg.algo)
     timing = {"learn_s": 0.0, "learn_cpu_s": 0.0, "checkpoint_s": 0.0, "n_checkpoints": 0.0, "steps": 0.0}

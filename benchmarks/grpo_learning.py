@@ -1,4 +1,4 @@
-"""GRPO vs PPO vs TRPO learning curves through pgcli's own build/train path (issue 4).
+"""GRPO vs PPO vs TRPO learning curves through pgcli's own build/train path (docs/benchmarks/grpo.md).
 
 Each algorithm gets its preset and one evaluation protocol for all: every 10k env steps, 10 deterministic episodes
 on the separate evaluation env. The run loop, curves and table are ``benchmarks/_learning.py``; the curves, final
@@ -8,7 +8,7 @@ returns, the returns at 50k and 100k steps and steps-to-threshold land in one JS
     .venv/bin/python benchmarks/grpo_learning.py --envs cartpole --algos grpo --seeds 0 --set algo.n_groups=2
     .venv/bin/python benchmarks/grpo_learning.py --jobs 2                # runs in parallel processes
     .venv/bin/python benchmarks/grpo_learning.py --report benchmarks/results/grpo_learning.json
-    # MuJoCo (issue 11 item 4), resumable: --append skips the runs already in --out
+    # MuJoCo, resumable: --append skips the runs already in --out
     .venv/bin/python benchmarks/grpo_learning.py --envs hopper halfcheetah --algos grpo --steps 1000000 \
         --eval-every 50000 --append --late-from 300000 --out benchmarks/results/grpo_mujoco.json
 """

@@ -1,4 +1,4 @@
-"""GRPO training throughput as a fraction of what the env and the policy allow (issue 4).
+"""GRPO training throughput as a fraction of what the env and the policy allow (docs/benchmarks/grpo.md).
 
 Three loops on the same vector env (``pgcli.envs.make.make_vec_env``, the env's pgcli config) and the same policy
 (``pgcli.algo.policies.make_policy``), measured in one process, interleaved round by round so that load from other
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from pgcli.algo.grpo import GRPO, collect_groups
-from pgcli.config.compose import compose_train_config
 from pgcli.envs.make import make_vec_env
+from pgcli.training.checks import train_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -92,7 +92,7 @@ def wait_for_group_efficiency(lengths: list[int], group_size: int) -> float:
 
 
 def measure(env_name: str, steps: int, rounds: int) -> dict:
-    cfg = compose_train_config(["algo=grpo", f"env={env_name}"])  # the preset's G, M, n_envs and model
+    cfg = train_config(["algo=grpo", f"env={env_name}"])  # the preset's G, M, n_envs and model
     torch.set_num_threads(cfg.hardware.torch_threads)
     torch.manual_seed(0)
     env = make_vec_env(cfg.env, seed=0, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)

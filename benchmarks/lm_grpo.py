@@ -1,4 +1,5 @@
-"""GRPO on language tasks (issue 12): sampling speed during RL, and what RL adds to a supervised warm start.
+"""GRPO on language tasks: sampling speed during RL, and what RL adds to a supervised warm start
+(docs/benchmarks/lm.md).
 
 Two parts, each resumable (one JSON per result in benchmarks/results/lm/; an existing file is reused unless
 ``--force``):
@@ -14,7 +15,7 @@ the mu epochs of gradient steps).
 per algorithm from that SFT run (``init=``, also the KL reference) at the same number of sampled completions
 (``total_steps``), each a real CLI subprocess with ``tracking=off`` and 1 torch thread; the held-out greedy
 exact-match accuracy (``eval/accuracy``), the per-token k3 KL to the reference (``train/kl_ref``) and the wall time
-are read from each run's metrics.csv. ``table`` prints the Markdown table of docs/benchmarks.md from the JSON files.
+are read from each run's metrics.csv. ``table`` prints the Markdown table of docs/benchmarks/lm.md from the JSON files.
 
     .venv/bin/python benchmarks/lm_grpo.py learn --seeds 0 --completions 20000
     .venv/bin/python benchmarks/lm_grpo.py speed --rounds 5
@@ -153,13 +154,13 @@ def speed(args: argparse.Namespace) -> None:
     import torch
 
     from pgcli.algo.lm_grpo import LMGRPO
-    from pgcli.config.compose import compose_train_config
     from pgcli.lm.model import generate
     from pgcli.lm.tasks import encode_prompts, make_task
+    from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)
     overrides = ["algo=grpo", "env=addition", f"env.n_digits={args.n_digits}", "total_steps=1000000", "tracking=off"]
-    cfg = compose_train_config(overrides + ([f"init={args.init}"] if args.init else []))
+    cfg = train_config(overrides + ([f"init={args.init}"] if args.init else []))
     task = make_task(cfg.env)
     policy, reference = _policy(cfg, task)
     algo = cfg.algo

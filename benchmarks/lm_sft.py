@@ -1,4 +1,5 @@
-"""How far supervised fine-tuning gets on held-out addition, per demonstrations seen and CPU time (issue 12).
+"""How far supervised fine-tuning gets on held-out addition, per demonstrations seen and CPU time
+(docs/benchmarks/lm.md).
 
 Picks the budget of the ``sft_addition`` preset: a warm start that is clearly imperfect (held-out greedy accuracy
 between 20% and 60%) after 1-3 minutes of CPU, so that RL has room to improve it. For each (n_digits, seed) the SFT
@@ -30,14 +31,14 @@ RESULTS = ROOT / "benchmarks" / "results" / "lm_sft.json"
 def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[str, float]]:
     import torch
 
-    from pgcli.config.compose import compose_train_config
     from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
     from pgcli.lm.sft import SFT
     from pgcli.lm.tasks import make_task
     from pgcli.training.build import make_text_policy, seed_everything
+    from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)
-    cfg = compose_train_config(["algo=sft", "env=addition", f"env.n_digits={digits}", f"seed={seed}", "~preset"])
+    cfg = train_config(["algo=sft", "env=addition", f"env.n_digits={digits}", f"seed={seed}", "~preset"])
     seed_everything(seed)
     device = torch.device("cpu")
     task = make_task(cfg.env)

@@ -1,4 +1,4 @@
-"""What logging a run's agent as an MLflow Model costs at the end of a run (issue 8, item 3).
+"""What logging a run's agent as an MLflow Model costs at the end of a run (docs/models.md).
 
 For a saved agent (a real model directory: our TRPO on Hopper-v5, or SB3 PPO on CartPole, written by the trainers'
 own ``save`` plus ``agent.json``), one process times, on a temporary SQLite store, in alternating order:
@@ -30,7 +30,8 @@ import torch
 from pgcli.agent import write_agent_files
 from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TrainConfig, TRPOConfig
 from pgcli.envs.make import make_vec_env
-from pgcli.tracking.backend import MLflowBackend, TrackingTarget
+from pgcli.tracking.backend import MLflowBackend
+from pgcli.tracking.uri import TrackingTarget
 from pgcli.training.build import trainer_class
 
 AGENTS = {

@@ -1,4 +1,4 @@
-"""PPO on Hopper-v5 (issue 11, item 3): why the zoo preset stands still, and SB3 PPO settings that hop.
+"""PPO on Hopper-v5 (docs/benchmarks/ppo.md): why the zoo preset stands still, and SB3 PPO settings that hop.
 
 `pgcli train algo=ppo env=hopper` is SB3 PPO. Every run here is that command's build path (``benchmarks/_learning.py``:
 the composed config, the same env, wrappers, seeds and evaluation) with one named variant's overrides added, e.g.
@@ -36,7 +36,7 @@ import numpy as np
 from _learning import RESULTS, Job, last_evals_mean, plot_curves, run_one
 
 THRESHOLD = 2400.0
-"""Issue 11's target at 1M env steps (3-seed mean), about rl-baselines3-zoo's 2410 (Hopper-v3) and CleanRL's
+"""The target at 1M env steps (3-seed mean), about rl-baselines3-zoo's 2410 (Hopper-v3) and CleanRL's
 2383 +- 272 (Hopper-v4)."""
 EVAL_EPISODES = 10
 

@@ -1,4 +1,4 @@
-"""One results table for every shipped preset, as rl-baselines3-zoo's benchmark page (issue 11, item 5).
+"""One results table for every shipped preset, as rl-baselines3-zoo's benchmark page (docs/benchmarks/presets.md).
 
 For each ``conf/preset/<algo>_<env>.yaml`` this script trains the preset at its own budget on several seeds with
 ``pgcli train -m`` (the product measuring itself, into its own MLflow store) and aggregates the runs it finds there:
@@ -12,7 +12,7 @@ so later sessions continue where this one stopped), is not trained again. ``--ma
     python benchmarks/presets_table.py --max-runs 6 --jobs 2                                 # a slice of everything
 
 Results: ``benchmarks/results/presets.json`` and the table between the ``presets-table`` markers of
-``docs/benchmarks.md``.
+``docs/benchmarks/presets.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "presets.json"
-DOC = REPO / "docs" / "benchmarks.md"
+DOC = REPO / "docs" / "benchmarks" / "presets.md"
 DEFAULT_STORE = REPO / "outputs" / "presets" / "mlflow.db"
 EXPERIMENT = "presets"
 LAST = 5
@@ -61,7 +61,7 @@ class RunResult:
 
 
 def run_result(record: Any, evals: Sequence[tuple[int, float]], sps_points: Sequence[tuple[int, float]]) -> RunResult:
-    """A :class:`RunResult` from a stored run (``pgcli.tracking.backend.RunRecord``) and its metric histories."""
+    """A :class:`RunResult` from a stored run (``pgcli.tracking.store.RunRecord``) and its metric histories."""
     values = [v for _, v in sorted(evals)]
     start = record.start_time / 1000
     end = record.end_time / 1000 or start
@@ -112,7 +112,7 @@ def summarise(results: Iterable[RunResult]) -> list[dict[str, Any]]:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The table users read (docs/benchmarks.md)."""
+    """The table users read (docs/benchmarks/presets.md)."""
     lines = ["| preset | env | budget | seeds | final | last 5 evals | best eval | wall min/run | train SPS | date | "
              "commit |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
@@ -137,7 +137,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def stored_results(uri: str) -> list[RunResult]:
     """Every FINISHED run of the benchmark experiment in the store at ``uri``."""
-    from pgcli.tracking.backend import RunStore
+    from pgcli.tracking.store import RunStore
 
     store = RunStore(uri)
     ids = store.experiment_ids([EXPERIMENT])

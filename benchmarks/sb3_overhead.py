@@ -1,4 +1,5 @@
-"""What pgcli costs on top of Stable-Baselines3: the same PPO trained bare and through pgcli (issue 2).
+"""What pgcli costs on top of Stable-Baselines3: the same PPO trained bare and through pgcli
+(docs/benchmarks/overhead.md).
 
 Both sides train SB3 PPO with identical hyperparameters (taken from the composed pgcli config, preset included), the
 same seed and one torch thread, in one process, in alternating order (bare/pgcli, pgcli/bare, ...) so that load from
@@ -6,9 +7,9 @@ other processes hits both alike:
 
 - ``bare``: SB3 as a user would run it: ``stable_baselines3.common.env_util.make_vec_env`` (DummyVecEnv + Monitor,
   plus SB3's VecNormalize when the env config normalises), ``PPO(...).learn(total_steps)``; no tracking, no progress.
-- ``pgcli``: ``pgcli.training.build.train`` (what ``pgcli train`` runs): pgcli's env builder through the SB3VecEnv adapter,
-  the training monitor, batched MLflow tracking to a temporary SQLite store, the tqdm progress bar on, evaluation only
-  at the end (``eval.every=0``).
+- ``pgcli``: ``pgcli.training.build.train`` (what ``pgcli train`` runs): pgcli's env builder through the SB3VecEnv
+  adapter, the training monitor, batched MLflow tracking to a temporary SQLite store, the tqdm progress bar on,
+  evaluation only at the end (``eval.every=0``).
 
 SPS = env steps / time spent in ``learn`` (for pgcli: ``SB3Trainer.learn``: SB3's loop plus the adapter, the monitor's
 callbacks, metric logging and MLflow flushes). Each pair gives a ratio pgcli/bare, both on wall time and on the
@@ -42,11 +43,11 @@ import gymnasium
 import torch
 
 from pgcli.algo import sb3 as pgcli_sb3
-from pgcli.config.compose import compose_train_config
-from pgcli.envs import make as pgcli_env
+from pgcli.envs import normalize as pgcli_normalize
 from pgcli.tracking import backend as pgcli_tracking
 from pgcli.training import monitor as pgcli_monitor
 from pgcli.training.build import RunContext, train
+from pgcli.training.checks import train_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -85,7 +86,7 @@ def bare_sb3(cfg: Any, seed: int) -> dict[str, float]:
 
 def through_pgcli(overrides: list[str], seed: int, store_uri: str, out_dir: Path) -> dict[str, float]:
     """pgcli.training.build.train with tracking and progress on; SB3Trainer.learn timed from outside."""
-    cfg = compose_train_config([*overrides, f"seed={seed}", f"tracking.uri={store_uri}", "progress=true",
+    cfg = train_config([*overrides, f"seed={seed}", f"tracking.uri={store_uri}", "progress=true",
                                 "eval.every=0", "eval.episodes=1"])  # fmt: skip
     timing: dict[str, float] = {}
     learn = pgcli_sb3.SB3Trainer.learn
@@ -118,7 +119,7 @@ def through_pgcli(overrides: list[str], seed: int, store_uri: str, out_dir: Path
 PROBES: list[tuple[Any, str, str]] = [
     (pgcli_sb3.SB3VecEnv, "step_wait", "adapter.step_wait (with the env)"),
     (gymnasium.vector.SyncVectorEnv, "step", "  env: SyncVectorEnv.step"),
-    (pgcli_env.VecNormalize, "step", "  env: VecNormalize.step"),
+    (pgcli_normalize.VecNormalize, "step", "  env: VecNormalize.step"),
     (pgcli_sb3._MonitorCallback, "_on_step", "callback._on_step (episodes -> logger)"),
     (pgcli_sb3._MonitorCallback, "_on_rollout_start", "callback._on_rollout_start (monitor.update)"),
     (pgcli_sb3._MonitorWriter, "write", "SB3 logger -> pgcli logger"),
@@ -188,13 +189,13 @@ def main() -> None:
 
     torch.set_num_threads(1)  # pgcli's hardware=cpu default; the bare side gets the same
     overrides = [*CONFIGS[args.config], f"total_steps={args.steps}"]
-    base_cfg = compose_train_config(overrides)
+    base_cfg = train_config(overrides)
     tmp = Path(tempfile.mkdtemp(prefix="sb3_overhead_"))
     store_uri = f"sqlite:///{tmp / 'mlflow.db'}"
 
     # warm-up: imports, torch's lazy initialisation, the MLflow store's schema
     warm = [*CONFIGS[args.config], "total_steps=2048"]
-    bare_sb3(compose_train_config(warm), seed=0)
+    bare_sb3(train_config(warm), seed=0)
     through_pgcli(warm, 0, store_uri, tmp / "warmup")
 
     pairs = []

@@ -1,4 +1,5 @@
-"""Startup latency (issue 9): `pgcli ui` time to first answer, and `pgcli train` time to its first env step.
+"""Startup latency: `pgcli ui` time to first answer, and `pgcli train` time to its first env step
+(docs/benchmarks/overhead.md).
 
 - **ui**: a fresh folder whose outputs/mlflow.db is a store with one finished run (as after a first training).
   `pgcli ui --port <free port>` is spawned and the clock runs until the first HTTP 200 from its ``/health``, polled
@@ -56,15 +57,15 @@ sys.exit(main(sys.argv[1:]))
 # What each process on the way to a first answer imports or does before it can go on.
 UI_PHASES = {
     "pgcli process: compose + validate the config, check the store": (
-        "from pgcli.cli import compose_train_config; from pgcli.tracking.store_check import check_readable_store; "
-        "compose_train_config([]); import pgcli.commands.ui"
+        "from pgcli.training.checks import train_config; from pgcli.tracking.store import check_readable_store; "
+        "train_config([]); import pgcli.commands.ui"
     ),
     "`python -m mlflow ui` process: import mlflow's CLI": "import mlflow.cli",
     "uvicorn process: import mlflow.server.fastapi_app (the app)": "import mlflow.server.fastapi_app",
 }
 TRAIN_PHASES = {
     "interpreter + pgcli.cli": "import pgcli.cli",
-    "compose + validate the config (Hydra)": "from pgcli.cli import compose_train_config; compose_train_config([])",
+    "compose + validate the config (Hydra)": "from pgcli.training.checks import train_config; train_config([])",
     "import torch": "import torch",
     "import stable_baselines3": "import stable_baselines3",
     "import mlflow (client)": "from mlflow.tracking import MlflowClient",
@@ -81,7 +82,7 @@ def free_port() -> int:
 def make_store(folder: Path) -> None:
     """outputs/mlflow.db with one finished run, written by pgcli's own tracking code."""
     sys.path.insert(0, str(ROOT))
-    from pgcli.tracking.backend import RunStore
+    from pgcli.tracking.store import RunStore
 
     store_dir = folder / "outputs"
     store_dir.mkdir(parents=True)

@@ -3,7 +3,7 @@
 Both variants are real `pgcli train -m` processes (validation, parent run, MLflow logging, summary included), run
 side by side in this one script and alternated (sequential first, then parallel first, ...) so machine-load drift
 hits both. Each variant gets a fresh working directory whose outputs/mlflow.db is a copy of one empty, already
-migrated store (as a user's store is after their first run). Target (issue 5): parallel <= 0.6 x sequential
+migrated store (as a user's store is after their first run). Target: parallel <= 0.6 x sequential
 on 2 cores.
 
     .venv/bin/python benchmarks/sweep_speed.py                       # 4 x PPO CartPole 50k steps, 2 repeats
@@ -49,7 +49,7 @@ def make_store_template(path: Path) -> None:
     A user's store exists after their first run; creating one (MLflow's schema migrations, 2-13 s here depending on
     load) is a one-time cost that would otherwise be added to both variants and dilute the comparison.
     """
-    code = "import sys; from pgcli.tracking.backend import RunStore; RunStore(sys.argv[1]).experiment_ids(['Default'])"
+    code = "import sys; from pgcli.tracking.store import RunStore; RunStore(sys.argv[1]).experiment_ids(['Default'])"
     subprocess.run([sys.executable, "-c", code, f"sqlite:///{path}"], check=True, capture_output=True)
 
 

@@ -1,21 +1,21 @@
-"""TRPO Hopper-v5 wall time on two cores (issue 11, item 2): the one-process path against the two-core path, side by
-side, with sb3-contrib's TRPO as a reference.
+"""TRPO Hopper-v5 wall time on two cores: the one-process path against the two-core path, side by side,
+with sb3-contrib's TRPO as a reference (docs/benchmarks/trpo.md, "Two cores").
 
-Each run is ``pgcli.training.build.train`` on the config ``pgcli train algo=<a> env=hopper seed=<s>`` composes (the preset:
-2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process, one at
-a time, with ``tracking=off`` (metrics.csv only). Variants:
+Each run is ``pgcli.training.build.train`` on the config ``pgcli train algo=<a> env=hopper seed=<s>`` composes (the
+preset: 2 envs x 1024 steps, evaluation every 50k env steps, 10 deterministic episodes), in a fresh spawned process,
+one at a time, with ``tracking=off`` (metrics.csv only). Variants:
 
 - ``serial``: ``hardware.vec_env=sync hardware.eval_process=false algo.critic_process=false``: everything in one
-  process, on one core (the preset's default before issue 11 item 2).
+  process, on one core (the preset's default before the two-core path).
 - ``parallel``: ``hardware.vec_env=worker hardware.eval_process=true``: one sub-env steps in a worker process while
   the trainer steps the other, synchronised through a pipe; evaluations run on a policy snapshot in a third
   process, concurrently.
 - ``shm``: ``hardware.vec_env=shm hardware.eval_process=true algo.critic_process=false``: the same split,
   synchronised through shared memory with busy-waiting (``pgcli/envs/shm.py``), and the same evaluation process.
-- ``shm_inproc``: ``shm`` with evaluation in the trainer process (``hardware.eval_process=false``): the preset since
-  session 5's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
+- ``shm_inproc``: ``shm`` with evaluation in the trainer process (``hardware.eval_process=false``): the preset from
+  2026-11-23's idle measurement (the evaluation process competed with the busy-waiting env worker for the second core).
 - ``shm_eval_worker``: ``shm`` whose env worker plays the evaluation episodes while it would idle (during the
-  updates; ``hardware.eval_in_worker=true``, the preset since session 7), with no process of its own.
+  updates; ``hardware.eval_in_worker=true``, the preset since 2026-11-24), with no process of its own.
 - ``shm_critic``: ``shm`` plus ``algo.critic_process=true``: the critic is fitted in a process of its own while the
   trainer takes the policy step.
 - ``command``: the whole command a user types, ``pgcli train algo=trpo env=hopper seed=<s>`` (the preset's two-core
@@ -136,13 +136,13 @@ def core_contention(seconds: float = 1.5) -> float:
 
 def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     """One training run in this (fresh) process: wall time, CPU times, curve and metric digest."""
-    from pgcli.config.compose import compose_train_config
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     algo, extra = VARIANTS[variant]
     overrides = [f"algo={algo}", "env=hopper", f"seed={seed}", f"total_steps={steps}", "tracking=off",
                  "progress=false", "eval.every=50000", "eval.episodes=10", *extra]  # fmt: skip
-    cfg = compose_train_config(overrides)
+    cfg = train_config(overrides)
     load_before = os.getloadavg()
     contention_before = core_contention()
     with tempfile.TemporaryDirectory(prefix=f"pgcli_trpo_1m_{variant}_") as tmp:

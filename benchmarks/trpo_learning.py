@@ -1,18 +1,19 @@
-"""TRPO learning: our TRPO (algo=trpo) vs sb3-contrib's (algo=sb3_trpo) with rl-baselines3-zoo presets (issue 3).
+"""TRPO learning: our TRPO (algo=trpo) vs sb3-contrib's (algo=sb3_trpo) with rl-baselines3-zoo presets
+(docs/benchmarks/trpo.md).
 
 Each algorithm gets its zoo preset (conf/preset/{trpo,sb3_trpo}_<env>.yaml) and one evaluation protocol for both:
 every ``eval_every`` env steps, 10 deterministic episodes on the separate evaluation env (seed + 10000, frozen
 normalisation statistics). The run loop, curves and table are ``benchmarks/_learning.py``; curves, final returns,
 the mean of the last 5 evaluations and steps-to-threshold land in one JSON, rewritten after every run.
 
-Targets (issue 3): CartPole-v1 reaches 500 within 100k steps (3 seeds); Pendulum-v1 >= -250 within 100k;
+Targets: CartPole-v1 reaches 500 within 100k steps (3 seeds); Pendulum-v1 >= -250 within 100k;
 Hopper-v5 at 1M steps vs sb3-contrib's published 3372 +- 215 (rl-baselines3-zoo benchmark, Hopper-v3).
 
     .venv/bin/python benchmarks/trpo_learning.py                                  # cartpole + pendulum, both algos
     .venv/bin/python benchmarks/trpo_learning.py --envs hopper --out benchmarks/results/trpo_hopper.json --jobs 2
     .venv/bin/python benchmarks/trpo_learning.py --envs hopper --algos trpo --steps 300000   # a shorter budget
     .venv/bin/python benchmarks/trpo_learning.py --report benchmarks/results/trpo_hopper.json
-    # issue 11 ablations: a named variant, resumable (--append skips the runs already in --out)
+    # preset ablations: a named variant, resumable (--append skips the runs already in --out)
     .venv/bin/python benchmarks/trpo_learning.py --envs hopper --algos trpo --steps 500000 --variant kl_lin \
         --append --late-from 300000 --out benchmarks/results/trpo_ablation_hopper.json
 """
@@ -25,7 +26,7 @@ from typing import Any
 from _learning import RESULTS, Job, add_common_arguments, main_for
 
 THRESHOLDS = {"cartpole": 500.0, "pendulum": -250.0, "hopper": 3372.0}
-"""What a run must reach (issue 3); Hopper's is sb3-contrib's published mean (rl-baselines3-zoo, Hopper-v3)."""
+"""What a run must reach; Hopper's is sb3-contrib's published mean (rl-baselines3-zoo, Hopper-v3)."""
 EVAL_EVERY = {"cartpole": 5_000, "pendulum": 5_000, "hopper": 50_000, "walker2d": 50_000, "halfcheetah": 50_000}
 EVAL_EPISODES = 10
 
@@ -45,8 +46,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "ls05_n1024": ("model.log_std_init=-0.5", "algo.n_steps=512"),
     "g995_ls05_n1024": ("algo.gamma=0.995", "model.log_std_init=-0.5", "algo.n_steps=512"),
 }
-"""Named ablations of issue 11 (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
-labels the ``--set`` overrides instead (docs/benchmarks.md, "TRPO ablations (issue 11)")."""
+"""Named ablations (``--variant NAME``): Hydra overrides on top of the preset. A name not listed here
+labels the ``--set`` overrides instead (docs/benchmarks/trpo.md, "Ablations: the shipped presets")."""
 
 
 def jobs(args: Any) -> list[Job]:

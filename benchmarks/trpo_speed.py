@@ -1,4 +1,5 @@
-"""TRPO training throughput: ours vs sb3-contrib's, both against what the env and the policy allow (issue 3).
+"""TRPO training throughput: ours vs sb3-contrib's, both against what the env and the policy allow
+(docs/benchmarks/trpo.md).
 
 Four loops on the same vector env (``pgcli.envs.make.make_vec_env``: 8 sync envs, the env's pgcli config, so Hopper
 normalises observations and rewards) with the same 64x64 tanh MLP policy and 1 torch thread, measured in one
@@ -45,8 +46,8 @@ from pgcli.algo.policies import CategoricalPolicy, DiagGaussianPolicy, obs_tenso
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.config import SB3TRPOConfig, TRPOConfig
-from pgcli.config.compose import compose_train_config
 from pgcli.envs.make import make_vec_env
+from pgcli.training.checks import train_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONTENDERS = ("limit", "limit_dist", "ours", "sb3")
@@ -122,7 +123,7 @@ def limit_loop(env: Any, policy: Any, steps: int, *, dist: bool) -> int:
 
 def run_one(contender: str, env_name: str, n_steps: int, steps: int, seed: int) -> tuple[float, float]:
     # no preset: the default 64x64 tanh model (conf/model/mlp.yaml) and the env's own config, for every contender
-    cfg = compose_train_config(["algo=trpo", f"env={env_name}", "env.n_envs=8", "~preset"])
+    cfg = train_config(["algo=trpo", f"env={env_name}", "env.n_envs=8", "~preset"])
     torch.manual_seed(seed)
     env = make_vec_env(cfg.env, seed=seed, gamma=0.99)
     device = torch.device("cpu")

@@ -17,7 +17,7 @@ evaluator needs; :class:`RawPolicy` wraps it for raw environment observations in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from pgcli.config import ALGO_CONFIGS, TEXT_ENV_CONFIGS, EnvConfig, LMModelConfig, ModelConfig, TrainConfig
+from pgcli.config import EnvConfig, TrainConfig
 from pgcli.errors import ConfigError
 from pgcli.redact import redact_tree
+from pgcli.training.logged import train_config_from_dict
 
 AGENT_FILE = "agent.json"
 TORCH_FILE = "model.pt"
@@ -155,46 +156,10 @@ def read_agent_spec(model_dir: Path) -> dict[str, Any]:
     return spec
 
 
-def train_config_from_dict(values: dict[str, Any], algo_name: str) -> TrainConfig:
-    """A validated :class:`TrainConfig` from a logged config (``asdict`` or ``.hydra/config.yaml``) and its algo.
-
-    The algo option picks the schema of ``algo`` (every algo section is a plain mapping once logged); every rule in
-    the schemas' ``__post_init__`` runs again.
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    if algo_name not in ALGO_CONFIGS:
-        raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGO_CONFIGS)})")
-    schema = OmegaConf.structured(TrainConfig)
-    schema.algo = OmegaConf.structured(ALGO_CONFIGS[algo_name])
-    env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
-    text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
-    schema.env = OmegaConf.structured(text_env or EnvConfig)
-    schema.model = OmegaConf.structured(LMModelConfig if text_env else ModelConfig)
-    try:
-        run_cfg = OmegaConf.to_object(OmegaConf.merge(schema, values))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"the logged config does not fit this pgcli's schema: {str(exc).splitlines()[0]}") from None
-    assert isinstance(run_cfg, TrainConfig)
-    return run_cfg
-
-
 def agent_config(spec: dict[str, Any]) -> TrainConfig:
-    """The run's config stored in an ``agent.json``."""
+    """The run's config stored in an ``agent.json``, typed as every logged config is
+    (:func:`pgcli.training.logged.train_config_from_dict`)."""
     return train_config_from_dict(spec["config"], spec["algo"])
-
-
-def hydra_run_config(hydra_dir: Path) -> tuple[dict[str, Any], str, str]:
-    """A run's logged config from its ``.hydra`` directory: the resolved values and its algo and env options."""
-    import yaml
-
-    try:
-        values = yaml.safe_load((hydra_dir / "config.yaml").read_text())
-        choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
-        return values, str(choices["algo"]), str(choices["env"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise ConfigError(f"cannot read the run's config in {hydra_dir}: {exc}") from None
 
 
 @dataclass

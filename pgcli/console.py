@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pgcli.config import TrainConfig
 from pgcli.redact import redact_text
-from pgcli.training.build import TrainSummary
+from pgcli.training.summary import TrainSummary
 
 log = logging.getLogger("pgcli")
 

@@ -11,7 +11,7 @@ Every run logs its final agent as ``model`` (and its best one as ``best_model``)
 - a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
   them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions.
 
-This module never imports MLflow (``pgcli.tracking.backend`` is the only one that does): a loader module needs no MLflow
+This module never imports MLflow (only the ``pgcli.tracking`` package does): a loader module needs no MLflow
 class, and the model directory holds no pickled Python object of ours -- the weights load with
 ``torch.load(weights_only=True)``.
 """

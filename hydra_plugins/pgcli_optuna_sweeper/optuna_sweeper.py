@@ -13,7 +13,8 @@ cannot prune (the trial never reaches the job). This one, per batch of ``n_jobs`
 3. tells the study each job's outcome: its return value (COMPLETE), PRUNED when the job raised
    :class:`pgcli.sweeps.study.TrialPruned`, FAIL otherwise.
 
-The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``; :func:`pgcli.sweeps.study.check_budget`).
+The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``;
+:func:`pgcli.sweeps.study.check_budget`).
 At the end, ``optimization_results.yaml`` in the sweep directory holds the best trial of the whole study.
 Optuna is imported only when a sweep runs, so Hydra's plugin scan stays cheap.
 """

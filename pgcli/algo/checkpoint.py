@@ -4,10 +4,10 @@ A checkpoint directory holds (docs/checkpoints.md):
 
 - ``model.pt``: the trainer's networks and optimizers as state dicts (ours; loaded with ``weights_only=True``), or
   ``model.zip`` (SB3's own format, with its optimizer and step counters, loaded by SB3's loader);
-- ``normalizer.npz``: the VecNormalize statistics, when the env normalises (``pgcli.envs.make.save_normalizer``);
+- ``normalizer.npz``: the VecNormalize statistics, when the env normalises (``pgcli.envs.normalize.save_normalizer``);
 - ``state.json``: plain values: the trainer's counters and adaptive scalars (env steps, PPO-Penalty's beta, ...),
   the RNG states of python ``random``, numpy's global generator and torch (CPU and CUDA), and the env's episodes
-  in progress (``pgcli.envs.make.env_state``).
+  in progress (``pgcli.envs.state.env_state``).
 
 A trainer names what it saves once (``{"policy": self.policy, "vf_optimizer": ...}`` plus ``{"steps": ...}``) and
 its ``save`` / ``load`` are one call each. Writes go to a hidden sibling directory, are fsynced, and replace the
@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from pgcli.envs.make import env_state, find_normalizer, load_saved_normalizer, restore_env_state, save_normalizer
+from pgcli.envs.normalize import find_normalizer, load_saved_normalizer, save_normalizer
+from pgcli.envs.state import env_state, restore_env_state
 from pgcli.errors import PgcliError
 
 MODEL_FILE = "model.pt"

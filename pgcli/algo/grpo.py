@@ -91,52 +91,76 @@ def collect_groups(
         group_size: G >= 1 members per group.
         device: where the returned tensors live.
     """
-    n_envs = env.num_envs
-    member_seeds = [s for s in group_seeds for _ in range(group_size)]  # member e plays group e // G
-    n_members = len(member_seeds)
-    playing = np.full(n_envs, -1)  # member on each sub-env; -1: idle (stepped, discarded)
-    first_step = np.zeros(n_members, dtype=np.int64)  # vector step at which the member's episode starts
-    env_index = np.zeros(n_members, dtype=np.int64)
-    lengths = np.zeros(n_members, dtype=np.int64)
-    returns = np.zeros(n_members)
-    n_started = min(n_envs, n_members)
-    playing[:n_started] = env_index[:n_started] = np.arange(n_started)
+    schedule = _Schedule([s for s in group_seeds for _ in range(group_size)], env.num_envs)  # e plays group e // G
     # Sync/AsyncVectorEnv take one seed per sub-env (VectorEnv's annotation says int)
-    obs, _ = env.reset(seed=[member_seeds[m] if m >= 0 else None for m in playing])  # type: ignore[arg-type]
-
+    obs, _ = env.reset(seed=schedule.seeds(schedule.playing >= 0))  # type: ignore[arg-type]
     obs_steps, action_steps, reward_steps = [], [], []  # one [N, ...] entry per vector step
-    n_done = t = 0
-    while n_done < n_members:
+    while schedule.n_done < schedule.n_members:
         actions = policy.sample(obs_tensor(obs, device))  # [N] or [N, A]
         obs_steps.append(obs)
         action_steps.append(actions)
         obs, rewards, terminated, truncated, info = env.step(policy.to_env(actions))
         reward_steps.append(rewards)
-        t += 1
-        ended = np.flatnonzero((terminated | truncated) & (playing >= 0))
-        restart = np.zeros(n_envs, dtype=bool)
-        for i in ended:
-            member = playing[i]
-            lengths[member] = t - first_step[member]
-            returns[member] = float(info["final_info"]["episode"]["r"][i])  # raw, from RecordEpisodeStatistics
-            n_done += 1
-            if n_started < n_members:  # hand this sub-env the next member
-                playing[i], first_step[n_started], env_index[n_started] = n_started, t, i
-                restart[i] = True
-                n_started += 1
-            else:
-                playing[i] = -1
+        restart = schedule.end_episodes(terminated | truncated, info, t=len(reward_steps))
         if restart.any():  # overrides the same-step autoreset of these sub-envs
-            seeds = [member_seeds[playing[i]] if restart[i] else None for i in range(n_envs)]
-            obs, _ = env.reset(seed=seeds, options={"reset_mask": restart})  # type: ignore[arg-type]
+            obs, _ = env.reset(seed=schedule.seeds(restart), options={"reset_mask": restart})  # type: ignore[arg-type]
+    group_ids = torch.arange(len(group_seeds), device=device).repeat_interleave(group_size)  # [E]
+    return _episode_batch(schedule, obs_steps, action_steps, reward_steps, group_ids=group_ids, device=device)
 
-    # Gather each member's steps from its sub-env's column: [T, N, ...] -> [E, L, ...]
-    lengths_t = torch.as_tensor(lengths, device=device)
-    offsets = torch.arange(int(lengths.max()), device=device)  # [L]
-    # padding repeats the last real step (finite values; `evaluate_steps` skips it, every sum masks it)
+
+class _Schedule:
+    """Which member each sub-env plays, and where each member's episode lies in the record of vector steps."""
+
+    def __init__(self, member_seeds: list[int], n_envs: int) -> None:
+        self.member_seeds, self.n_members = member_seeds, len(member_seeds)
+        self.playing = np.full(n_envs, -1)  # member on each sub-env; -1: idle (stepped, discarded)
+        self.first_step = np.zeros(self.n_members, dtype=np.int64)  # vector step at which the member's episode starts
+        self.env_index = np.zeros(self.n_members, dtype=np.int64)
+        self.lengths = np.zeros(self.n_members, dtype=np.int64)
+        self.returns = np.zeros(self.n_members)
+        self.n_started = min(n_envs, self.n_members)
+        self.n_done = 0
+        self.playing[: self.n_started] = self.env_index[: self.n_started] = np.arange(self.n_started)
+
+    def seeds(self, where: np.ndarray) -> list[int | None]:
+        """Reset seeds per sub-env: the group seed of its member where ``where`` [N] (bool) is set, else None."""
+        return [self.member_seeds[m] if w else None for m, w in zip(self.playing, where, strict=True)]
+
+    def end_episodes(self, ended: np.ndarray, info: dict[str, Any], *, t: int) -> np.ndarray:
+        """Record the episodes that ended (``ended`` [N] bool: terminated or truncated) with vector step ``t`` and
+        hand each such sub-env the next unplayed member (or idle it); the sub-envs to reset: [N] bool."""
+        restart = np.zeros(len(self.playing), dtype=bool)
+        for i in np.flatnonzero(ended & (self.playing >= 0)):
+            member = self.playing[i]
+            self.lengths[member] = t - self.first_step[member]
+            self.returns[member] = float(info["final_info"]["episode"]["r"][i])  # raw, from RecordEpisodeStatistics
+            self.n_done += 1
+            if self.n_started < self.n_members:  # hand this sub-env the next member
+                self.playing[i], self.first_step[self.n_started], self.env_index[self.n_started] = self.n_started, t, i
+                restart[i] = True
+                self.n_started += 1
+            else:
+                self.playing[i] = -1
+        return restart
+
+
+def _episode_batch(
+    schedule: _Schedule,
+    obs_steps: list[np.ndarray],
+    action_steps: list[Tensor],
+    reward_steps: list[np.ndarray],
+    *,
+    group_ids: Tensor,
+    device: torch.device,
+) -> EpisodeBatch:
+    """Gather each member's steps from its sub-env's column of the T recorded vector steps: [T, N, ...] ->
+    [E, L, ...], padded by repeating the last real step (finite values; `evaluate_steps` skips it, every sum
+    masks it)."""
+    lengths_t = torch.as_tensor(schedule.lengths, device=device)
+    offsets = torch.arange(int(schedule.lengths.max()), device=device)  # [L]
     last = torch.minimum(offsets[None, :], lengths_t[:, None] - 1)  # [E, L]
-    step_idx = torch.as_tensor(first_step, device=device)[:, None] + last  # [E, L]
-    env_idx = torch.as_tensor(env_index, device=device)[:, None].expand_as(step_idx)  # [E, L]
+    step_idx = torch.as_tensor(schedule.first_step, device=device)[:, None] + last  # [E, L]
+    env_idx = torch.as_tensor(schedule.env_index, device=device)[:, None].expand_as(step_idx)  # [E, L]
     obs_all = torch.as_tensor(np.stack(obs_steps), dtype=torch.float32, device=device)  # [T, N, D]
     rewards_all = torch.as_tensor(np.stack(reward_steps), dtype=torch.float32, device=device)  # [T, N]
     return EpisodeBatch(
@@ -144,10 +168,10 @@ def collect_groups(
         actions=torch.stack(action_steps)[step_idx, env_idx],
         rewards=rewards_all[step_idx, env_idx],
         mask=(offsets[None, :] < lengths_t[:, None]).float(),
-        group_ids=torch.arange(len(group_seeds), device=device).repeat_interleave(group_size),
-        returns=returns.tolist(),
-        lengths=lengths.tolist(),
-        env_steps=t * n_envs,
+        group_ids=group_ids,
+        returns=schedule.returns.tolist(),
+        lengths=schedule.lengths.tolist(),
+        env_steps=len(reward_steps) * len(schedule.playing),
     )
 
 

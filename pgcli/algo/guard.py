@@ -1,4 +1,5 @@
-"""Divergence guard (issue 8, item 6): stop training at the first non-finite observation, loss, gradient or parameter.
+"""Divergence guard: stop training at the first non-finite observation, loss, gradient or parameter
+(docs/checkpoints.md, "Divergence guard").
 
 The checks run once per update on whole tensors (one ``torch.isfinite(...).all()`` each), before the monitor can
 evaluate or checkpoint the agent, so a diverged state never reaches a checkpoint: the last one on disk is the last

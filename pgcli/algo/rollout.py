@@ -18,23 +18,22 @@ the same as evaluating them step by step.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from pgcli.algo import kernels
 from pgcli.algo.base import Monitor
 from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
-from pgcli.envs.worker import stop_process
 from pgcli.errors import PgcliError
+from pgcli.hardware.child import ChildProcess
 
 
 @dataclass
@@ -210,11 +209,11 @@ def fit_value(
     """Fit V to the return targets: ``n_epochs`` epochs of Adam steps on shuffled minibatches of mean (V(s) - R)^2.
 
     The same steps as ``loss.backward(); optimizer.step()`` per minibatch (tests/unit/test_rollout.py compares them),
-    computed faster: explicit gradients (:meth:`ValueNetwork.mse_grad_fn`) and torch's fused Adam kernel called
-    directly on ``optimizer``'s own state, instead of autograd plus ``Optimizer.step``'s per-call bookkeeping (about
-    50 us a call). TRPO and VPG take n_epochs * T * N / batch_size of these small steps per update (1280 with the
-    defaults and 8 envs), the largest cost of an update after the env itself. The losses are kept as residuals
-    and averaged once at the end.
+    computed faster: explicit gradients (:meth:`ValueNetwork.mse_grad_fn`) and one Adam step on ``optimizer``'s own
+    state (``pgcli.algo.kernels.adam_step``: torch's fused Adam kernel where this torch has it), instead of autograd
+    plus ``Optimizer.step``'s per-call bookkeeping (about 50 us a call). TRPO and VPG take
+    n_epochs * T * N / batch_size of these small steps per update (1280 with the defaults and 8 envs), the largest
+    cost of an update after the env itself. The losses are kept as residuals and averaged once at the end.
 
     Args:
         value: the value network.
@@ -233,15 +232,7 @@ def fit_value(
     """
     (group,) = optimizer.param_groups
     params: list[Tensor] = list(value.critic_parameters())
-    if group["params"] != params or group["amsgrad"] or group["weight_decay"] or group["maximize"]:
-        raise ValueError("fit_value needs a plain Adam (no amsgrad, weight decay or maximize) over the value network")
-    for p in params:  # the layout torch.optim.Adam creates on its first step, so state_dict() / load work unchanged
-        if not optimizer.state[p]:
-            optimizer.state[p] = {"step": torch.tensor(0.0, device=p.device), "exp_avg": torch.zeros_like(p),
-                                  "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
-    states = [optimizer.state[p] for p in params]
-    exp_avgs, exp_avg_sqs = [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states]
-    steps = [st["step"] for st in states]
+    exp_avgs, exp_avg_sqs, steps = _adam_buffers(optimizer, params)
     (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), group["eps"]
     grad_fn = value.mse_grad_fn()
     targets = returns.unsqueeze(-1)  # [B, 1]
@@ -249,19 +240,45 @@ def fit_value(
     with torch.no_grad():
         for _ in range(n_epochs):
             for mb_obs, mb_targets in minibatches(obs, targets, batch_size=batch_size):
-                if grad_fn is not None:
-                    diff, grads = grad_fn(mb_obs, mb_targets)
-                    residuals.append(diff)
-                else:
-                    with torch.enable_grad():
-                        loss, grads = value.mse_grads(mb_obs, mb_targets.squeeze(-1))
-                    residuals.append(loss.sqrt().view(1, 1))  # its square is the loss
-                # what torch.optim.Adam(fused=True).step() runs, without its per-call dispatch
-                torch._foreach_add_(steps, 1)
-                torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
-                                   weight_decay=0.0, eps=eps, amsgrad=False, maximize=False, grad_scale=None,
-                                   found_inf=None)  # fmt: skip
+                residual, grads = _residual_and_grads(value, grad_fn, mb_obs, mb_targets)
+                residuals.append(residual)
+                kernels.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, beta1=beta1, beta2=beta2,
+                                  eps=eps)  # fmt: skip
     return mean_square_per_group(residuals)
+
+
+def _adam_buffers(optimizer: torch.optim.Adam, params: list[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """``optimizer``'s (exp_avgs, exp_avg_sqs, steps), one tensor per parameter of ``params``, created where empty
+    in the layout ``torch.optim.Adam`` creates on its first step (so ``state_dict()`` / loading work unchanged).
+
+    Raises:
+        ValueError: if ``optimizer`` is not a plain Adam over exactly ``params``.
+    """
+    (group,) = optimizer.param_groups
+    if group["params"] != params or group["amsgrad"] or group["weight_decay"] or group["maximize"]:
+        raise ValueError("fit_value needs a plain Adam (no amsgrad, weight decay or maximize) over the value network")
+    for p in params:
+        if not optimizer.state[p]:
+            optimizer.state[p] = {"step": torch.tensor(0.0, device=p.device), "exp_avg": torch.zeros_like(p),
+                                  "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
+    states = [optimizer.state[p] for p in params]
+    return [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], [st["step"] for st in states]
+
+
+def _residual_and_grads(
+    value: ValueNetwork,
+    grad_fn: Callable[[Tensor, Tensor], tuple[Tensor, list[Tensor]]] | None,
+    obs: Tensor,
+    targets: Tensor,
+) -> tuple[Tensor, list[Tensor]]:
+    """One minibatch's residual (a tensor whose mean square is the loss) and gradient of mean((V(obs) - targets)^2)
+    per critic parameter, for [b, D] ``obs`` and [b, 1] ``targets``: by ``grad_fn`` (the explicit backprop of
+    :meth:`ValueNetwork.mse_grad_fn`) when there is one, else by autograd."""
+    if grad_fn is not None:
+        return grad_fn(obs, targets)  # residual [b, 1]
+    with torch.enable_grad():
+        loss, grads = value.mse_grads(obs, targets.squeeze(-1))
+    return loss.sqrt().view(1, 1), grads  # its square is the loss
 
 
 def mean_square_per_group(residuals: list[Tensor]) -> float:
@@ -278,7 +295,7 @@ def mean_square_per_group(residuals: list[Tensor]) -> float:
 
 class CriticProcess:
     """:func:`fit_value` in a separate process (TRPO's ``algo.critic_process``), so that the critic fit runs while
-    the trainer takes the policy step: the two only share the rollout (issue 11, item 2).
+    the trainer takes the policy step: the two only share the rollout (docs/benchmarks/trpo.md, "Two cores").
 
     :meth:`submit` sends the value network's parameters, its Adam state, the batch and torch's global RNG state to
     the process, which loads them into its own copy of the network and optimizer, runs :func:`fit_value` with the
@@ -293,27 +310,25 @@ class CriticProcess:
     """
 
     def __init__(self, value: ValueNetwork, optimizer: torch.optim.Adam) -> None:
-        import multiprocessing as mp
-
         (group,) = optimizer.param_groups
         settings = {"lr": float(group["lr"]), "betas": tuple(group["betas"]), "eps": float(group["eps"])}
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_critic_main, args=(child, copy.deepcopy(value).cpu(), settings),
-                                    daemon=True, name="pgcli-critic")  # fmt: skip
-        self._process.start()
-        child.close()  # only the process holds its end: its death is an EOF here, never a hang
+        self._process = ChildProcess(
+            _critic_main,
+            copy.deepcopy(value).cpu(),
+            settings,
+            name="pgcli-critic",
+            error=PgcliError,
+            died="the critic process (pid {pid}) died (exit code {code}); algo.critic_process=false runs without it",
+            failed="critic process failed: {message}",
+        )
         self._rng: Tensor | None = None
         self._ready = False
 
     def ready(self) -> bool:
         """Whether the process has started (imports take seconds): until then the trainer fits in process, which
         gives the same numbers, instead of waiting."""
-        if not self._ready and self._conn.poll():
-            try:
-                self._conn.recv()
-            except (EOFError, OSError):
-                self._fail()
+        if not self._ready and self._process.poll():
+            self._process.recv()
             self._ready = True
         return self._ready
 
@@ -330,25 +345,18 @@ class CriticProcess:
             "lr": float(optimizer.param_groups[0]["lr"]), "rng": self._rng.numpy(), "obs": obs.numpy(),
             "returns": returns.numpy(), "n_epochs": n_epochs, "batch_size": batch_size,
         }  # fmt: skip
-        try:
-            self._conn.send(request)
-        except OSError:
-            self._fail()
+        self._process.send(request)
 
     def result(self, value: ValueNetwork, optimizer: torch.optim.Adam) -> float:
         """Wait for the fit; copy the fitted parameters, Adam state and RNG state in; the mean minibatch loss."""
         assert self._rng is not None, "result() without submit()"
         if not torch.equal(torch.get_rng_state(), self._rng):
             raise RuntimeError("torch's global RNG was used while the critic process fitted: the run would differ")
-        try:
-            status, reply = self._conn.recv()
-            if status == "ready":  # submitted before ready() saw it
-                self._ready = True
-                status, reply = self._conn.recv()
-        except (EOFError, OSError):
-            self._fail()
-        if status == "error":
-            raise PgcliError(f"critic process failed: {reply}")
+        message = self._process.recv()
+        if message[0] == "ready":  # submitted before ready() saw it
+            self._ready = True
+            message = self._process.recv()
+        reply = self._process.unpack(message)
         with torch.no_grad():
             for p, fitted, (step, exp_avg, exp_avg_sq) in zip(value.critic_parameters(), reply["params"],
                                                                reply["adam"], strict=True):  # fmt: skip
@@ -360,21 +368,12 @@ class CriticProcess:
         self._rng = None
         return float(reply["loss"])
 
-    def _fail(self) -> NoReturn:
-        self._process.join(timeout=1.0)
-        pid, code = self._process.pid, self._process.exitcode
-        raise PgcliError(f"the critic process (pid {pid}) died (exit code {code}); algo.critic_process=false runs "
-                         "without it")  # fmt: skip
-
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        stop_process(self._process, self._conn)
+        self._process.close(None)
 
 
 def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> None:
     """The critic process: fit each submitted batch (see :class:`CriticProcess`) until None."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the trainer
     torch.set_num_threads(1)
     optimizer = torch.optim.Adam(value.critic_parameters(), **settings)
     params = list(value.critic_parameters())

@@ -3,7 +3,8 @@
 SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.envs.make.make_vec_env``: same wrappers, same
 normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
 SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
-episode statistics, evaluation, checkpoints and progress go through the run's monitor (:class:`pgcli.algo.base.Monitor`).
+episode statistics, evaluation, checkpoints and progress go through the run's monitor
+(:class:`pgcli.algo.base.Monitor`).
 
 The monitor's per-update bookkeeping runs after each of SB3's updates (at the start of the next rollout, and once
 after ``learn``), so a checkpoint holds the updated model and an exact place to continue from: SB3's ``model.zip``

@@ -1,1 +1,2 @@
-"""One module per ``pgcli`` command (``pgcli.cli`` dispatches to them)."""
+"""One module per ``pgcli`` command, each with a ``main(args)`` that ``pgcli.cli`` dispatches to; ``report.py`` prints
+what they raise as pgcli's one error line."""

@@ -8,6 +8,8 @@ and, after ``train``, asks Hydra's completion query for the override being typed
 
 from __future__ import annotations
 
+from pgcli.errors import ConfigError
+
 BASH = r"""# pgcli bash completion: eval "$(pgcli completion bash)"  (e.g. in ~/.bashrc)
 _pgcli_complete()
 {
@@ -36,3 +38,11 @@ complete -o nospace -o default -F _pgcli_complete pgcli
 def bash_script(commands: list[str]) -> str:
     """The bash completion script for a pgcli with these commands."""
     return BASH.replace("__COMMANDS__", " ".join([*commands, "--help", "--version"]))
+
+
+def main(args: list[str], *, commands: list[str]) -> int:
+    """Entry point of ``pgcli completion``: print the script for a pgcli with these ``commands``."""
+    if args != ["bash"]:
+        raise ConfigError('usage: pgcli completion bash  (then: eval "$(pgcli completion bash)", e.g. in ~/.bashrc)')
+    print(bash_script(commands), end="")
+    return 0

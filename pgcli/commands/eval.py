@@ -15,20 +15,23 @@ logs them as ``videos/`` artifacts of that run; ``--no-log`` logs nothing.
 from __future__ import annotations
 
 import argparse
-import re
-import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pgcli.errors import CommandParser, ConfigError
+from pgcli.training.logged import LoggedRun, Wording
 
-RUN_ID = re.compile(r"[0-9a-f]{32}")
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
+EVAL = Wording(
+    not_a_run="{ref!r} is not a directory, nor an MLflow run id (32 hex digits)",
+    no_store="tracking=off has no run store to find a run id in; pass the run directory instead",
+    not_found="no run {ref} in {uri}; pass tracking.uri=... for another store",
+)
 
 
 @dataclass
@@ -44,7 +47,9 @@ class EvalTarget:
     """'final' or 'best'."""
     run_dir: Path | None
     run: Any
-    """The run's :class:`~pgcli.tracking.backend.RunRecord` when it is in the store."""
+    """The run's :class:`~pgcli.tracking.store.RunRecord` when it was named by run id."""
+    logged: LoggedRun | None = None
+    """The evaluated run (None for a model directory outside a run directory)."""
 
 
 def parse_args(args: Sequence[str]) -> argparse.Namespace:
@@ -89,19 +94,20 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     return ns
 
 
-def main(args: Sequence[str], *, compose: Callable[[list[str]], Any]) -> int:
-    """``pgcli eval``. ``compose`` turns the tracking overrides into a validated TrainConfig (the CLI's)."""
+def main(args: Sequence[str]) -> int:
+    """Entry point of ``pgcli eval``."""
     ns = parse_args(args)
-    from pgcli.tracking.backend import open_run_store
+    from pgcli.tracking.store import open_run_store
+    from pgcli.training.checks import train_config
 
-    tracking = compose(ns.overrides).tracking
+    tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them
     store = open_run_store(tracking)
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
 
 
 def _artifact_root(tracking: Any) -> str | None:
-    from pgcli.tracking.backend import resolve_tracking_target
+    from pgcli.tracking.uri import resolve_tracking_target
 
     return resolve_tracking_target(tracking).artifact_root if tracking.backend == "mlflow" else None
 
@@ -110,49 +116,39 @@ def _artifact_root(tracking: Any) -> str | None:
 def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarget]:
     """The model directory and config ``target`` names; a one-line ConfigError when it names none.
 
-    A run id is looked up in ``store``; its model is read from the run directory when that still exists here, else
-    downloaded from the run's artifacts into a temporary directory (removed afterwards).
+    A run id is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its model is read from the run
+    directory when that still exists here, else downloaded from the run's artifacts into a temporary directory (removed
+    afterwards).
     """
-    path = Path(target)
+    path = Path(target).expanduser()
     which = "best" if best else "final"
     subdir = "best_model" if best else "model"
-    if path.exists():
-        if not path.is_dir():
-            raise ConfigError(f"{target} is a file; pass a run id, a run directory or a model directory")
-        if _is_model_dir(path):
-            if best:
-                raise ConfigError(f"{target} is a model directory; --best picks best_model/ of a run directory or id")
-            run_dir = path.parent if (path.parent / ".hydra").is_dir() else None
-            yield _target(path, "final", run_dir, None)
-            return
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{target} is a file; pass a run id, a run directory or a model directory")
+    if path.is_dir() and _is_model_dir(path):
+        if best:
+            raise ConfigError(f"{target} is a model directory; --best picks best_model/ of a run directory or id")
+        run = LoggedRun(target, path.parent, None, None) if (path.parent / ".hydra").is_dir() else None
+        yield _target(path, "final", run)
+        return
+    run = LoggedRun.locate(target, store=lambda: store, wording=EVAL)
+    if run.record is None:  # a run directory
         if not (path / ".hydra").is_dir() and not (path / "model").is_dir():
             raise ConfigError(
                 f"{target} is neither a run directory (.hydra/, model/) nor a model directory (model.pt or model.zip)"
             )
         if not _is_model_dir(path / subdir):
             raise ConfigError(_missing_model(target, best))
-        yield _target(path / subdir, which, path, None)
+        yield _target(path / subdir, which, run)
         return
-    if not RUN_ID.fullmatch(target):
-        raise ConfigError(f"{target!r} is not a directory, nor an MLflow run id (32 hex digits)")
-    if store is None:
-        raise ConfigError("tracking=off has no run store to find a run id in; pass the run directory instead")
-    run = store.find(target)
-    if run is None:
-        raise ConfigError(f"no run {target} in {store.uri}; pass tracking.uri=... for another store")
-    run_dir = Path(run.tags["output_dir"]) if "output_dir" in run.tags else None
-    if run_dir is not None and _is_model_dir(run_dir / subdir):
-        yield _target(run_dir / subdir, which, run_dir, run)
+    if run.run_dir is not None and _is_model_dir(run.run_dir / subdir):
+        yield _target(run.run_dir / subdir, which, run)
         return
-    tmp = Path(tempfile.mkdtemp(prefix="pgcli-eval-"))
-    try:
-        model_dir = store.download(run.run_id, subdir, tmp)
+    with tempfile.TemporaryDirectory(prefix="pgcli-eval-") as tmp:
+        model_dir = store.download(run.record.run_id, subdir, Path(tmp))
         if model_dir is None or not _is_model_dir(model_dir):
             raise ConfigError(_missing_model(f"run {target}", best))
-        hydra = store.download(run.run_id, "hydra", tmp / "hydra_dir")
-        yield _target(model_dir, which, run_dir if run_dir and run_dir.is_dir() else None, run, hydra_dir=hydra)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        yield _target(model_dir, which, run)
 
 
 def _missing_model(what: str, best: bool) -> str:
@@ -167,18 +163,23 @@ def _is_model_dir(path: Path) -> bool:
     return is_model_dir(path)
 
 
-def _target(model_dir: Path, which: str, run_dir: Path | None, run: Any, hydra_dir: Path | None = None) -> EvalTarget:
-    """The run's config from ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json)."""
-    from pgcli.agent import AGENT_FILE, agent_config, hydra_run_config, read_agent_spec, train_config_from_dict
+def _target(model_dir: Path, which: str, run: LoggedRun | None) -> EvalTarget:
+    """The run's config from ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json;
+    the ``hydra`` artifact when the run directory is not here)."""
+    from pgcli.agent import AGENT_FILE, agent_config, read_agent_spec
 
+    run_dir, record = (run.run_dir, run.record) if run is not None else (None, None)
     if (model_dir / AGENT_FILE).is_file():
         spec = read_agent_spec(model_dir)
-        return EvalTarget(model_dir, agent_config(spec), spec["algo"], spec["env"], which, run_dir, run)
-    hydra_dir = hydra_dir or (run_dir / ".hydra" if run_dir is not None else None)
-    if hydra_dir is None or not (hydra_dir / "config.yaml").is_file():
-        raise ConfigError(f"{model_dir} has no {AGENT_FILE} and its run's .hydra/config.yaml is not at hand")
-    values, algo, env = hydra_run_config(hydra_dir)
-    return EvalTarget(model_dir, train_config_from_dict(values, algo), algo, env, which, run_dir, run)
+        return EvalTarget(model_dir, agent_config(spec), spec["algo"], spec["env"], which, run_dir, record, run)
+    missing = ConfigError(f"{model_dir} has no {AGENT_FILE} and its run's .hydra/config.yaml is not at hand")
+    if run is None:
+        raise missing
+    with run.hydra_dir() as found:
+        if found is None:
+            raise missing
+        logged = run.logged_config(found)
+    return EvalTarget(model_dir, logged.train_config(), logged.algo, logged.env, which, run_dir, record, run)
 
 
 def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
@@ -188,7 +189,8 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     from pgcli.agent import load_agent
     from pgcli.config import TextEnvConfig
     from pgcli.envs.episodes import run_episodes
-    from pgcli.envs.make import EVAL_SEED_OFFSET, load_saved_normalizer, make_vec_env
+    from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
+    from pgcli.envs.normalize import load_saved_normalizer
     from pgcli.video import EpisodeRecorder, make_recording_env
 
     cfg = target.cfg
@@ -214,27 +216,18 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
             n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
             recorder = EpisodeRecorder(env, out, n_episodes=n_video)
         source = _source_run(target, store) if store is not None else target.run
-        eval_run = _open_eval_run(store, target, source, artifact_root) if store is not None else None
-        status = "FAILED"
-        try:
+        with eval_run(store, target, source, artifact_root) as run:
             start = time.perf_counter()
             result = run_episodes(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder)
             videos = recorder.close() if recorder is not None else []
             elapsed = time.perf_counter() - start
-            if eval_run is not None:
-                _log_eval(store, eval_run.run_id, result, videos, episodes=episodes, seed=seed,
+            if run is not None:
+                _log_eval(store, run.run_id, result, videos, episodes=episodes, seed=seed,
                           deterministic=deterministic, which=target.which)  # fmt: skip
-            status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
-            raise
-        finally:
-            if eval_run is not None:
-                store.end(eval_run.run_id, status)
     finally:
         env.close()
     _print_result(target, result, seed=seed, deterministic=deterministic, elapsed=elapsed, videos=videos,
-                  source=source, eval_run=eval_run, store=store)  # fmt: skip
+                  source=source, eval_run=run, store=store)  # fmt: skip
     return 0
 
 
@@ -261,26 +254,17 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
                                 n_table_rows=cfg.env.eval_samples)  # fmt: skip
     seed = cfg.seed if ns.seed is None else ns.seed
     source = _source_run(target, store) if store is not None else target.run
-    eval_run = _open_eval_run(store, target, source, artifact_root) if store is not None else None
-    status = "FAILED"
-    try:
+    with eval_run(store, target, source, artifact_root) as run:
         start = time.perf_counter()
         result = evaluate_text(task, policy, task.eval_problems(), settings, seed=seed, device=device)
         elapsed = time.perf_counter() - start
-        if eval_run is not None:
-            store.log_params(eval_run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
-            store.log_metrics(eval_run.run_id, {"eval/return_mean": result.mean, **result.extra})
+        if run is not None:
+            store.log_params(run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
+            store.log_metrics(run.run_id, {"eval/return_mean": result.mean, **result.extra})
             with tempfile.TemporaryDirectory() as tmp:
                 table = Path(tmp) / "eval.json"
                 table.write_text(json.dumps(result.samples or [], indent=1) + "\n")
-                store.log_artifact(eval_run.run_id, table, "samples")
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        if eval_run is not None:
-            store.end(eval_run.run_id, status)
+                store.log_artifact(run.run_id, table, "samples")
     where = f"run {source.run_id}" if source is not None else str(target.model_dir)
     lines = [f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} held-out "
              f"problems, sampling seed {seed}, {elapsed:.1f} s"]  # fmt: skip
@@ -289,8 +273,8 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
         lines.append(
             f"  logged          {source.metrics['eval/accuracy']:.3f} (eval/accuracy of the run's last evaluation)"
         )
-    if eval_run is not None:
-        lines.append(f"  MLflow run      {eval_run.run_id}  ({store.uri})")
+    if run is not None:
+        lines.append(f"  MLflow run      {run.run_id}  ({store.uri})")
     print("\n".join(lines), flush=True)
     return 0
 
@@ -304,13 +288,30 @@ def _default_out(target: EvalTarget) -> Path:
 
 
 def _source_run(target: EvalTarget, store: Any) -> Any:
-    """The evaluated run in the store: the one named by id, else the one whose ``output_dir`` is the run dir."""
+    """The evaluated run in the store (its record), None when the store does not have it."""
     if target.run is not None:
         return target.run
-    if target.run_dir is None:
-        return None
-    runs = store.search(store.experiment_ids(), f"tags.output_dir = '{target.run_dir.resolve()}'")
-    return runs[0] if len(runs) == 1 else None
+    return target.logged.find_in(store) if target.logged is not None else None
+
+
+@contextmanager
+def eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | None) -> Iterator[Any]:
+    """The ``eval-<run>`` MLflow run (None when ``store`` is None: ``--no-log``), ended as a training run ends
+    (:func:`pgcli.training.run.final_status`): FINISHED, FAILED on an error, KILLED on Ctrl-C, SIGTERM or SIGHUP;
+    never left RUNNING."""
+    from pgcli.training.run import StopRequest, final_status, stop_signals
+
+    if store is None:
+        yield None
+        return
+    with stop_signals(StopRequest()):  # not armed: a signal raises Interrupted at once, and the run ends KILLED
+        run = _open_eval_run(store, target, source, artifact_root)
+        try:
+            yield run
+        except BaseException as exc:
+            store.end(run.run_id, final_status(exc))
+            raise
+        store.end(run.run_id, final_status(None))
 
 
 def _open_eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | None) -> Any:

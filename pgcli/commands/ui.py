@@ -2,8 +2,8 @@
 
 - The server is MLflow's own (``python -m mlflow ui``), run in a private empty folder. ``python -m`` puts the current
   folder first on ``sys.path``, and so does the uvicorn it starts (its ``--app-dir`` defaults to ``.``), so in the
-  user's folder a file named ``mlflow.py`` or ``uvicorn.py`` would run instead of MLflow (issue 10). The store's
-  paths are absolute, so the folder the server runs in does not matter to it.
+  user's folder a file named ``mlflow.py`` or ``uvicorn.py`` would run instead of MLflow (docs/sweeps.md, "In the
+  MLflow UI"). The store's paths are absolute, so the folder the server runs in does not matter to it.
 - Before it starts: the store must exist and be an MLflow store (nothing is created in a folder without one), the
   port must be in range and free. Bad input exits 2, a fault (port taken, server that never answers) exits 1.
 - It polls the server's ``/health`` endpoint and prints the URL once the UI answers, with the time that took.
@@ -30,6 +30,8 @@ from collections import deque
 from typing import IO, Any
 
 from pgcli.errors import CommandParser, ConfigError, PgcliError
+from pgcli.tracking.store import check_readable_store
+from pgcli.tracking.uri import TrackingTarget, hide_password, probe_health, resolve_tracking_target, sqlite_path
 
 ML_VIEW = "workflowType=machine_learning"
 """Query of MLflow UI URLs that selects the model-training view (runs, charts) over the GenAI one."""
@@ -68,38 +70,55 @@ def parse_args(args: list[str]) -> argparse.Namespace:
 def main(args: list[str]) -> int:
     """Entry point of ``pgcli ui``: start the server, say when it is ready, run until Ctrl-C or SIGTERM."""
     ns = parse_args(args)
+    check_options(ns)
+    target = store_to_show(ns.overrides)
+    if target.uri.startswith(("http://", "https://")):
+        print(f"pgcli: runs are on a tracking server; open {hide_password(target.uri)} in a browser")
+        return 0
+    check_readable_store(target.uri, doing="show")
+    check_port_free(ns.host, ns.port)
+    url = f"http://{browser_host(ns.host)}:{ns.port}"
+    print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)
+    return serve(server_command(target, ns), url, timeout_s=ns.timeout)
+
+
+def check_options(ns: argparse.Namespace) -> None:
+    """Raise a one-line ConfigError (exit 2) for a port, worker count or timeout out of range."""
     if not 1 <= ns.port <= 65535:
         raise ConfigError(f"--port must be between 1 and 65535 (got {ns.port}); e.g. --port 5000")
     if ns.workers < 1:
         raise ConfigError(f"--workers must be >= 1 (got {ns.workers})")
     if not ns.timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds (got {ns.timeout})")
-    from pgcli.config.compose import compose_train_config
-    from pgcli.tracking.backend import resolve_tracking_target
-    from pgcli.tracking.store_check import check_readable_store, redact, sqlite_path
 
-    run_cfg = compose_train_config(ns.overrides)
+
+def store_to_show(overrides: list[str]) -> TrackingTarget:
+    """The store ``pgcli train`` with the same tracking overrides logs to (ConfigError with ``tracking=off``)."""
+    from pgcli.config.compose import compose_train_config  # Hydra: not needed for --help or a bad option
+
+    run_cfg = compose_train_config(overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store to show; drop the tracking override")
-    target = resolve_tracking_target(run_cfg.tracking)
-    if target.uri.startswith(("http://", "https://")):
-        print(f"pgcli: runs are on a tracking server; open {redact(target.uri)} in a browser")
-        return 0
-    check_readable_store(target.uri, doing="show")
-    check_port_free(ns.host, ns.port)
+    return resolve_tracking_target(run_cfg.tracking)
 
+
+def server_command(target: TrackingTarget, ns: argparse.Namespace) -> list[str]:
+    """``python -m mlflow ui`` on the store, with the store's path absolute: the server runs in another folder."""
     db = sqlite_path(target.uri)
-    store_uri = f"sqlite:///{db}" if db else target.uri  # absolute: the server runs in another folder
+    store_uri = f"sqlite:///{db.resolve()}" if db else target.uri
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri,
            "--host", ns.host, "--port", str(ns.port), "--workers", str(ns.workers)]  # fmt: skip
     if target.artifact_root:
         cmd += ["--default-artifact-root", target.artifact_root]
+    return cmd
+
+
+def serve(cmd: list[str], url: str, *, timeout_s: float) -> int:
+    """Run the UI server ``cmd`` until Ctrl-C or SIGTERM (exit 0), printing its URLs once it answers at ``url``."""
     # One worker and no job runner: ~5 s to healthy instead of ~11 s with MLflow's 4 workers + 7 huey consumers
     # on a 2-core machine.
     env = {**os.environ}
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    url = f"http://{browser_host(ns.host)}:{ns.port}"
-    print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # `kill` stops the server too, as Ctrl-C does
     start = time.monotonic()
     # A session of its own: the server and its uvicorn child are stopped together, as one process group.
@@ -115,15 +134,10 @@ def main(args: list[str]) -> int:
     )
     output = ServerOutput(server.stdout)
     try:
-        wait_until_healthy(server, url, output, timeout_s=ns.timeout)
+        wait_until_healthy(server, url, output, timeout_s=timeout_s)
         print(f"pgcli: MLflow UI ready after {time.monotonic() - start:.1f} s; Ctrl-C to stop", file=sys.stderr)
         output.forward()
-        print(f"  experiments: {url}/#/experiments?{ML_VIEW}")
-        latest = latest_experiment(url)
-        if latest is not None:
-            runs_url = f"{url}/#/experiments/{latest[0]}/runs?{ML_VIEW}"
-            print(f"  latest experiment '{latest[1]}': {runs_url}\n  its charts: {runs_url}&compareRunsMode=CHART")
-        sys.stdout.flush()
+        print_urls(url)
         code = server.wait()
     except KeyboardInterrupt:
         stop(server)
@@ -135,6 +149,16 @@ def main(args: list[str]) -> int:
     finally:
         server_dir.cleanup()
     raise PgcliError(f"the MLflow UI server stopped with status {code}: {output.last_line()}")
+
+
+def print_urls(url: str) -> None:
+    """The experiments page and, if there is one, the latest experiment's runs and charts, in the training view."""
+    print(f"  experiments: {url}/#/experiments?{ML_VIEW}")
+    latest = latest_experiment(url)
+    if latest is not None:
+        runs_url = f"{url}/#/experiments/{latest[0]}/runs?{ML_VIEW}"
+        print(f"  latest experiment '{latest[1]}': {runs_url}\n  its charts: {runs_url}&compareRunsMode=CHART")
+    sys.stdout.flush()
 
 
 def browser_host(host: str) -> str:
@@ -188,12 +212,8 @@ def wait_until_healthy(server: subprocess.Popen[str], url: str, output: ServerOu
         code = server.poll()
         if code is not None:
             raise PgcliError(f"the MLflow UI server exited with status {code} before it answered: {output.last_line()}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass  # not listening yet
+        if probe_health(url, timeout_s=2.0).ok:
+            return
         if time.monotonic() > deadline:
             stop(server)
             raise PgcliError(

@@ -1,37 +1,43 @@
 """Configuration: the typed schemas of every config group, Hydra composition, labels and the option reference.
 
-The schemas are re-exported here (``from pgcli.config import TrainConfig``). This package stays light: no torch,
-SB3 or MLflow import, and nothing that builds an env or a task (those checks run after composition).
+The schemas are the package's API (``from pgcli.config import TrainConfig``); they live in :mod:`~pgcli.config.rules`
+(the value rules), :mod:`~pgcli.config.control`, :mod:`~pgcli.config.text` and :mod:`~pgcli.config.run`. This package
+stays light: no torch, SB3 or MLflow import, and nothing that builds an env or a task (the checks that need the world
+run after composition, in :mod:`pgcli.training.checks`).
 """
 
-from pgcli.config.schemas import (
+from pgcli.config.compose import register_configs
+from pgcli.config.control import (
+    A2CConfig,
+    GRPOConfig,
+    PPOConfig,
+    PPOKLConfig,
+    SB3TRPOConfig,
+    TRPOConfig,
+    VPGConfig,
+)
+from pgcli.config.run import (
     ALGO_CONFIGS,
     CONTROL_ALGOS,
     TEXT_ALGOS,
-    TEXT_ENV_CONFIGS,
-    A2CConfig,
-    AdditionEnvConfig,
-    CountdownEnvConfig,
     EnvConfig,
     EvalConfig,
-    GRPOConfig,
     HardwareConfig,
-    LMModelConfig,
     ModelConfig,
-    PPOConfig,
-    PPOKLConfig,
+    TrackingConfig,
+    TrainConfig,
+)
+from pgcli.config.text import (
+    TEXT_ENV_CONFIGS,
+    AdditionEnvConfig,
+    CountdownEnvConfig,
+    LMModelConfig,
     PPOLMConfig,
     REINFORCEConfig,
     RLOOConfig,
-    SB3TRPOConfig,
     SFTConfig,
     SortEnvConfig,
     TextEnvConfig,
-    TrackingConfig,
-    TrainConfig,
-    TRPOConfig,
-    VPGConfig,
-    register_configs,
 )
 
 __all__ = [

@@ -1,9 +1,12 @@
 """Config loading: compose ``conf/`` with Hydra's compose API, build the typed schemas, and turn every failure into a
 one-line :class:`~pgcli.errors.ConfigError`.
 
-The CLI validates a command line with these functions before Hydra runs (bad input stops with exit 2 before any env
-or MLflow run exists); ``pgcli compare``, ``pgcli ui`` and resume read tracking settings and logged configs through
-them too. Heavy modules (torch, SB3, MLflow) are never imported here.
+:func:`hydra_compose` is the one call of Hydra's compose API, and :func:`job_overrides` the one expansion of a sweep's
+command line into the overrides of each job. The CLI validates a command line with these functions before Hydra runs
+(bad input stops with exit 2 before any env or MLflow run exists); ``pgcli compare``, ``pgcli ui`` and resume read
+tracking settings and logged configs through them too. A config composed here has passed every rule of its values;
+the checks that need the world (env ids, spaces, a GPU) are :mod:`pgcli.training.checks`'s, which a run goes through.
+Heavy modules (torch, SB3, MLflow) are never imported here.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgcli.config.labels import register_resolver
+from pgcli.config.run import ALGO_CONFIGS, EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
+from pgcli.config.text import TEXT_ENV_CONFIGS, LMModelConfig
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
     from omegaconf import DictConfig
-
-    from pgcli.config import TrainConfig
 
 
 def find_conf_dir() -> str:
@@ -33,51 +38,101 @@ def find_conf_dir() -> str:
 CONF_DIR = find_conf_dir()
 
 
-def validate_overrides(overrides: list[str], *, multirun: bool = False) -> None:
-    """Compose and type-check the config of every job these overrides describe; raise a one-line ConfigError.
+def register_configs() -> None:
+    """Register every schema in Hydra's ConfigStore, and the ``pgcli.env_label`` resolver (idempotent)."""
+    from hydra.core.config_store import ConfigStore
 
-    A grid sweep (``a=1,2 b=x,y``) is expanded and each job validated, so a bad value in the fourth job stops the
-    sweep before the first starts. Sweeper-specific syntax (Optuna's ``interval(...)``) is left to the sweeper.
+    register_resolver(CONF_DIR)  # ${pgcli.env_label:...} in hydra.run.dir
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    for name, schema in ALGO_CONFIGS.items():
+        cs.store(group="schema/algo", name=name, node=schema)
+    cs.store(group="schema/env", name="env", node=EnvConfig)
+    for name, schema in TEXT_ENV_CONFIGS.items():
+        cs.store(group="schema/env", name=name, node=schema)
+    cs.store(group="schema/model", name="model", node=ModelConfig)
+    cs.store(group="schema/model", name="tiny_gpt", node=LMModelConfig)
+    cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
+    cs.store(group="schema/tracking", name="tracking", node=TrackingConfig)
+
+
+def hydra_compose(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
+    """``conf/train.yaml`` composed under ``overrides`` by Hydra's compose API (the schemas registered first).
+
+    Args:
+        overrides: Hydra overrides, applied as given (see :func:`compose_dictconfig` for pgcli's own additions).
+        hydra_node: keep Hydra's own node (``hydra.run.dir``, ``hydra.sweeper``, ...) in the result.
+
+    Raises:
+        ConfigError: composition failed (an unknown option or key, a wrong type), in one line.
+    """
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
+            return compose("train", overrides=overrides, return_hydra_config=hydra_node)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(describe_config_error(exc)) from None
+
+
+def job_overrides(overrides: list[str], *, multirun: bool) -> list[list[str]]:
+    """The config overrides of each job a command line describes (``hydra.*`` overrides left out).
+
+    With ``multirun`` a grid sweep (``a=1,2 b=x,y``) is expanded into its jobs, as Hydra's basic sweeper does; a sweep
+    with other syntax (Optuna's ``interval(...)``) is one list without its swept keys, which only the sweeper fills
+    in. Without ``multirun`` the command line is the one job.
+
+    Raises:
+        ConfigError: an override does not parse.
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    parsed = parse_overrides(task)
+    if not multirun or not any(o.is_sweep_override() for o in parsed):
+        return [task]
+    if all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parsed):
+        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return [fixed_overrides(task)]
+
+
+def fixed_overrides(overrides: list[str]) -> list[str]:
+    """``overrides`` without the sweep ones (``seed=0,1``, ``interval(...)``): what every job of a sweep shares.
+
+    Raises:
+        ConfigError: an override does not parse.
+    """
+    return [o.input_line or "" for o in parse_overrides(overrides) if not o.is_sweep_override()]
+
+
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """Hydra's parsed ``Override`` objects; an override that does not parse is a one-line ConfigError."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     try:
-        parsed = OverridesParser.create().parse_overrides(task)
+        return OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as exc:
         raise ConfigError(f"cannot parse override: {str(exc).splitlines()[0]}") from None
-    jobs: list[list[str]] = [task]
-    if multirun and any(o.is_sweep_override() for o in parsed):
-        simple = all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parsed)
-        if simple:
-            jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-        else:
-            jobs = [[o.input_line or "" for o in parsed if not o.is_sweep_override()]]
-    for job in jobs:
-        compose_train_config(job)
 
 
 def compose_train_config(overrides: list[str]) -> TrainConfig:
-    """The validated :class:`~pgcli.config.TrainConfig` for ``overrides`` (raises a one-line ConfigError)."""
-    run_cfg = to_train_config(compose_dictconfig(overrides))
-    if run_cfg.hardware.device == "cuda":
-        from pgcli.hardware.placement import select_device
-
-        select_device(run_cfg.hardware)
-    return run_cfg
+    """The :class:`~pgcli.config.TrainConfig` for ``overrides``, every rule of its values checked (raises a one-line
+    ConfigError). A run takes its config from :func:`pgcli.training.checks.train_config`, which also checks the world.
+    """
+    return to_train_config(compose_dictconfig(overrides))
 
 
 def text_task_overrides(overrides: list[str]) -> list[str]:
-    """The group choices a text task implies when the command line leaves them out (issue 12).
+    """The group choices a text task implies when the command line leaves them out (docs/lm.md).
 
     ``env=addition`` (a text task) without ``model=`` adds ``model=tiny_gpt`` (the MLP default cannot read text), and
     without ``algo=`` adds ``algo=grpo`` (PPO is SB3's, for gymnasium envs); so does a sweep over text tasks only
     (``env=addition,sort``).
     """
-    from pgcli.config import TEXT_ENV_CONFIGS
-
     values = {o.split("=", 1)[0].strip(): o.split("=", 1)[1].strip() for o in overrides if "=" in o}
     envs = values.get("env", "").split(",")
     if not all(env.strip() in TEXT_ENV_CONFIGS for env in envs):
@@ -86,21 +141,10 @@ def text_task_overrides(overrides: list[str]) -> list[str]:
 
 
 def compose_dictconfig(overrides: list[str]) -> DictConfig:
-    """The composed (not yet validated) DictConfig for ``overrides``; a composition error is a one-line ConfigError."""
-    from hydra import compose, initialize_config_dir
-
-    from pgcli.config import register_configs
-
-    register_configs()
+    """The composed (not yet validated) DictConfig for ``overrides``, with the group choices a text task implies; a
+    composition error is a one-line ConfigError."""
     reject_unknown_preset(overrides)
-    overrides = [*overrides, *text_task_overrides(overrides)]
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            return compose("train", overrides=overrides)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(describe_config_error(exc)) from None
+    return hydra_compose([*overrides, *text_task_overrides(overrides)])
 
 
 def reject_unknown_preset(overrides: list[str]) -> None:
@@ -121,8 +165,6 @@ def reject_unknown_preset(overrides: list[str]) -> None:
 def to_train_config(cfg: DictConfig) -> TrainConfig:
     """DictConfig -> TrainConfig dataclasses, running every ``__post_init__`` rule once."""
     from omegaconf import OmegaConf
-
-    from pgcli.config import TrainConfig
 
     try:
         run_cfg = OmegaConf.to_object(cfg)

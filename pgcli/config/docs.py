@@ -1,7 +1,7 @@
 """The option reference of ``docs/configuration.md``, generated from the schemas in :mod:`pgcli.config`.
 
 Every field of every schema, with its type, schema default and one-line docstring, so the documented options cannot
-drift from the code (issue 10: the docs listed a VPG ``advantage`` option that did not exist). The generated block
+drift from the code (they once listed a VPG ``advantage`` option that did not exist). The generated block
 sits between two markers in the Markdown file; ``tests/config/test_docs_options.py`` fails when it is out of date.
 
     python -m pgcli.config.docs            # rewrite the block in docs/configuration.md

@@ -1,15 +1,19 @@
-"""Playing whole episodes with a fixed policy on a vector env: what every evaluation does, wherever it runs (in the
-trainer, in an evaluation process, or a step at a time in the env worker's idle time)."""
+"""Episodes on a vector env: the ones that ended in a step (:func:`finished_episodes`, :func:`final_observations`), and
+whole episodes played with a fixed policy, which is what every evaluation does wherever it runs: in the trainer
+(:func:`run_episodes`), in an evaluation process, or a step at a time in the env worker's idle time
+(:class:`PipedEpisodes`, on a picklable :class:`EvalPlan`)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Protocol
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium.vector import VectorEnv
 
 from pgcli.algo.base import Actor, EvalResult
+from pgcli.envs.normalize import load_normalizer_state
 
 
 class Recorder(Protocol):
@@ -34,13 +38,7 @@ def run_episodes(
     Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
     ``recorder`` (video) is told after each step whether sub-env 0's episode ended.
     """
-    steps = episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: EvalResult = done.value
-            return result
+    return play_out(episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder))
 
 
 def episode_steps(
@@ -75,3 +73,78 @@ def episode_steps(
                     lengths.append(int(final["episode"]["l"][i]))
                     counts[i] += 1
     return EvalResult(np.asarray(returns), np.asarray(lengths))
+
+
+def play_out(steps: Generator[None, None, EvalResult]) -> EvalResult:
+    """Run :func:`episode_steps` (or :meth:`PipedEpisodes.steps`) to the end; its :class:`EvalResult`."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: EvalResult = done.value
+            return result
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """An evaluation played away from the trainer, as picklable values: sent with each request to the evaluation
+    process or the env worker (``pgcli.training.evaluation``)."""
+
+    make_env: Callable[[], VectorEnv]
+    """Builds the evaluation env, seeded (``functools.partial`` of ``pgcli.envs.make.make_vec_env``)."""
+    episodes: int
+    """Episodes per evaluation."""
+    deterministic: bool
+    """Act with the policy's mode instead of sampling."""
+    seed: int
+    """The seed every evaluation resets the env with (the same start states each time)."""
+
+
+class PipedEpisodes:
+    """The playing side of an evaluation away from the trainer: builds the env of the first request's plan once,
+    loads each request's normaliser statistics into it (frozen, as they were when the trainer sent them) and plays the
+    plan's episodes, so the results are those an in-process evaluation at that step gives."""
+
+    def __init__(self) -> None:
+        self.env: VectorEnv | None = None
+
+    def steps(
+        self, actor: Actor, normalizer: dict[str, Any] | None, plan: EvalPlan
+    ) -> Generator[None, None, EvalResult]:
+        """:func:`episode_steps` of ``actor`` on the evaluation env (see the class docstring)."""
+        if self.env is None:
+            self.env = plan.make_env()
+        load_normalizer_state(self.env, normalizer, training=False)
+        return episode_steps(self.env, actor, plan.episodes, deterministic=plan.deterministic, seed=plan.seed)
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+@dataclass
+class Episodes:
+    """Episodes that ended in one vector step: raw (unnormalised) returns and lengths."""
+
+    returns: list[float]
+    lengths: list[int]
+
+
+def finished_episodes(info: dict[str, Any]) -> Episodes:
+    """Raw returns and lengths of the episodes that ended in this step (from RecordEpisodeStatistics)."""
+    final = info.get("final_info")
+    if not final or "episode" not in final:
+        return Episodes([], [])
+    ep, mask = final["episode"], final["_episode"]
+    idx = np.flatnonzero(mask)
+    return Episodes([float(ep["r"][i]) for i in idx], [int(ep["l"][i]) for i in idx])
+
+
+def final_observations(obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """``obs`` with the rows of sub-envs whose episode ended replaced by their true final observation."""
+    if "final_obs" not in info:
+        return obs
+    out = obs.copy()
+    for i in np.flatnonzero(info["_final_obs"]):
+        out[i] = info["final_obs"][i]
+    return out

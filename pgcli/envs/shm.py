@@ -1,9 +1,9 @@
 """``hardware.vec_env=shm``: a same-step-autoreset vector env whose second half steps in a worker process that
-exchanges actions and results with this one through shared memory (issue 11, item 2).
+exchanges actions and results with this one through shared memory.
 
 Why not a pipe (``hardware.vec_env=worker``): with Hopper's 2 sub-envs a vector step moves ~0.1 ms of stepping to
 the other core, and a pipe round trip (pickling, two syscalls, a kernel wake-up on each side) costs more than that
-(docs/benchmarks.md, "TRPO on two cores"). Here one vector step is:
+(docs/benchmarks/trpo.md, "Two cores"). Here one vector step is:
 
 1. this process writes the worker's rows of the actions into shared memory and bumps a command counter;
 2. it steps its own sub-envs meanwhile, while the worker, which busy-waits on the counter, steps its share and
@@ -20,17 +20,19 @@ the same order with the same actions; tests/unit/test_shmenv.py checks it agains
 by the same ``VectorEnv._add_info`` calls as the sync env's. The per-step env infos (e.g. Hopper's ``x_position``)
 are left out; they cost a dict merge per step and nothing reads them. On the rare steps where a worker sub-env's
 episode ends, its final observation and info come through the pipe. Reset, ``call``, ``get_attr`` and
-``set_attr`` (checkpoints) go through the pipe as with ``WorkerVectorEnv``.
+``set_attr`` (checkpoints) go through the pipe as with ``WorkerVectorEnv`` (both are ``pgcli.envs.split``'s).
 
 **Evaluation in the worker's idle time** (``hardware.eval_in_worker``, the default): during the updates the worker
 has nothing to step, so it plays the evaluation episodes (:class:`_IdleEvaluation`, fed by
-``pgcli.training.evaluation.WorkerEvaluation`` through a second pipe) one step between polls, and answers a step command
+``pgcli.training.evaluation.WorkerEvaluation`` through a second pipe with an ``EvalPlan``: ``pgcli.envs.episodes``)
+one step between polls, and answers a step command
 within one evaluation step when the next rollout starts. The trainer no longer plays them on its own core; the
 results are those of an in-process evaluation (tests/integration/test_parallel_training.py).
 
 With one sub-env, one usable CPU, or spaces other than Box / Discrete, every sub-env steps in this process (the
 same lean step, no worker). The busy-wait protocol relies on x86's ordering of stores (a writer's data is visible
-before its counter), so on other CPU architectures the worker is not started either.
+before its counter), so on other CPU architectures the worker is not started either. Whether another process takes
+the worker's core mid-run is ``pgcli.hardware.watch``'s question.
 """
 
 from __future__ import annotations
@@ -39,19 +41,21 @@ import contextlib
 import multiprocessing as mp
 import os
 import platform
-import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from copy import deepcopy
 from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import concatenate, create_empty_array
 
-from pgcli.envs.worker import EnvWorkerError, answer, describe, reset_arguments, reset_envs, stop_process
+from pgcli.algo.base import EvalResult
+from pgcli.envs.episodes import PipedEpisodes
+from pgcli.envs.split import EnvWorkerError, SplitVectorEnv, set_envs, worker_command
+from pgcli.errors import PgcliError
+from pgcli.hardware.child import describe
 
 SPIN_S = 0.002
 """How long a waiting process busy-waits before it polls instead (the worker, between rollouts)."""
@@ -61,12 +65,15 @@ X86 = ("x86_64", "amd64", "i386", "i686")
 
 # the control block: int64 slots
 _SEQ, _CMD, _DONE, _STATUS = 0, 1, 2, 3
-_STEP, _PIPE, _CLOSE = 1, 2, 3  # commands
+_STEP, _PIPE = 1, 2  # commands (``close`` is a pipe command)
 _OK, _ENDED, _ERROR = 0, 1, 2  # a step's status
 
+Layout = list[tuple[str, np.dtype, tuple[int, ...]]]
+"""The arrays in shared memory: (name, dtype, shape) each."""
 
-def _layout(n: int, obs_space: gym.spaces.Box, action_space: gym.Space) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
-    """The arrays in shared memory for ``n`` worker sub-envs: (name, dtype, shape)."""
+
+def _layout(n: int, obs_space: gym.spaces.Box, action_space: gym.Space) -> Layout:
+    """The arrays in shared memory for ``n`` worker sub-envs."""
     act_dtype = np.dtype(np.int64) if isinstance(action_space, gym.spaces.Discrete) else action_space.dtype
     act_shape = tuple(action_space.shape or ())
     return [("ctrl", np.dtype(np.int64), (4,)), ("actions", np.dtype(act_dtype), (n, *act_shape)),
@@ -74,7 +81,7 @@ def _layout(n: int, obs_space: gym.spaces.Box, action_space: gym.Space) -> list[
             ("terminated", np.dtype(np.bool_), (n,)), ("truncated", np.dtype(np.bool_), (n,))]  # fmt: skip
 
 
-def _views(buffer: Any, layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+def _views(buffer: Any, layout: Layout) -> dict[str, np.ndarray]:
     """numpy views of ``buffer`` laid out as ``layout`` (each array 8-byte aligned)."""
     views, offset = {}, 0
     for name, dtype, shape in layout:
@@ -84,32 +91,35 @@ def _views(buffer: Any, layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> 
     return views
 
 
-def _nbytes(layout: list[tuple[str, np.dtype, tuple[int, ...]]]) -> int:
+def _nbytes(layout: Layout) -> int:
     return sum(-(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 8) * 8 for _, dtype, shape in layout)
+
+
+def _control(buffer: Any) -> memoryview:
+    """The control block as plain ints: the cheapest reads for a spin."""
+    return memoryview(buffer).cast("B").cast("q")[:4]
 
 
 class _IdleEvaluation:
     """Evaluations the worker plays while it would otherwise sleep (``hardware.eval_in_worker``).
 
-    A request ``(actor, normaliser state, env config, eval config, seed)`` arrives on the evaluation pipe; the worker
-    builds the evaluation env once (``make_vec_env(..., vectorization="lean")``, as an in-process evaluation does),
-    loads the frozen statistics and plays ``pgcli.envs.episodes.episode_steps`` one vector step per call, only after
-    ``SPIN_S`` without a step command: during the trainer's updates, never inside a rollout. The answer is
-    ``("ok", (returns, lengths))`` or ``("error", message)``; the results are those an in-process evaluation gives.
+    A request ``(actor, normaliser state, EvalPlan)`` arrives on the evaluation pipe; the worker builds the plan's
+    evaluation env once (a lean env, as an in-process evaluation steps), loads the frozen statistics and plays
+    :meth:`pgcli.envs.episodes.PipedEpisodes.steps` one vector step per call, only after ``SPIN_S`` without a step
+    command: during the trainer's updates, never inside a rollout. The answer is ``("ok", (returns, lengths))`` or
+    ``("error", message)``; the results are those an in-process evaluation gives.
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.env: Any = None
-        self.steps: Any = None
+        self.episodes = PipedEpisodes()
+        self.steps: Generator[None, None, EvalResult] | None = None
         self.warm = False
 
     def __call__(self) -> bool:
         """One unit of work (take a request, or play one step); False when there is nothing to do."""
         if not self.warm:  # the first idle moment: import what an evaluation needs (torch: about a second), once
             import torch  # noqa: F401
-
-            import pgcli.training.monitor  # noqa: F401
 
             self.warm = True
             return True
@@ -135,79 +145,70 @@ class _IdleEvaluation:
     def _start(self, request: tuple[Any, ...]) -> None:
         import torch
 
-        from pgcli.envs.episodes import episode_steps
-        from pgcli.training.evaluation import piped_eval_env
-
-        actor, normalizer, env_cfg, cfg, seed = request
+        actor, normalizer, plan = request
         torch.set_num_threads(1)
-        self.env = piped_eval_env(self.env, env_cfg, cfg, seed, normalizer)
-        self.steps = episode_steps(self.env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
+        self.steps = self.episodes.steps(actor, normalizer, plan)
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
+        self.episodes.close()
+
+
+def _step_share(envs: list[gym.Env], arrays: tuple[np.ndarray, ...], first: int, conn: Connection) -> int:
+    """Step the worker's sub-envs with the actions in shared memory and write the results there; the step's status.
+    The final observations and infos of episodes that ended (global sub-env indices), or the error, go through the
+    pipe."""
+    actions, obs, rewards, terminated, truncated = arrays
+    try:
+        ended = []
+        for j, env in enumerate(envs):
+            o, r, te, tr, info = env.step(actions[j].copy())
+            if te or tr:
+                ended.append((first + j, o, info))
+                o, _ = env.reset()
+            obs[j], rewards[j], terminated[j], truncated[j] = o, r, te, tr
+        if ended:
+            conn.send(ended)  # before the done counter: it is in the pipe when the main process looks
+            return _ENDED
+    except Exception as exc:
+        conn.send(describe(exc))
+        return _ERROR
+    return _OK
 
 
 def _worker(
-    conn: Connection,
-    buffer: Any,
-    layout: list,
-    env_fns: list[Callable[[], gym.Env]],
+    conn: Connection, eval_conn: Connection, buffer: Any, layout: Layout, env_fns: list[Callable[[], gym.Env]],
     first: int,
-    eval_conn: Connection | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """The worker process: build its sub-envs (global indices ``first``, ``first + 1``, ...), then answer commands
     until ``close``, or until the main process is gone; in between, play the evaluations sent on ``eval_conn``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process, which checkpoints
     parent = os.getppid()
-    idle = _IdleEvaluation(eval_conn) if eval_conn is not None else None
+    idle = _IdleEvaluation(eval_conn)
     envs: list[gym.Env] = []
     views = _views(buffer, layout)
-    ctrl = memoryview(buffer).cast("B").cast("q")[:4]  # plain-int reads: the cheapest spin
-    actions, obs, rewards = views["actions"], views["obs"], views["rewards"]
-    terminated, truncated = views["terminated"], views["truncated"]
+    arrays = tuple(views[name] for name in ("actions", "obs", "rewards", "terminated", "truncated"))
+    ctrl = _control(buffer)
     try:
         envs = [fn() for fn in env_fns]
         conn.send(("ok", None))
         seq = 0
-        while True:
-            seq = _next_command(ctrl, seq, parent, idle)
-            if seq < 0:  # the main process went away
-                break
-            command = ctrl[_CMD]
-            if command == _STEP:
-                status = _OK
-                try:
-                    ended = []
-                    for j, env in enumerate(envs):
-                        o, r, te, tr, info = env.step(actions[j].copy())
-                        if te or tr:
-                            ended.append((first + j, o, info))
-                            o, _ = env.reset()
-                        obs[j], rewards[j], terminated[j], truncated[j] = o, r, te, tr
-                    if ended:
-                        conn.send(ended)  # before the done counter: it is in the pipe when the main process looks
-                        status = _ENDED
-                except Exception as exc:
-                    conn.send(describe(exc))
-                    status = _ERROR
-                ctrl[_STATUS] = status
+        while (seq := _next_command(ctrl, seq, parent, idle)) >= 0:  # < 0: the main process went away
+            if ctrl[_CMD] == _STEP:
+                ctrl[_STATUS] = _step_share(envs, arrays, first, conn)
                 ctrl[_DONE] = seq  # last: the results above are visible before it (x86 store order)
-            elif command == _PIPE:
-                name, payload = conn.recv()
-                try:
-                    conn.send(("ok", answer(envs, name, payload)))
-                except Exception as exc:
-                    conn.send(("error", describe(exc)))
-            else:  # _CLOSE
+                continue
+            name, payload = conn.recv()  # _PIPE
+            if name == "close":
                 break
+            try:
+                conn.send(("ok", worker_command(envs, name, payload)))
+            except Exception as exc:
+                conn.send(("error", describe(exc)))
     except (EOFError, OSError):  # the main process went away
         pass
     finally:
         for env in envs:
             env.close()
-        if idle is not None:
-            idle.close()
+        idle.close()
         conn.close()
 
 
@@ -231,133 +232,7 @@ def _next_command(ctrl: memoryview, seq: int, parent: int, idle: Callable[[], bo
     return ctrl[_SEQ]
 
 
-def _with_worker(env: VectorEnv) -> SharedMemoryVectorEnv | None:
-    """``env``'s shared-memory vector env (through its wrappers) while its worker process runs, else None."""
-    base = env.unwrapped
-    return base if isinstance(base, SharedMemoryVectorEnv) and base._process is not None else None
-
-
-def worker_wait(env: VectorEnv) -> Callable[[], float] | None:
-    """Seconds ``env``'s shared-memory worker has kept :meth:`SharedMemoryVectorEnv.step` waiting so far (a
-    counter, through its wrappers), None when ``env`` steps everything in this process."""
-    base = _with_worker(env)
-    return None if base is None else lambda: base.wait_s
-
-
-def run_queue_s(pid: int) -> float | None:
-    """Seconds the task ``pid`` (a process's main thread) has spent runnable but waiting for a core: the second field
-    of ``/proc/<pid>/schedstat``. None where it cannot be read (another OS, a process that is gone)."""
-    try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def run_queue_total(env: VectorEnv) -> float | None:
-    """Seconds this process and ``env``'s shared-memory worker have waited for a core so far (:func:`run_queue_s`);
-    None without a worker or where the kernel does not say."""
-    base = _with_worker(env)
-    if base is None:
-        return None
-    ours, worker = run_queue_s(os.getpid()), run_queue_s(base._process.pid)
-    return None if ours is None or worker is None else ours + worker
-
-
-BUSY_SHARE = 0.2
-"""The share of wall time the run's two processes may spend waiting for a core before the run counts its cores as
-taken (:class:`WorkerWatch`, :func:`busy_cores_note`): near 0 on an otherwise idle machine (0.17 ms in 0.54 s of
-a busy loop, one reading), about half the wall time per process with twice as many CPU-bound processes as cores
-(0.53 s in 1 s beside three busy loops on 2 cores, one reading)."""
-WAIT_SHARE = 0.4
-"""Where the kernel does not say: the share of wall time the trainer may wait for its worker (10-28% per update on an
-idle machine early in a Hopper run, when episodes end often and the two sub-envs' steps differ in cost)."""
-
-
-def busy_share(
-    queued_s: float | None, waited_s: float, wall_s: float, *, share: float = BUSY_SHARE, wait_share: float = WAIT_SHARE
-) -> tuple[float, bool]:
-    """The share of ``wall_s`` in which the run's processes waited ``queued_s`` for a core, and whether it is over
-    ``share``: the sign that other processes use the run's cores. Where the kernel does not say (``queued_s`` None),
-    the trainer's ``waited_s`` for its worker stand in, against ``wait_share``."""
-    if queued_s is not None:
-        return queued_s / wall_s, queued_s / wall_s > share
-    return waited_s / wall_s, waited_s / wall_s > wait_share
-
-
-def busy_cores_note(queued_s: float | None, waited_s: float, wall_s: float) -> str | None:
-    """The end-of-run note for a run that kept its worker (``hardware.busy_fallback=false``) while other processes
-    used the cores (:func:`busy_share`); None when the cores were the run's own."""
-    if wall_s <= 0:
-        return None
-    share, over = busy_share(queued_s, waited_s, wall_s)
-    if not over:
-        return None
-    who = "its two processes waited for a core" if queued_s is not None else "it waited for its env worker"
-    what = f"{who} {share:.0%} of the time"
-    return (
-        f"pgcli: note: another process used this run's cores ({what}): hardware.vec_env=sync may be faster "
-        "on this machine"
-    )
-
-
-HOME_NOTE = (
-    "pgcli: note: another process is using this run's cores (its two processes waited for one {share} of the "
-    "time): the run continues in one process, with the same results (hardware.busy_fallback=false keeps the worker)"
-)
-
-
-class WorkerWatch:
-    """Between updates: brings a shared-memory env's worker sub-envs home (:meth:`SharedMemoryVectorEnv.bring_home`,
-    the same results) when another process has started to use the run's cores (a second run started beside it, say):
-    then the trainer and its busy-waiting worker share two cores with it, and every vector step waits for whichever
-    is descheduled, while one process would have a core to itself.
-
-    The sign: for ``patience`` updates in a row, the run's two processes together spent more than ``share`` of the
-    wall time runnable but off a core (:func:`run_queue_s`; see :data:`BUSY_SHARE`). Where the kernel does not
-    tell, the trainer's waits for the worker (``wait_s``) stand in, with a higher bar (``wait_share``): they are
-    also 10-28% per update on an idle machine, when the two sub-envs' steps differ in cost. :func:`pgcli.hardware.placement.free_core`
-    cannot tell here: the run's own worker counts as a runnable process while it busy-waits.
-
-    Call it only with no evaluation in the worker; it returns the note to print when the sub-envs came home."""
-
-    def __init__(
-        self,
-        env: SharedMemoryVectorEnv,
-        *,
-        share: float = BUSY_SHARE,
-        wait_share: float = WAIT_SHARE,
-        patience: int = 2,
-        run_queue: Callable[[], float | None] | None = None,
-    ) -> None:
-        self.env, self.share, self.wait_share, self.patience = env, share, wait_share, patience
-        self.run_queue = run_queue or self._run_queue
-        """Seconds the run's processes have waited for a core so far (None: not known here)."""
-        self._last = (self.run_queue(), env.wait_s, time.perf_counter())
-        self._strikes = 0
-
-    def _run_queue(self) -> float | None:
-        return run_queue_total(self.env)
-
-    def __call__(self) -> str | None:
-        queued, waited, now = self.run_queue(), self.env.wait_s, time.perf_counter()
-        (queued0, waited0, then), self._last = self._last, (queued, waited, now)
-        queued_s = None if queued is None or queued0 is None else queued - queued0
-        share, busy = busy_share(queued_s, waited - waited0, max(now - then, 1e-9), share=self.share,
-                                 wait_share=self.wait_share)  # fmt: skip
-        self._strikes = self._strikes + 1 if busy else 0
-        if self._strikes < self.patience or not self.env.bring_home():
-            return None
-        return HOME_NOTE.format(share=f"{share:.0%}")
-
-
-def worker_watch(env: VectorEnv) -> WorkerWatch | None:
-    """A :class:`WorkerWatch` for ``env``'s shared-memory worker (through its wrappers), None without one."""
-    base = _with_worker(env)
-    return None if base is None else WorkerWatch(base)
-
-
-class SharedMemoryVectorEnv(VectorEnv):
+class SharedMemoryVectorEnv(SplitVectorEnv):
     """Same-step-autoreset vector env over ``env_fns``: sub-envs ``[0, n - n_worker)`` step in this process, the
     rest in one worker process synchronised through shared memory (see the module docstring).
 
@@ -373,13 +248,10 @@ class SharedMemoryVectorEnv(VectorEnv):
         if not 0 <= n_worker < n:
             raise ValueError(f"n_worker must be in [0, {n - 1}] (got {n_worker})")
         requested = n_worker
-        self.num_envs = n
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self.autoreset_mode = AutoresetMode.SAME_STEP
+        super().__init__(n, n - n_worker)
         self.envs = [fn() for fn in env_fns[: n - n_worker]]
         obs_space, action_space = self.envs[0].observation_space, self.envs[0].action_space
-        self.single_observation_space, self.single_action_space = obs_space, action_space
-        self.observation_space, self.action_space = batch_space(obs_space, n), batch_space(action_space, n)
+        self._set_spaces(obs_space, action_space)
         self._box_obs = isinstance(obs_space, gym.spaces.Box)
         if not (self._box_obs and isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete))):
             n_worker = 0
@@ -390,70 +262,36 @@ class SharedMemoryVectorEnv(VectorEnv):
         self.n_local = n - n_worker
         self._env_fns = list(env_fns)
         self._last_obs: Any = None  # the batch returned last: the rows a masked reset leaves
-        self._process: Any = None
-        self._closed_worker = True
         self.wait_s = 0.0
         """Seconds :meth:`step` waited for the worker after stepping its own sub-envs: near 0 when the worker has a
-        core of its own, more when another process takes it (:class:`WorkerWatch` reads the run queue instead)."""
+        core of its own, more when another process takes it (``pgcli.hardware.watch`` reads the run queue instead)."""
         if n_worker:
-            self._start_worker(list(env_fns[self.n_local :]), obs_space, action_space)
+            self._start_shared_worker(list(env_fns[self.n_local :]), obs_space, action_space)
 
-    def _start_worker(self, env_fns: list[Callable[[], gym.Env]], obs_space: Any, action_space: Any) -> None:
+    def _start_shared_worker(self, env_fns: list[Callable[[], gym.Env]], obs_space: Any, action_space: Any) -> None:
         layout = _layout(len(env_fns), obs_space, action_space)
-        ctx = mp.get_context("spawn")  # torch's threads do not survive a fork
-        self._buffer = ctx.RawArray("B", _nbytes(layout))
+        self._buffer = mp.get_context("spawn").RawArray("B", _nbytes(layout))
         self._shared = _views(self._buffer, layout)
-        self._ctrl = memoryview(self._buffer).cast("B").cast("q")[:4]
+        self._ctrl = _control(self._buffer)
         self._seq = 0
-        self._conn, child = ctx.Pipe()
-        self._eval_conn, eval_child = ctx.Pipe()
-        args = (child, self._buffer, layout, env_fns, self.n_local, eval_child)
-        self._process = ctx.Process(target=_worker, args=args, daemon=True, name="pgcli-env-worker")
-        self._process.start()
-        child.close()  # only the worker holds its end: its death is an EOF here, never a hang
-        eval_child.close()
-        self._closed_worker = False
-        self._receive("start")
+        self._start_worker(_worker, self._buffer, layout, env_fns, self.n_local, side_pipes=1, wake=self._signal_pipe)
+        self._answer("start")
 
     # -- the worker ---------------------------------------------------------------------------------------------------
     def evaluation_channel(self) -> tuple[Connection, Any] | None:
         """The worker's evaluation pipe and process (:class:`_IdleEvaluation`), None without a worker."""
-        if self._process is None or self._closed_worker:
+        if self.worker is None or self._stopped:
             return None
-        return self._eval_conn, self._process
-
-    def _died(self, command: str) -> EnvWorkerError:
-        self._process.join(timeout=1.0)
-        self._closed_worker = True
-        return EnvWorkerError(
-            f"the env worker process (pid {self._process.pid}) died during '{command}' "
-            f"(exit code {self._process.exitcode}); hardware.vec_env=sync runs without it"
-        )
-
-    def _receive(self, command: str) -> Any:
-        try:
-            status, result = self._conn.recv()
-        except (EOFError, ConnectionResetError, OSError):
-            raise self._died(command) from None
-        if status == "error":
-            self._closed_worker = True
-            raise EnvWorkerError(f"env worker '{command}' failed: {result}")
-        return result
+        return self.worker.side[0], self.worker.process
 
     def _signal(self, command: int) -> None:
-        if self._closed_worker:
-            raise EnvWorkerError("the env worker process has already stopped")
         self._seq += 1
         self._ctrl[_CMD] = command
         self._ctrl[_SEQ] = self._seq  # last: the worker reads the command (and the actions) after it
 
-    def _pipe(self, command: str, payload: Any) -> None:
-        """Send a pipe command; its answer is ``_receive(command)``."""
+    def _signal_pipe(self) -> None:
+        """Tell the worker that a pipe command follows."""
         self._signal(_PIPE)
-        try:
-            self._conn.send((command, payload))
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            raise self._died(command) from None
 
     def _wait_step(self) -> int:
         """Busy-wait for the worker's step (then poll, checking that it lives); its status."""
@@ -464,22 +302,37 @@ class SharedMemoryVectorEnv(VectorEnv):
             while ctrl[_DONE] != seq and time.perf_counter() < deadline:
                 pass
             while ctrl[_DONE] != seq:
-                if not self._process.is_alive():
-                    raise self._died("step")
+                if not self._check_worker().is_alive():
+                    raise self._stop(self._check_worker().died("step"))
                 time.sleep(0)
             self.wait_s += time.perf_counter() - start
         return ctrl[_STATUS]
 
+    def _worker_ended(self, status: int) -> list[tuple[int, Any, dict[str, Any]]]:
+        """After a shared-memory step of ``status``: the worker's episodes that ended (its error raises)."""
+        if status == _OK:
+            return []
+        worker = self._check_worker()
+        try:
+            message = worker.recv("step")
+        except PgcliError as exc:
+            raise self._stop(exc) from None
+        if status == _ERROR:
+            raise self._stop(worker.failed(message, "step"))
+        ended: list[tuple[int, Any, dict[str, Any]]] = message
+        return ended
+
     # -- VectorEnv ----------------------------------------------------------------------------------------------------
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # type: ignore[override]
         n, k = self.num_envs, self.n_local
-        worker = self._process is not None
+        worker = self.worker is not None
         shared = worker and isinstance(actions, np.ndarray) and actions.dtype == self._shared["actions"].dtype
         if shared:
             self._shared["actions"][...] = actions[k:]
+            self._check_worker()
             self._signal(_STEP)
         elif worker:  # actions of another dtype: through the pipe, exactly as given
-            self._pipe("step", list(actions[k:]))
+            self._ask("step", list(actions[k:]))
         obs: Any = np.empty(self.observation_space.shape, self.observation_space.dtype) if self._box_obs else [None] * n  # type: ignore[arg-type]
         rewards = np.zeros(n, dtype=np.float64)
         terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
@@ -495,24 +348,16 @@ class SharedMemoryVectorEnv(VectorEnv):
             if shared:  # collect the worker's step, so no stale message waits in the pipe
                 with contextlib.suppress(EnvWorkerError, EOFError, OSError):
                     if self._wait_step() != _OK:
-                        self._conn.recv()
+                        self._check_worker().conn.recv()
             raise
         if shared:
             status = self._wait_step()
             obs[k:] = self._shared["obs"]
             rewards[k:], terminated[k:] = self._shared["rewards"], self._shared["terminated"]
             truncated[k:] = self._shared["truncated"]
-            if status != _OK:
-                try:
-                    message = self._conn.recv()
-                except (EOFError, ConnectionResetError, OSError):
-                    raise self._died("step") from None
-                if status == _ERROR:
-                    self._closed_worker = True
-                    raise EnvWorkerError(f"env worker 'step' failed: {message}")
-                ended += message
+            ended += self._worker_ended(status)
         elif worker:
-            for i, (o, r, te, tr, final_o, final_info, _) in enumerate(self._receive("step"), start=k):
+            for i, (o, r, te, tr, final_o, final_info, _) in enumerate(self._answer("step"), start=k):
                 obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
                 if final_info is not None:
                     ended.append((i, final_o, final_info))
@@ -528,13 +373,7 @@ class SharedMemoryVectorEnv(VectorEnv):
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         """As ``SyncVectorEnv.reset``: int seeds give sub-env i ``seed + i``; ``options["reset_mask"]`` resets only
         the selected sub-envs (the others' rows of the returned batch are their last observations)."""
-        n, k = self.num_envs, self.n_local
-        seeds, mask, options = reset_arguments(n, seed, options)
-        if self._process is not None:
-            self._pipe("reset", (seeds[k:], list(mask[k:]), options))
-        results = reset_envs(self.envs, seeds[:k], list(mask[:k]), options)
-        if self._process is not None:
-            results += self._receive("reset")
+        _, results = self._reset_sub_envs(seed, options)
         infos: dict[str, Any] = {}
         rows = []
         for i, result in enumerate(results):
@@ -544,41 +383,16 @@ class SharedMemoryVectorEnv(VectorEnv):
                 rows.append(result[0])
                 infos = self._add_info(infos, result[1], i)
         space = self.single_observation_space
-        out: Any = create_empty_array(space, n)
+        out: Any = create_empty_array(space, self.num_envs)
         self._last_obs = concatenate(space, rows, out)
         return self._last_obs.copy(), infos
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Every sub-env's attribute ``name`` (through its wrappers), called with the arguments when it is a method;
-        in sub-env order (as ``SyncVectorEnv.call``)."""
-        if self._process is not None:
-            self._pipe("call", (name, args, kwargs))
-        local = answer(self.envs, "call", (name, args, kwargs))
-        return tuple(local + (self._receive("call") if self._process is not None else []))
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """``call(name)``, as ``SyncVectorEnv.get_attr``."""
-        return self.call(name)
-
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """Set ``name`` on every sub-env: one value each (a list or tuple of ``num_envs``) or the same for all."""
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} values, got {len(values)}")
-        k = self.n_local
-        if self._process is not None:
-            self._pipe("set_attr", (name, list(values[k:])))
-        answer(self.envs, "set_attr", (name, list(values[:k])))
-        if self._process is not None:
-            self._receive("set_attr")
 
     def bring_home(self) -> bool:
         """Step every sub-env in this process from now on, and stop the worker: for a run whose worker has lost its
         core to another process. The worker's sub-envs are made here and continue their episodes in progress from
         their ``episode_state`` (simulator, wrapper counters, RNGs: the run's results do not change). False, changing
         nothing, when there is no worker or a sub-env's simulator state cannot be read (it would restart)."""
-        if self._process is None:
+        if self.worker is None:
             return False
         states = list(self.get_attr("episode_state"))[self.n_local :]
         if any(state["sim"] is None for state in states):
@@ -586,23 +400,8 @@ class SharedMemoryVectorEnv(VectorEnv):
         envs = [fn() for fn in self._env_fns[self.n_local :]]
         for env in envs:  # as a vector env's first reset does (the wrappers' checks expect one); then overwritten
             env.reset(seed=0)
-        answer(envs, "set_attr", ("episode_state", states))
+        set_envs(envs, "episode_state", states)
         self._stop_worker()
         self.envs += envs
-        self.n_local, self._process = self.num_envs, None
+        self.n_local, self.worker = self.num_envs, None
         return True
-
-    def close_extras(self, **kwargs: Any) -> None:
-        for env in self.envs:
-            env.close()
-        if self._process is not None:
-            self._stop_worker()
-
-    def _stop_worker(self) -> None:
-        self._closed_worker = True
-        if self._process.is_alive():  # also after an error it answered: it waits for the next command
-            self._seq += 1
-            self._ctrl[_CMD] = _CLOSE
-            self._ctrl[_SEQ] = self._seq
-        stop_process(self._process, self._conn)
-        self._eval_conn.close()

@@ -1,15 +1,15 @@
-"""What ``env.id`` and ``env.wrappers`` resolve to, and whether the chosen trainer can take the env's spaces.
+"""What ``env.id`` and ``env.wrappers`` resolve to, and which spaces each trainer can take.
 
-Everything here runs at validation time, before any run directory, env or MLflow run exists (issue 9 item 1, issue 10
-item 3), and stays light: gymnasium and numpy, never torch, SB3 or MLflow.
+Everything here is light (gymnasium and numpy, never torch, SB3 or MLflow) and makes no env: it runs at validation
+time, before any run directory, env or MLflow run exists (docs/configuration.md, "Validation"), through
+:mod:`pgcli.training.checks`, and again when the env builder (:mod:`pgcli.envs.make`) resolves ids and wrappers.
 
 - ``env.id`` is a registered gymnasium id (``CartPole-v1``) or ``module.path:EnvId-v0``; as ``gymnasium.make`` does,
   the module is imported first so that it can register the id. A module in the directory pgcli starts in is found.
 - ``env.wrappers`` is a list of ``{_target_: module.Wrapper, arg: value, ...}``; each target must import, be callable
   and accept the arguments, and is applied as ``Wrapper(env, **args)``.
-- :func:`check_train_config` builds one throwaway env exactly as training will (``pgcli.envs.make.make_env``), reads its
-  spaces, closes it, and rejects spaces or options the chosen trainer cannot take, with one line naming the space and
-  the algorithms that can.
+- :data:`OBSERVATION_SPACES` and :data:`ACTION_SPACES` say which spaces each trainer takes; :func:`algos_taking` and
+  :func:`describe_space` word the error when one cannot.
 """
 
 from __future__ import annotations
@@ -17,19 +17,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
 
 from pgcli.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pgcli.config import EnvConfig, TrainConfig
 
 OWN_TRAINERS = ("trpo", "vpg", "ppo_kl", "grpo")
 """pgcli's own PyTorch trainers: an MLP on a flat Box observation; Categorical or diagonal-Gaussian actions."""
@@ -46,8 +42,6 @@ ACTION_SPACES: dict[str, tuple[type[spaces.Space], ...]] = {
     **{name: (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary) for name in SB3_TRAINERS},
 }
 """Action spaces each trainer takes (SB3's ``supported_action_spaces``; ours need a 1-D Box)."""
-
-FLATTEN_HINT = "env.wrappers=[{_target_: gymnasium.wrappers.FlattenObservation}]"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -200,86 +194,3 @@ def algos_taking(table: dict[str, tuple[type[spaces.Space], ...]], space: spaces
         if ok:
             out.append(name)
     return out
-
-
-def _unsupported(kind: str, env_id: str, space: spaces.Space, algo: str, able: list[str], fix: str) -> ConfigError:
-    can = f"algo={', '.join(able)} can" if able else f"no pgcli algorithm can; {fix}"
-    return ConfigError(
-        f"env.id {env_id!r} has a {describe_space(space)} {kind} space, which algo={algo} cannot take; {can}"
-    )
-
-
-_PROBED: dict[str, tuple[spaces.Space, spaces.Space] | None] = {}
-
-
-def _probe(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
-    from pgcli.envs.make import wrap_env
-
-    try:
-        base = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))
-    except Exception:
-        # The env itself does not build (e.g. a kwarg its constructor rejects). That is left to the run, which ends
-        # FAILED with the env's own error (issue 5: a sweep's bad job fails alone); there are no spaces to check.
-        return None
-    try:
-        env = wrap_env(base, cfg)  # our wrappers and the user's, exactly as every sub-env of the run
-    except BaseException:
-        base.close()
-        raise
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
-def probe_spaces(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
-    """(observation, action) space of one sub-env as training builds it, or None when the env does not build.
-
-    A throwaway env is made and closed; nothing is written. Results are cached per env config, so validating every
-    job of a sweep, and again in each job, builds each distinct env once.
-    """
-    from dataclasses import asdict
-
-    key = json.dumps(asdict(cfg), sort_keys=True, default=repr)
-    if key not in _PROBED:
-        _PROBED[key] = _probe(cfg)
-    return _PROBED[key]
-
-
-def check_train_config(cfg: TrainConfig) -> None:
-    """Reject an env the chosen trainer cannot take and options that need continuous actions on a discrete env.
-
-    Raises:
-        ConfigError: one line naming the space and the algorithms that can take it, or the option and why.
-    """
-    from pgcli.config import A2CConfig, PPOConfig, SB3TRPOConfig
-
-    probed = probe_spaces(cfg.env)
-    if probed is None:
-        return
-    obs_space, action_space = probed
-    algo, env_id = type(cfg.algo).name, cfg.env.id
-    if not isinstance(obs_space, OBSERVATION_SPACES[algo]):
-        able = algos_taking(OBSERVATION_SPACES, obs_space)
-        raise _unsupported("observation", env_id, obs_space, algo, able, f"flatten it with {FLATTEN_HINT}")
-    if algo not in algos_taking(ACTION_SPACES, action_space):
-        able = algos_taking(ACTION_SPACES, action_space)
-        raise _unsupported("action", env_id, action_space, algo, able, "wrap the env to expose a supported space")
-    if cfg.env.normalize_obs and not isinstance(obs_space, spaces.Box):
-        raise ConfigError(
-            f"env.normalize_obs=true needs a Box observation space; {env_id!r} has {describe_space(obs_space)}; "
-            "set env.normalize_obs=false"
-        )
-    if isinstance(action_space, spaces.Box):
-        return
-    actions = describe_space(action_space)
-    if isinstance(cfg.algo, (PPOConfig, A2CConfig, SB3TRPOConfig)) and cfg.algo.use_sde:
-        raise ConfigError(
-            f"algo.use_sde=true needs continuous (Box) actions; {env_id!r} has {actions} actions; "
-            "set algo.use_sde=false"
-        )
-    if cfg.model.log_std_init != 0.0:
-        raise ConfigError(
-            f"model.log_std_init={cfg.model.log_std_init} only sets the std of continuous (Box) actions; {env_id!r} "
-            f"has {actions} actions; drop the override"
-        )

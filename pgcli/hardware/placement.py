@@ -43,7 +43,7 @@ def free_core(samples: int = 5, interval_s: float = 0.01) -> bool:
     less this process, is below the usable CPUs less one. True where it cannot be read (the run decides as before).
 
     Beside one CPU-bound process of another job, the two-core path's worker shares a core and every vector step waits
-    for it: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
+    for it: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks/trpo.md, "On a busy machine").
     """
     counts = []
     for i in range(samples):
@@ -91,10 +91,10 @@ BUSY_NOTE = (
 
 def fall_back_when_busy(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` in one process (:func:`one_process`, the same numbers) when it asks for a second process, allows the
-    fallback (``hardware.busy_fallback``) and no core is free (:func:`pgcli.hardware.placement.free_core`); says so on stderr.
+    fallback (``hardware.busy_fallback``) and no core is free (:func:`free_core`); says so on stderr.
 
     Another process keeping the second core busy would make a busy-waiting env worker share it and every vector step
-    wait: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks.md, "TRPO on two cores").
+    wait: 30k Hopper steps took 39.5 s against 6.5 s in one process (docs/benchmarks/trpo.md, "On a busy machine").
     Used by ``pgcli train`` and by ``pgcli train resume=`` (checkpoints do not depend on the vector env)."""
     if not (uses_second_core(cfg) and cfg.hardware.busy_fallback):
         return cfg

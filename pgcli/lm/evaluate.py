@@ -1,4 +1,4 @@
-"""Held-out evaluation of a text policy (issue 12): what ``eval/*`` means on a text task.
+"""Held-out evaluation of a text policy (docs/lm.md, "Evaluation"): what ``eval/*`` means on a text task.
 
 On the task's fixed held-out problems (never sampled for training):
 

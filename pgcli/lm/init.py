@@ -14,11 +14,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgcli.config import LMModelConfig, TextEnvConfig, TrackingConfig
 from pgcli.errors import ConfigError
+from pgcli.training.logged import LoggedRun, Wording
 
+if TYPE_CHECKING:
+    from pgcli.tracking.store import RunStore
+
+INIT = Wording(
+    not_a_run="init={ref}: no such run directory (and not an MLflow run id)",
+    no_store="init={ref}: no such run directory (and not an MLflow run id)",
+    not_found="init={ref}: no run with this id in {uri}; pass the run directory, or tracking.uri=...",
+)
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_ff", "max_len")
 """LMModelConfig fields that fix the shape of the weights."""
 
@@ -39,22 +48,16 @@ def locate_init(init: str, tracking: TrackingConfig) -> InitSource:
     """The model directory ``init`` names (module docstring); one-line ConfigError when there is none."""
     from pgcli.lm.model import POLICY_FILE
 
-    path = Path(init).expanduser()
-    if path.exists():
-        for candidate in (path / "model", path):
+    run = LoggedRun.locate(init, store=lambda: _init_store(init, tracking), wording=INIT)
+    if run.record is None:  # a run directory, or its model directory
+        assert run.run_dir is not None
+        for candidate in (run.run_dir / "model", run.run_dir):
             if (candidate / POLICY_FILE).is_file():
-                run_id = _run_id_of(candidate.parent if candidate != path else path)
-                return InitSource(candidate.resolve(), _read_spec(candidate, init), run_id)
-        raise ConfigError(f"init={init}: {path} holds no model/{POLICY_FILE}; pass an SFT run's directory or run id")
-    return _from_store(init, tracking)
-
-
-def _run_id_of(run_dir: Path) -> str | None:
-    from pgcli.training.run import read_run_file
-
-    info = read_run_file(run_dir) or {}
-    run_id = info.get("run_id")
-    return str(run_id) if run_id else None
+                return InitSource(candidate.resolve(), _read_spec(candidate, init), run.run_id)
+        raise ConfigError(
+            f"init={init}: {run.run_dir} holds no model/{POLICY_FILE}; pass an SFT run's directory or run id"
+        )
+    return _from_store(run, init, tracking)
 
 
 def _read_spec(model_dir: Path, init: str) -> dict[str, Any]:
@@ -69,28 +72,35 @@ def _read_spec(model_dir: Path, init: str) -> dict[str, Any]:
     return spec
 
 
-def _from_store(init: str, tracking: TrackingConfig) -> InitSource:
-    from pgcli.lm.model import POLICY_FILE
-    from pgcli.tracking.backend import open_run_store, resolve_tracking_target
+def _init_store(init: str, tracking: TrackingConfig) -> RunStore | None:
+    """The store to look a run id up in; None with ``tracking=off``; a missing SQLite file is an error here (opening
+    it would create one)."""
+    from pgcli.tracking.store import open_run_store
+    from pgcli.tracking.uri import resolve_tracking_target
 
-    looks_like_id = len(init) == 32 and all(c in "0123456789abcdef" for c in init)
-    if not looks_like_id or tracking.backend != "mlflow":
-        raise ConfigError(f"init={init}: no such run directory (and not an MLflow run id)")
+    if tracking.backend != "mlflow":
+        return None
     uri = resolve_tracking_target(tracking).uri
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise ConfigError(f"init={init}: no tracking store at {uri} to look the run up in")
-    store = open_run_store(tracking)
-    record = store.find(init) if store is not None else None
-    if store is None or record is None:
-        raise ConfigError(f"init={init}: no run with this id in {uri}; pass the run directory, or tracking.uri=...")
-    if record.status != "FINISHED":
-        raise ConfigError(f"init={init}: run {init} is {record.status}, not FINISHED; its final model may be missing")
-    run_dir = Path(record.tags.get("output_dir", ""))
-    if record.tags.get("output_dir") and (run_dir / "model" / POLICY_FILE).is_file():
-        return InitSource(run_dir.resolve() / "model", _read_spec(run_dir / "model", init), init)
+    return open_run_store(tracking)
+
+
+def _from_store(run: LoggedRun, init: str, tracking: TrackingConfig) -> InitSource:
+    """The final model of a run named by id: from its run directory where it is here, else downloaded from its
+    ``model`` artifact into ``<store_dir>/init/<run id>/`` (kept: the next run starting from it reads it there)."""
+    from pgcli.lm.model import POLICY_FILE
+
+    assert run.record is not None and run.store is not None
+    if run.record.status != "FINISHED":
+        raise ConfigError(
+            f"init={init}: run {init} is {run.record.status}, not FINISHED; its final model may be missing"
+        )
+    if run.run_dir is not None and (run.run_dir / "model" / POLICY_FILE).is_file():
+        return InitSource(run.run_dir.resolve() / "model", _read_spec(run.run_dir / "model", init), init)
     cache = Path(tracking.store_dir) / "init" / init
     if not (cache / "model" / POLICY_FILE).is_file():
-        store.download(init, "model", cache)
+        run.store.download(init, "model", cache)
     if not (cache / "model" / POLICY_FILE).is_file():
         raise ConfigError(f"init={init}: run {init} has no model/{POLICY_FILE} (was it an SFT run of pgcli?)")
     return InitSource((cache / "model").resolve(), _read_spec(cache / "model", init), init)

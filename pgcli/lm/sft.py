@@ -1,4 +1,5 @@
-"""Supervised fine-tuning on a text task's demonstrations (``pgcli sft``, ``algo=sft``; issue 12).
+"""Supervised fine-tuning on a text task's demonstrations (``pgcli sft``, ``algo=sft``; docs/lm.md, "Supervised warm
+start").
 
 The warm start of RL on text: minimise the negative log-likelihood of the reference completion (answer + EOS) given
 the prompt, averaged over completion tokens (the prompt is not a target):

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, SortEnvConfig, TextEnvConfig
+from pgcli.envs.spec import resolve_target
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
-
-    from pgcli.config import TextEnvConfig
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 
@@ -371,8 +371,6 @@ def resolve_reward(spec: Mapping[str, Any] | None) -> RewardFn | None:
     """
     if not spec:
         return None
-    from pgcli.envs.spec import resolve_target
-
     spec = dict(spec)
     target = spec.pop("_target_", None)
     if not isinstance(target, str):
@@ -388,8 +386,6 @@ def resolve_reward(spec: Mapping[str, Any] | None) -> RewardFn | None:
 
 def make_puzzle(cfg: TextEnvConfig) -> Puzzle:
     """The puzzle family of a text env config."""
-    from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, SortEnvConfig
-
     if isinstance(cfg, AdditionEnvConfig):
         return Addition(cfg.n_digits)
     if isinstance(cfg, SortEnvConfig):

@@ -152,7 +152,13 @@ def _step_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, n_groups: i
 _MODES: dict[str, Callable[..., _Centred]] = {"outcome": _outcome, "process": _process, "step_baseline": _step_baseline}
 ADVANTAGE_MODES: tuple[str, ...] = tuple(_MODES)
 """Values of `mode` accepted by `group_normalized_advantages`."""
-REWARD_SCALES: tuple[str, ...] = ("group", "batch", "none")
+# what each `scale` divides the centred signal by (signal, group_ids [E], eps): [E, 1] or 0-dim
+_SCALES: dict[str, Callable[[_Centred, Tensor, float], Tensor]] = {
+    "group": lambda signal, group_ids, eps: signal.group_std[group_ids, None] + eps,  # [E, 1]
+    "batch": lambda signal, group_ids, eps: signal.batch_std + eps,
+    "none": lambda signal, group_ids, eps: signal.centred.new_ones(()),
+}
+REWARD_SCALES: tuple[str, ...] = tuple(_SCALES)
 """Values of `scale` accepted by `group_normalized_advantages`."""
 
 
@@ -180,6 +186,18 @@ def _check_episode_batch(rewards: Tensor, mask: Tensor, group_ids: Tensor) -> in
     if missing:
         raise ValueError(f"group_ids must cover 0..{n_groups - 1} without gaps (no episode in groups {missing})")
     return n_groups
+
+
+def _check_options(*, mode: str, scale: str, gamma: float, eps: float) -> None:
+    """Validate `group_normalized_advantages`' keyword options."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {ADVANTAGE_MODES} (got {mode!r})")
+    if scale not in REWARD_SCALES:
+        raise ValueError(f"scale must be one of {REWARD_SCALES} (got {scale!r})")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1] (got {gamma})")
+    if eps < 0.0:
+        raise ValueError(f"eps must be >= 0 (got {eps}); typical: 1e-4")
 
 
 def group_normalized_advantages(
@@ -224,25 +242,13 @@ def group_normalized_advantages(
     Raises:
         ValueError: on a bad mode, scale, gamma or eps, or tensors that break the layout above.
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {ADVANTAGE_MODES} (got {mode!r})")
-    if scale not in REWARD_SCALES:
-        raise ValueError(f"scale must be one of {REWARD_SCALES} (got {scale!r})")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1] (got {gamma})")
-    if eps < 0.0:
-        raise ValueError(f"eps must be >= 0 (got {eps}); typical: 1e-4")
+    _check_options(mode=mode, scale=scale, gamma=gamma, eps=eps)
     n_groups = _check_episode_batch(rewards, mask, group_ids)
 
     signal = _MODES[mode](rewards, mask, group_ids, n_groups, gamma=gamma)
-    divisor = {
-        "group": signal.group_std[group_ids, None] + eps,  # [E, 1]
-        "batch": signal.batch_std + eps,
-        "none": rewards.new_ones(()),
-    }[scale]
     keep = mask.bool() & ~signal.degenerate[group_ids, None]  # [E, L]
     # where, not multiply: a degenerate group's 0 / (0 + eps) may be NaN when eps = 0
-    advantages = torch.where(keep, signal.centred / divisor, 0.0)
+    advantages = torch.where(keep, signal.centred / _SCALES[scale](signal, group_ids, eps), 0.0)
     returns = _reward_to_go(rewards, mask, gamma)[:, :1]  # [E, 1]
     return_mean, return_std = _group_mean_std(returns, torch.ones_like(returns), group_ids, n_groups)
     return GroupAdvantages(advantages, signal.degenerate, return_mean, return_std)

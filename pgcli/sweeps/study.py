@@ -333,43 +333,25 @@ def check_search(overrides: list[str]) -> None:
     """Before ``pgcli train -m`` starts an Optuna search: its settings, one point of its search space (composed and
     validated like a job), pruning, and the budget of the study it would resume. Raises a one-line ConfigError;
     creates nothing. Other sweepers pass through."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from pgcli.config.compose import compose_train_config
+    from pgcli.config.compose import fixed_overrides, hydra_compose, parse_overrides
+    from pgcli.training.checks import train_config
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    plain = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
-    config = compose_with_hydra(plain)
+    parsed = parse_overrides(overrides)
+    config = hydra_compose(fixed_overrides(overrides), hydra_node=True)
     if OmegaConf.select(config, "hydra.sweeper._target_") != SWEEPER_TARGET:
         return
     cfg = search_config(config.hydra.sweeper)
     task = [o.input_line or "" for o in parsed if not o.key_or_group.startswith("hydra")]
     space = SearchSpace.parse(cfg.params, task)
     point = [f"{key}={value}" for key, value in space.first_point().items()]
-    compose_train_config([*space.fixed, *point])
+    train_config([*space.fixed, *point])
     check_pruning(cfg, config)
     if cfg.storage and cfg.study_name:
         stored = stored_budget(cfg.storage, cfg.study_name)
         if stored is not None:
             refuse_other_budget(cfg.study_name, cfg.storage, stored, budget_of(config))
-
-
-def compose_with_hydra(overrides: list[str]) -> Any:
-    """The composed config with its ``hydra`` node (the sweeper's settings); errors are one-line ConfigErrors."""
-    from hydra import compose, initialize_config_dir
-
-    from pgcli.config import register_configs
-    from pgcli.config.compose import CONF_DIR, describe_config_error
-
-    register_configs()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            return compose("train", overrides=overrides, return_hydra_config=True)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(describe_config_error(exc)) from None
 
 
 def search_config(node: Any) -> OptunaSearchConfig:

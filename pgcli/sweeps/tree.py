@@ -5,7 +5,7 @@ every sweeper and launcher:
 
 - ``on_multirun_start`` (in the process that runs the sweeper) creates the parent run: the sweep's overrides, the
   sweeper and launcher settings (the Optuna search space included) and the sweep directory. Its id goes into
-  ``$PGCLI_PARENT_RUN_ID``; each job reads it (``pgcli.cli.run_train``) and opens its run as a child in the
+  ``$PGCLI_PARENT_RUN_ID``; each job reads it (``pgcli.commands.train.run_train``) and opens its run as a child in the
   parent's experiment, tagged ``mlflow.parentRunId`` (the tag the MLflow UI nests by).
 - The variable must reach jobs in other processes. Launchers pickle Hydra's callbacks along with each job and call
   ``on_job_start`` in the process that runs it (joblib/loky workers, Ray workers), so :meth:`on_job_start` exports
@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
 
 if TYPE_CHECKING:
-    from pgcli.tracking.backend import RunRecord, RunStore
+    from pgcli.tracking.store import RunRecord, RunStore
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 FINAL_METRIC = "eval/return_mean"
@@ -88,7 +88,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _CURRENT
         from pgcli.config import TrackingConfig
-        from pgcli.tracking.backend import resolve_tracking_target
+        from pgcli.tracking.uri import resolve_tracking_target
 
         self.torch_threads = int(OmegaConf.select(config, "hardware.torch_threads", default=0) or 0)
         limit_threads(self.torch_threads)
@@ -139,7 +139,7 @@ class SweepCallback(Callback):
     @property
     def store(self) -> RunStore:
         if self._store is None:
-            from pgcli.tracking.backend import RunStore
+            from pgcli.tracking.store import RunStore
 
             assert self.tracking_uri is not None
             self._store = RunStore(self.tracking_uri)
@@ -301,7 +301,7 @@ def env_label(config: DictConfig) -> str:
 def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> dict[str, str]:
     """The sweep's overrides, its directory, and every sweeper/launcher setting (``sweeper.params.<key>`` is the
     Optuna search space)."""
-    from pgcli.tracking.backend import flatten
+    from pgcli.tracking.logger import flatten
 
     params = {"sweep.overrides": " ".join(overrides) or "(none)", "sweep.dir": str(sweep_dir)}
     for node in ("sweeper", "launcher"):
@@ -314,7 +314,7 @@ def parent_params(config: DictConfig, overrides: list[str], sweep_dir: Path) -> 
 
 
 def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, str]:
-    """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.backend.RunRecord`."""
+    """One line of the parent's summary table, from a child's :class:`~pgcli.tracking.store.RunRecord`."""
     value = child.metrics.get(final_metric)
     return {
         "job": child.tags.get("sweep_job", ""),

@@ -2,14 +2,14 @@
 
 When a run logs to a remote ``mlflow server`` and the server stops answering mid-run, training goes on: every write
 (metrics, params, tags, artifacts, the final status) is appended in order to ``<run dir>/tracking_spool.jsonl``
-instead of stalling or failing the run. The MLflow backend (``pgcli.tracking.backend.MLflowBackend``) checks the server's
-``/health`` now and then and, once it answers, replays the spool and carries on online. If the server is still down
-when training ends, the spool stays and ``pgcli sync <run dir>`` delivers it later.
+instead of stalling or failing the run. The MLflow backend (``pgcli.tracking.backend.MLflowBackend``) checks the
+server's ``/health`` now and then and, once it answers, replays the spool and carries on online. If the server is
+still down when training ends, the spool stays and ``pgcli sync <run dir>`` delivers it later.
 
 Nothing is lost and nothing is counted twice: metrics keep the timestamp they were logged with, and MLflow stores one
 copy of an identical (key, step, timestamp, value) point, so a batch that was committed just before the connection
 dropped and is sent again is not duplicated. This module does not import MLflow: it stores and reads plain JSON
-operations; the tracking module applies them.
+operations; :mod:`pgcli.tracking.sync` applies them.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from pgcli.config import (
 )
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import extra_processes, select_device
+from pgcli.training.summary import TrainSummary, summarize
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from pgcli.lm.model import TinyGPT
     from pgcli.lm.tasks import TextTask
     from pgcli.tracking.backend import MLflowBackend
-    from pgcli.training.monitor import TrainingMonitor
+    from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
 
 TRAINERS: dict[type, str] = {
@@ -68,7 +69,7 @@ TEXT_TRAINERS: dict[type, str] = {
     REINFORCEConfig: "pgcli.algo.lm_grpo:LMGRPO",
     PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
 }
-"""Trainers of text tasks (issue 12), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
+"""Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
 device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
 :data:`TRAINERS`."""
 
@@ -90,28 +91,6 @@ class RunContext:
     """The monitor's evaluation hook: a search trial reports to its study there (and is pruned)."""
     preset: str = "none"
     """The preset the config was composed with (``conf/preset/<name>.yaml``), or 'none'."""
-
-
-@dataclass
-class TrainSummary:
-    """What a finished run reports back (printed by the CLI, returned to sweepers)."""
-
-    run_id: str | None
-    steps: int
-    final_return: float
-    final_return_std: float
-    wall_time_s: float
-    output_dir: Path
-    tracking_uri: str | None
-    reward_threshold: float | None
-    best_return: float = float("nan")
-    """The best evaluation's mean return (nan without evaluation)."""
-    best_step: int | None = None
-    """Env steps at the best evaluation; its agent is in ``output_dir/best_model`` when ``eval.save_best``."""
-    final_metrics: dict[str, float] = field(default_factory=dict)
-    """The final evaluation's further ``eval/*`` metrics (text tasks: ``eval/accuracy``, ...)."""
-    step_unit: str = "env steps"
-    """What a step counts: env steps, or on text tasks sampled completions (RL) or demonstrations (SFT)."""
 
 
 class TrainerFactory(Protocol):
@@ -225,7 +204,7 @@ def git_state() -> dict[str, str]:
 
 def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     """The flattened resolved config as MLflow params (``algo.clip_range`` ...), plus the group choices."""
-    from pgcli.tracking.backend import flatten
+    from pgcli.tracking.logger import flatten
 
     params = flatten(asdict(cfg))
     params["algo"], params["env"], params["preset"] = ctx.algo_name, ctx.env_name, ctx.preset
@@ -235,7 +214,8 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
 
 def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id: str | None) -> MLflowBackend | None:
     """The run's MLflow backend (None for ``tracking=off``): creates the MLflow run, or re-opens ``run_id``."""
-    from pgcli.tracking.backend import MLflowBackend, resolve_tracking_target
+    from pgcli.tracking.backend import MLflowBackend
+    from pgcli.tracking.uri import resolve_tracking_target
 
     if cfg.tracking.backend != "mlflow":
         return None
@@ -253,79 +233,131 @@ def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id
 
 
 def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
-    """Build everything for ``cfg`` and train (or continue ``resume``); :class:`pgcli.training.run.Run` ends the MLflow run
-    FINISHED, FAILED or KILLED."""
-    import torch
-
+    """Build everything for ``cfg`` and train (or continue ``resume``); :class:`pgcli.training.run.Run` ends the MLflow
+    run FINISHED, FAILED or KILLED. A text task trains through :func:`train_text`."""
     from pgcli.agent import write_agent_files
     from pgcli.envs.make import make_vec_env, reward_threshold
-    from pgcli.envs.shm import busy_cores_note, run_queue_total, worker_wait, worker_watch
-    from pgcli.hardware.placement import usable_cpus
-    from pgcli.training.evaluation import Evaluator
-    from pgcli.training.monitor import TrainingMonitor
-    from pgcli.training.run import Run
+    from pgcli.hardware.watch import run_queue_total
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
+    device = prepare_process(cfg)
+    tags = run_tags(cfg, ctx, device)
+    start = time.perf_counter()
+
+    def describe(model_dir: Path) -> None:  # agent.json: what `pgcli eval` and the MLflow Model load it from
+        write_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name, env=env)
+
+    with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
+        env = run.closing(
+            make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
+        )
+        trainer = run.closing(trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
+        monitor = run.closing(control_monitor(cfg, ctx, run, env))
+        fit_start, queued_start = time.perf_counter(), run_queue_total(env)
+        steps, final = fit(run, trainer, monitor, cfg.total_steps)
+        note_busy_cores(env, monitor, fit_start, queued_start)
+    return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=reward_threshold(cfg.env))
+
+
+def prepare_process(cfg: TrainConfig) -> torch.device:
+    """The run's device, with torch's thread count (``hardware.torch_threads``) and every global RNG seeded."""
+    import torch
+
     device = select_device(cfg.hardware)
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
     seed_everything(cfg.seed)
-    tags = run_tags(cfg, ctx, device)
-    start = time.perf_counter()
-    with Run(
+    return device
+
+
+def new_run(
+    cfg: TrainConfig,
+    ctx: RunContext,
+    tags: dict[str, str],
+    resume: ResumePoint | None,
+    *,
+    describe_model: Callable[[Path], None],
+) -> Run:
+    """The :class:`~pgcli.training.run.Run` of this job: its MLflow run (tagged ``tags``, with the config as params)
+    is created, or re-opened for ``resume``, when the ``with`` block starts."""
+    from pgcli.training.run import Run
+
+    return Run(
         ctx.output_dir,
         lambda run_id: open_backend(cfg, ctx, tags, run_id),
         params=config_params(cfg, ctx),
         resume=resume,
         log_model=cfg.tracking.log_model,
-        describe_model=lambda path: write_agent_files(
-            path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name, env=env
-        ),
-    ) as run:
-        env = run.closing(
-            make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
-        )
-        trainer = run.closing(trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
-        monitor = run.closing(
-            TrainingMonitor(
-                run.logger,
-                total_steps=cfg.total_steps,
-                evaluator=Evaluator(
-                    cfg.env,
-                    cfg.eval,
-                    seed=cfg.seed,
-                    train_env=env,
-                    background=cfg.hardware.eval_process and usable_cpus() >= 2,  # one CPU: in process, same results
-                    in_worker=cfg.hardware.eval_in_worker,  # vec_env=shm's worker plays them while it would idle
-                ),
-                eval_every=cfg.eval.every,
-                checkpoint_dir=ctx.output_dir / "checkpoints",
-                checkpoint_every=cfg.checkpoint_every,
-                checkpoint_keep=cfg.checkpoint_keep,
-                best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
-                video_dir=ctx.output_dir / "videos",
-                progress=cfg.progress,
-                stop=run.stop,
-                on_eval=ctx.on_eval,
-                env_wait=worker_wait(env),
-                # the env worker as the run's only second process: an evaluation or critic process of its own would
-                # also wait for a core at times, and read as another process taking the cores
-                watch_worker=worker_watch(env) if cfg.hardware.busy_fallback and not extra_processes(cfg) else None,
-            )
-        )
-        fit_start, queued_start = time.perf_counter(), run_queue_total(env)
-        steps, final = fit(run, trainer, monitor, cfg.total_steps)
-        if monitor.watch_worker is None and (waited := worker_wait(env)) is not None:  # a worker kept to the end
-            queued = run_queue_total(env)
-            note = busy_cores_note(
-                None if queued is None or queued_start is None else queued - queued_start,
-                waited(),  # from 0: no step before fit
-                time.perf_counter() - fit_start,
-            )
-            if note:
-                print(note, file=sys.stderr, flush=True)
-    return summary(cfg, ctx, run, monitor, steps, final, start, threshold=reward_threshold(cfg.env))
+        describe_model=describe_model,
+    )
+
+
+def monitor_schedule(cfg: TrainConfig) -> Schedule:
+    """When the monitor evaluates and checkpoints: ``eval.every`` and ``checkpoint_every`` env steps."""
+    from pgcli.training.monitor import Schedule
+
+    return Schedule(cfg.total_steps, eval_every=cfg.eval.every, checkpoint_every=cfg.checkpoint_every)
+
+
+def monitor_outputs(cfg: TrainConfig, output_dir: Path, *, videos: bool = False, samples: bool = False) -> Outputs:
+    """Where the monitor writes under the run directory: ``checkpoints/``, ``best_model/`` (``eval.save_best``), and
+    ``videos/`` (gymnasium envs) or ``samples/`` (text tasks)."""
+    from pgcli.training.monitor import Outputs
+
+    return Outputs(
+        checkpoints=output_dir / "checkpoints",
+        keep=cfg.checkpoint_keep,
+        best_model=output_dir / "best_model" if cfg.eval.save_best else None,
+        videos=output_dir / "videos" if videos else None,
+        samples=output_dir / "samples" if samples else None,
+    )
+
+
+def control_monitor(cfg: TrainConfig, ctx: RunContext, run: Run, env: VectorEnv) -> TrainingMonitor:
+    """The monitor of a gymnasium run: episode evaluations beside ``env``, and the env worker's clock and watch."""
+    from pgcli.hardware.placement import usable_cpus
+    from pgcli.hardware.watch import worker_wait, worker_watch
+    from pgcli.training.evaluation import Evaluator
+    from pgcli.training.monitor import Hooks, TrainingMonitor
+
+    evaluator = Evaluator(
+        cfg.env,
+        cfg.eval,
+        seed=cfg.seed,
+        train_env=env,
+        background=cfg.hardware.eval_process and usable_cpus() >= 2,  # one CPU: in process, same results
+        in_worker=cfg.hardware.eval_in_worker,  # vec_env=shm's worker plays them while it would idle
+    )
+    hooks = Hooks(
+        stop=run.stop,
+        on_eval=ctx.on_eval,
+        env_wait=worker_wait(env),
+        # the env worker as the run's only second process: an evaluation or critic process of its own would also wait
+        # for a core at times, and read as another process taking the cores
+        watch_worker=worker_watch(env) if cfg.hardware.busy_fallback and not extra_processes(cfg) else None,
+    )
+    outputs = monitor_outputs(cfg, ctx.output_dir, videos=True)
+    return TrainingMonitor(
+        run.logger, monitor_schedule(cfg), evaluator=evaluator, outputs=outputs, hooks=hooks, progress=cfg.progress
+    )
+
+
+def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, queued_start: float | None) -> None:
+    """After training with the env worker kept to the end: say on stderr when its core was busy with other work
+    (``pgcli.hardware.watch.busy_cores_note``), measured from ``fit_start``."""
+    from pgcli.hardware.watch import busy_cores_note, run_queue_total, worker_wait
+
+    if monitor.watch_worker is not None or (waited := worker_wait(env)) is None:
+        return
+    queued = run_queue_total(env)
+    note = busy_cores_note(
+        None if queued is None or queued_start is None else queued - queued_start,
+        waited(),  # from 0: no step before fit
+        time.perf_counter() - fit_start,
+    )
+    if note:
+        print(note, file=sys.stderr, flush=True)
 
 
 def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device) -> TinyGPT:
@@ -345,70 +377,72 @@ def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device)
 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
-    """:func:`train` for a text task (issue 12): the task, the TinyGPT policy (from ``init`` when given, which is
-    also the frozen reference), the text trainer and the held-out evaluator, in the same :class:`pgcli.training.run.Run`."""
-    import copy
-
-    import torch
-
+    """:func:`train` for a text task (docs/lm.md): the task, the TinyGPT policy (from ``init`` when given, which is
+    also the frozen reference), the text trainer and the held-out evaluator, in the same
+    :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
-    from pgcli.lm.evaluate import TextEvalSettings, TextEvaluator
-    from pgcli.lm.init import check_init, locate_init
-    from pgcli.lm.model import load_policy
     from pgcli.lm.tasks import make_task
-    from pgcli.training.monitor import TrainingMonitor
-    from pgcli.training.run import Run
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
-    device = select_device(cfg.hardware)
-    if cfg.hardware.torch_threads > 0:
-        torch.set_num_threads(cfg.hardware.torch_threads)
-    seed_everything(cfg.seed)
+    device = prepare_process(cfg)
     task = make_task(cfg.env)
     policy = make_text_policy(task, cfg.model, device)
-    reference = None
     tags = run_tags(cfg, ctx, device)
-    if cfg.init is not None:
-        source = locate_init(cfg.init, cfg.tracking)
-        check_init(source, cfg.env, cfg.model, cfg.init)
-        load_policy(policy, source.model_dir)
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
-        tags |= {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
+    reference, init_tags = start_from_init(cfg, policy)
+    tags |= init_tags
     start = time.perf_counter()
-    with Run(
-        ctx.output_dir,
-        lambda run_id: open_backend(cfg, ctx, tags, run_id),
-        params=config_params(cfg, ctx),
-        resume=resume,
-        log_model=cfg.tracking.log_model,
-        describe_model=lambda path: write_text_agent_files(path, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name),
-    ) as run:
+
+    def describe(model_dir: Path) -> None:
+        write_text_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name)
+
+    with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
         trainer = run.closing(
             text_trainer_class(cfg.algo)(
                 cfg.algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=cfg.seed, device=device
             )
         )
-        settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
-                                    top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
-        monitor = run.closing(
-            TrainingMonitor(
-                run.logger,
-                total_steps=cfg.total_steps,
-                evaluator=TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device),
-                eval_every=cfg.eval.every,
-                checkpoint_dir=ctx.output_dir / "checkpoints",
-                checkpoint_every=cfg.checkpoint_every,
-                checkpoint_keep=cfg.checkpoint_keep,
-                best_dir=ctx.output_dir / "best_model" if cfg.eval.save_best else None,
-                samples_dir=ctx.output_dir / "samples",
-                progress=cfg.progress,
-                stop=run.stop,
-                on_eval=ctx.on_eval,
-            )
-        )
+        monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device))
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
     unit = "demonstrations" if isinstance(cfg.algo, SFTConfig) else "sampled completions"
-    return summary(cfg, ctx, run, monitor, steps, final, start, threshold=None, step_unit=unit)
+    return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
+
+
+def start_from_init(cfg: TrainConfig, policy: TinyGPT) -> tuple[TinyGPT | None, dict[str, str]]:
+    """Load ``init`` (an SFT run's model) into ``policy``; returns the frozen reference copy and the ``init`` tags.
+    Without ``init``: no reference, no tags."""
+    import copy
+
+    from pgcli.lm.init import check_init, locate_init
+    from pgcli.lm.model import load_policy
+
+    if cfg.init is None:
+        return None, {}
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
+    source = locate_init(cfg.init, cfg.tracking)
+    check_init(source, cfg.env, cfg.model, cfg.init)
+    load_policy(policy, source.model_dir)
+    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    return reference, {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
+
+
+def text_monitor(
+    cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: TinyGPT, device: torch.device
+) -> TrainingMonitor:
+    """The monitor of a text run: held-out evaluations of ``policy`` on ``task``, samples tables under the run dir."""
+    from pgcli.lm.evaluate import TextEvalSettings, TextEvaluator
+    from pgcli.training.monitor import Hooks, TrainingMonitor
+
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
+    settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
+                                top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
+    return TrainingMonitor(
+        run.logger,
+        monitor_schedule(cfg),
+        evaluator=TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device),
+        outputs=monitor_outputs(cfg, ctx.output_dir, samples=True),
+        hooks=Hooks(stop=run.stop, on_eval=ctx.on_eval),
+        progress=cfg.progress,
+    )
 
 
 def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> tuple[int, EvalResult | None]:
@@ -418,34 +452,3 @@ def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> t
     final = monitor.finish(steps, trainer)
     run.save_model(trainer)
     return steps, final
-
-
-def summary(
-    cfg: TrainConfig,
-    ctx: RunContext,
-    run: Run,
-    monitor: TrainingMonitor,
-    steps: int,
-    final: EvalResult | None,
-    start: float,
-    *,
-    threshold: float | None,
-    step_unit: str = "env steps",
-) -> TrainSummary:
-    """The :class:`TrainSummary` of a run that has ended."""
-    from pgcli.tracking.backend import resolve_tracking_target
-
-    return TrainSummary(
-        run_id=run.logger.run_id,
-        steps=steps,
-        final_return=final.mean if final else float("nan"),
-        final_return_std=final.std if final else float("nan"),
-        wall_time_s=time.perf_counter() - start,
-        output_dir=ctx.output_dir,
-        tracking_uri=resolve_tracking_target(cfg.tracking).uri if cfg.tracking.backend == "mlflow" else None,
-        reward_threshold=threshold,
-        best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
-        best_step=monitor.best_step,
-        final_metrics=dict(final.extra) if final else {},
-        step_unit=step_unit,
-    )

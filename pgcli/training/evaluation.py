@@ -1,26 +1,31 @@
-"""TODO: docstring of pgcli.training.evaluation."""
+"""How a training run scores its agent: :class:`Evaluator` plays ``eval.episodes`` episodes on an env of its own with a
+frozen copy of the training env's normalisation, the same start states at every evaluation.
+
+It plays them in this process, or concurrently with training in an evaluation process (:class:`EvalProcess`,
+``hardware.eval_process``) or in the shared-memory env's worker (:class:`WorkerEvaluation`,
+``hardware.eval_in_worker``), with the same results wherever they run. :class:`EvaluatorLike` is what the monitor needs
+of any evaluator (text tasks have ``pgcli.lm.evaluate.TextEvaluator``).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from gymnasium.vector import VectorEnv
 
 from pgcli.algo.base import Actor, Agent, EvalResult
 from pgcli.config import EnvConfig, EvalConfig
-from pgcli.envs.episodes import run_episodes
-from pgcli.envs.make import (
-    EVAL_SEED_OFFSET,
-    load_normalizer_state,
-    make_vec_env,
-    normalizer_state,
-)
-from pgcli.envs.worker import EnvWorkerError, stop_process
+from pgcli.envs.episodes import EvalPlan, PipedEpisodes, play_out, run_episodes
+from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
+from pgcli.envs.normalize import load_normalizer_state, normalizer_state
+from pgcli.envs.shm import SharedMemoryVectorEnv
+from pgcli.envs.split import EnvWorkerError
+from pgcli.hardware.child import ChildPipe, ChildProcess, describe
 from pgcli.video import EpisodeRecorder, make_recording_env
 
 
@@ -117,49 +122,40 @@ class Evaluator:
 
 def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:
     """The evaluation pipe of ``env``'s shared-memory worker (through its VecNormalize), None when it has none."""
-    from pgcli.envs.shm import SharedMemoryVectorEnv
-
     inner = env.unwrapped
     return inner.evaluation_channel() if isinstance(inner, SharedMemoryVectorEnv) else None
 
 
+def eval_plan(env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> EvalPlan:
+    """What an evaluation away from the trainer plays (picklable): ``cfg``'s episodes on the lean env an in-process
+    :class:`Evaluator` builds, seeded ``seed`` (built once, on the first request)."""
+    make_env = partial(make_vec_env, env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
+    return EvalPlan(make_env, episodes=cfg.episodes, deterministic=cfg.deterministic, seed=seed)
+
+
 class _PipedEvaluation:
     """One evaluation in flight at a time, answered over a pipe by another process: what :class:`EvalProcess` and
-    :class:`WorkerEvaluation` share. The answer is ``("ok", (returns, lengths))`` or ``("error", message)``; the other
-    process's death is an EOF (only it holds the other end), reported by ``_fail``."""
+    :class:`WorkerEvaluation` share. A request is ``(actor snapshot, normaliser state, EvalPlan)``, played by
+    ``pgcli.envs.episodes.PipedEpisodes``; the answer ``("ok", (returns, lengths))`` or ``("error", message)``. The
+    other process's death and its errors are one-line :class:`EnvWorkerError` s (:class:`ChildPipe`)."""
 
-    _conn: Connection
-    _pending = False
-    _failing = "evaluation"
-    """The subject of the error raised for an ``("error", message)`` answer."""
-
-    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
-        raise NotImplementedError
-
-    def _fail(self) -> NoReturn:
-        raise NotImplementedError
+    def __init__(self, pipe: ChildPipe, plan: EvalPlan) -> None:
+        self._pipe, self._plan = pipe, plan
+        self._pending = False
 
     def submit(self, actor: Actor, normalizer: dict[str, Any] | None) -> None:
         if self._pending:
             raise RuntimeError("an evaluation is already in flight")
-        try:
-            self._conn.send(self._request(actor, normalizer))
-        except OSError:
-            self._fail()
+        self._pipe.send((actor, normalizer, self._plan))
         self._pending = True
 
     def ready(self) -> bool:
-        return self._pending and self._conn.poll()
+        return self._pending and self._pipe.poll()
 
     def result(self) -> EvalResult:
-        try:
-            status, value = self._conn.recv()  # the other process plays on while this one waits
-        except (EOFError, OSError):
-            self._fail()
+        message = self._pipe.recv()  # the other process plays on while this one waits
         self._pending = False
-        if status == "error":
-            raise EnvWorkerError(f"{self._failing} failed: {value}")
-        return EvalResult(*value)
+        return EvalResult(*self._pipe.unpack(message))
 
 
 class EvalProcess(_PipedEvaluation):
@@ -169,33 +165,22 @@ class EvalProcess(_PipedEvaluation):
     The process builds the evaluation env once, as :class:`Evaluator` does, and for each submitted policy snapshot
     loads the training env's normalisation statistics as they were at submission (frozen) and plays
     :func:`run_episodes` with the same seed, so its results are those an in-process evaluation at that step would
-    give. It runs at a lower priority (nice +5) than the trainer. One evaluation is in flight at a time.
+    give. It runs at a lower priority (nice +10) than the trainer. One evaluation is in flight at a time.
     """
 
     def __init__(self, env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int) -> None:
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_eval_process_main, args=(child, env_cfg, cfg, seed), daemon=True,
-                                    name="pgcli-eval")  # fmt: skip
-        self._process.start()
-        child.close()  # only the process holds its end: its death is an EOF here, never a hang
-
-    _failing = "evaluation process"
-
-    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
-        return actor, normalizer
-
-    def _fail(self) -> NoReturn:
-        self._process.join(timeout=1.0)
-        pid, code = self._process.pid, self._process.exitcode
-        raise EnvWorkerError(
-            f"the evaluation process (pid {pid}) died (exit code {code}); hardware.eval_process=false runs without it"
+        self._process = ChildProcess(
+            _eval_process_main,
+            name="pgcli-eval",
+            error=EnvWorkerError,
+            died="the evaluation process (pid {pid}) died (exit code {code}); "
+            "hardware.eval_process=false runs without it",
+            failed="evaluation process failed: {message}",
         )
+        super().__init__(self._process, eval_plan(env_cfg, cfg, seed))
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        stop_process(self._process, self._conn)
+        self._process.close(None)
 
 
 class WorkerEvaluation(_PipedEvaluation):
@@ -203,64 +188,43 @@ class WorkerEvaluation(_PipedEvaluation):
     updates (``hardware.eval_in_worker``; the worker side is ``pgcli.envs.shm._IdleEvaluation``).
 
     The interface of :class:`EvalProcess` without a process of its own: the snapshot and the frozen normaliser state
-    go to the worker through its evaluation pipe, and the worker plays :func:`episode_steps` one step at a time while
-    no step command arrives, so the second core that idles during updates plays the evaluation and the rollouts keep
-    the worker's full attention. Its results are those an in-process evaluation at that step would give.
+    go to the worker through its evaluation pipe, and the worker plays the episodes one step at a time while no step
+    command arrives, so the second core that idles during updates plays the evaluation and the rollouts keep the
+    worker's full attention. Its results are those an in-process evaluation at that step would give.
     """
 
     def __init__(self, channel: tuple[Connection, Any], env_cfg: EnvConfig, cfg: EvalConfig, *, seed: int) -> None:
-        self._conn, self._process = channel
-        self.env_cfg, self.cfg, self.seed = env_cfg, cfg, seed
-
-    _failing = "evaluation in the env worker"
-
-    def _request(self, actor: Actor, normalizer: dict[str, Any] | None) -> tuple[Any, ...]:
-        return actor, normalizer, self.env_cfg, self.cfg, self.seed
-
-    def _fail(self) -> NoReturn:
-        self._process.join(timeout=1.0)
-        raise EnvWorkerError(
-            f"the env worker process (pid {self._process.pid}) died during an evaluation (exit code "
-            f"{self._process.exitcode}); hardware.eval_in_worker=false evaluates in this process"
+        conn, process = channel
+        pipe = ChildPipe(
+            conn,
+            process,
+            error=EnvWorkerError,
+            died="the env worker process (pid {pid}) died during an evaluation (exit code {code}); "
+            "hardware.eval_in_worker=false evaluates in this process",
+            failed="evaluation in the env worker failed: {message}",
         )
+        super().__init__(pipe, eval_plan(env_cfg, cfg, seed))
 
     def close(self) -> None:
         """Nothing of its own to close: the env owns the worker and its pipes."""
 
 
-def piped_eval_env(
-    env: VectorEnv | None, env_cfg: EnvConfig, cfg: EvalConfig, seed: int, normalizer: dict[str, Any] | None
-) -> VectorEnv:
-    """The env of an evaluation played away from the trainer (its process or the env worker): ``env``, or a new lean
-    one on the first request, with the trainer's normaliser statistics of this request (frozen)."""
-    if env is None:
-        env = make_vec_env(env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
-    load_normalizer_state(env, normalizer, training=False)
-    return env
-
-
-def _eval_process_main(conn: Connection, env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> None:
-    """The evaluation process: answer each (snapshot, normaliser state) with (returns, lengths) until None."""
-    import signal
-
+def _eval_process_main(conn: Connection) -> None:
+    """The evaluation process: answer each (snapshot, normaliser state, plan) with (returns, lengths) until None."""
     import torch
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the main process
     os.nice(10)  # the trainer (and its env worker and critic processes) come first; evaluation fills the gaps
     torch.set_num_threads(1)
-    env = None
+    episodes = PipedEpisodes()
     try:
         while (request := conn.recv()) is not None:
-            actor, normalizer = request
-            env = piped_eval_env(env, env_cfg, cfg, seed, normalizer)
-            result = run_episodes(env, actor, cfg.episodes, deterministic=cfg.deterministic, seed=seed)
+            result = play_out(episodes.steps(*request))
             conn.send(("ok", (result.returns, result.lengths)))
     except EOFError:  # the trainer went away
         pass
     except Exception as exc:  # reported to the trainer, which raises it as one line
         with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send(("error", describe(exc, where=False)))
     finally:
-        if env is not None:
-            env.close()
+        episodes.close()
         conn.close()

@@ -1,11 +1,17 @@
 """What every trainer shares around its update loop: episode statistics, evaluation, checkpoints, progress.
 
-A trainer (ours or the SB3 adapter) reports three things to the :class:`TrainingMonitor`:
+A trainer (ours or the SB3 adapter) reports three things to the :class:`TrainingMonitor`, through the
+:class:`pgcli.algo.base.Monitor` protocol:
 
 - ``episodes(step, info)`` after each vector step: raw returns/lengths of the episodes that ended;
 - ``log(step, metrics)``: its ``train/*`` diagnostics;
 - ``update(step, agent)`` after each update: the monitor logs ``rollout/*`` and ``time/sps``, moves the progress bar,
   and evaluates or checkpoints ``agent`` when their cadence is due.
+
+The monitor is built from a few small parts (``pgcli.training.build`` fills them from the config): the run's
+:class:`MetricLogger`, a :class:`Schedule` (when to log, evaluate and checkpoint), an evaluator, its :class:`Outputs`
+(where checkpoints, the best agent, videos and samples go) and :class:`Hooks` (the run's stop request, the search
+trial's ``on_eval``, the env worker's wait clock and watch).
 
 After each evaluation the monitor calls its ``on_eval`` hook, if any, with the evaluation's scheduled step and mean
 return: an Optuna trial reports it to its study there, and the hook raises to stop a pruned trial
@@ -23,6 +29,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from shutil import rmtree
 from typing import Any
@@ -30,11 +37,9 @@ from typing import Any
 import numpy as np
 
 from pgcli.algo.base import Agent, EvalResult
-from pgcli.envs.make import (
-    finished_episodes,
-)
-from pgcli.errors import DivergenceError
-from pgcli.tracking.backend import MetricLogger
+from pgcli.envs.episodes import finished_episodes
+from pgcli.errors import DivergenceError, PgcliError
+from pgcli.tracking.logger import MetricLogger
 from pgcli.training.evaluation import Evaluator, EvaluatorLike
 from pgcli.training.run import StopRequest
 
@@ -44,71 +49,104 @@ MONITOR_STATE_FILE = "monitor.json"
 """Written into each checkpoint: what the monitor needs to continue the run's curves on resume."""
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """When the monitor acts, in env steps; an interval of 0 turns that cadence off."""
+
+    total_steps: int
+    """The run's budget: the progress bar's length and the final evaluation's scheduled step."""
+    eval_every: int = 0
+    """Evaluate at the first update at or past each multiple (``eval.every``; 0: only at the end)."""
+    checkpoint_every: int = 0
+    """Checkpoint at the first update at or past each multiple (``checkpoint_every``)."""
+    log_every_steps: int = 1000
+    """Log rollout statistics at most this often (A2C updates every 40 env steps)."""
+    window: int = 100
+    """Episodes in the rolling ``rollout/ep_return_mean`` and ``rollout/ep_len_mean``."""
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where the monitor writes; None turns that output off."""
+
+    checkpoints: Path | None = None
+    """``step_<n>`` checkpoint directories (each with ``monitor.json``), logged as ``checkpoints/step_<n>``."""
+    keep: int = 0
+    """How many of the newest checkpoints to keep (``checkpoint_keep``; 0: all)."""
+    best_model: Path | None = None
+    """The agent of the best evaluation so far (``eval.save_best``)."""
+    videos: Path | None = None
+    """Evaluation videos, every ``eval.video_every`` env steps."""
+    samples: Path | None = None
+    """A text evaluator's samples tables (``samples/step_<n>.json``)."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the monitor answers to besides the trainer; each is optional."""
+
+    stop: StopRequest | None = None
+    """The run's stop request (``pgcli.training.run``): checkpoint at the update where a stop signal came, then end."""
+    on_eval: Callable[[int, float], None] | None = None
+    """Called with (scheduled step, mean return) after each evaluation; may raise to stop training."""
+    env_wait: Callable[[], float] | None = None
+    """Seconds the env has waited for its worker process so far (``pgcli.hardware.watch.worker_wait``): logged as
+    ``time/env_wait_frac``, the share of wall time since the last log."""
+    watch_worker: Callable[[], str | None] | None = None
+    """Called after each update with no evaluation in flight (``pgcli.hardware.watch.WorkerWatch``): a note when the
+    env's worker sub-envs came home, after which evaluations run in this process."""
+
+
 class TrainingMonitor:
     """Shared bookkeeping of one training run (see the module docstring)."""
 
     def __init__(
         self,
         logger: MetricLogger,
+        schedule: Schedule,
         *,
-        total_steps: int,
-        evaluator: EvaluatorLike | None,
-        eval_every: int,
-        checkpoint_dir: Path | None,
-        checkpoint_every: int = 0,
-        checkpoint_keep: int = 0,
-        best_dir: Path | None = None,
-        video_dir: Path | None = None,
-        samples_dir: Path | None = None,
+        evaluator: EvaluatorLike | None = None,
+        outputs: Outputs = Outputs(),
+        hooks: Hooks = Hooks(),
         progress: bool = True,
-        window: int = 100,
-        log_every_steps: int = 1000,
-        stop: StopRequest | None = None,
-        on_eval: Callable[[int, float], None] | None = None,
-        env_wait: Callable[[], float] | None = None,
-        watch_worker: Callable[[], str | None] | None = None,
     ) -> None:
-        self.logger, self.total_steps, self.evaluator = logger, total_steps, evaluator
-        self.env_wait = env_wait
-        """Seconds the env has waited for its worker process so far (``pgcli.envs.shm.worker_wait``): logged as
-        ``time/env_wait_frac``, the share of wall time since the last log."""
-        self._waited = (env_wait(), time.perf_counter()) if env_wait is not None else (0.0, 0.0)
-        self.watch_worker = watch_worker
-        """Called after each update with no evaluation in flight (``pgcli.envs.shm.WorkerWatch``): a note when the
-        env's worker sub-envs came home, after which evaluations run in this process."""
-        self.eval_every, self.checkpoint_every, self.checkpoint_dir = eval_every, checkpoint_every, checkpoint_dir
-        self.recent_returns: deque[float] = deque(maxlen=window)
-        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.logger, self.schedule, self.evaluator, self.outputs = logger, schedule, evaluator, outputs
+        self.stop, self.on_eval, self.env_wait = hooks.stop, hooks.on_eval, hooks.env_wait
+        self.watch_worker = hooks.watch_worker
+        """``hooks.watch_worker`` until the worker has gone (then None: evaluations run in this process)."""
+        # episodes
+        self.recent_returns: deque[float] = deque(maxlen=schedule.window)
+        self.recent_lengths: deque[int] = deque(maxlen=schedule.window)
         self.n_episodes = 0
+        # evaluations
         self.last_eval: EvalResult | None = None
-        self.best_dir = best_dir
-        self.video_dir = video_dir
-        self.samples_dir = samples_dir
-        """Where an evaluator's samples tables go (``samples/step_<n>.json``)."""
-        video_every = evaluator.cfg.video_every if evaluator is not None and video_dir is not None else 0
-        self.video_every, self._next_video = video_every, (video_every if video_every > 0 else None)
         self.best_eval: EvalResult | None = None
         self.best_step: int | None = None
         self._last_eval_step: int | None = None
         self._pending_eval: tuple[int, int | None, Path | None] | None = None
         """(step, scheduled step, saved agent) of the evaluation running in the evaluation process."""
+        video_every = evaluator.cfg.video_every if evaluator is not None and outputs.videos is not None else 0
+        self._video_every, self._next_video = video_every, _first_due(video_every)
+        self._next_eval = _first_due(schedule.eval_every)
+        # checkpoints
+        self._next_ckpt = _first_due(schedule.checkpoint_every)
         self._pending_ckpt: tuple[int, Path, dict[str, Any]] | None = None
         """(step, staged agent directory, monitor state) of a checkpoint waiting for that evaluation's result."""
-        self._next_eval = eval_every if eval_every > 0 else None
-        self._next_ckpt = checkpoint_every if checkpoint_every > 0 else None
-        self.checkpoint_keep = checkpoint_keep
         self.last_checkpoint: Path | None = None
         """The newest complete checkpoint (named by DivergenceError as the last good one)."""
+        self._last_ckpt_step: int | None = None
+        # rates and progress
+        self._waited = (self.env_wait(), time.perf_counter()) if self.env_wait is not None else (0.0, 0.0)
         self._eval_seconds = 0.0
         self._start = time.perf_counter()
         self._start_step = 0
-        self.log_every_steps = log_every_steps
         self._last_logged_step: int | None = None
-        self._last_ckpt_step: int | None = None
-        self.stop = stop
-        self._bar = _progress_bar(total_steps) if progress else None
-        self.on_eval = on_eval
-        """Called with (scheduled step, mean return) after each evaluation; may raise to stop training."""
+        self._bar = _progress_bar(schedule.total_steps) if progress else None
+
+    @property
+    def best_dir(self) -> Path | None:
+        """Where the best evaluation's agent is kept (None: not kept); the run logs it as ``best_model``."""
+        return self.outputs.best_model
 
     # -- called by trainers ------------------------------------------------------------------------------------------
     def episodes(self, step: int, info: Mapping[str, Any]) -> None:
@@ -133,8 +171,9 @@ class TrainingMonitor:
 
         Rollout statistics are logged at most every ``log_every_steps`` env steps (A2C updates every 40 steps).
         """
+        schedule = self.schedule
         self.collect_evaluation(wait=False)
-        if self._last_logged_step is None or step - self._last_logged_step >= self.log_every_steps:
+        if self._last_logged_step is None or step - self._last_logged_step >= schedule.log_every_steps:
             self._log_rollout_stats(step)
         if self.watch_worker is not None and self._pending_eval is None and (note := self.watch_worker()):
             self.watch_worker = None  # the worker is gone; evaluations due from now on run here
@@ -144,12 +183,12 @@ class TrainingMonitor:
         if self._next_eval is not None and step >= self._next_eval:
             # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
             # steps (other n_steps) report comparable steps to on_eval.
-            self.evaluate(step, agent, scheduled=min(step - step % self.eval_every, self.total_steps))
+            self.evaluate(step, agent, scheduled=min(step - step % schedule.eval_every, schedule.total_steps))
             while self._next_eval <= step:
-                self._next_eval += self.eval_every
-        if self._next_ckpt is not None and step >= self._next_ckpt and self.checkpoint_dir is not None:
+                self._next_eval += schedule.eval_every
+        if self._next_ckpt is not None and step >= self._next_ckpt and self.outputs.checkpoints is not None:
             while self._next_ckpt <= step:
-                self._next_ckpt += self.checkpoint_every
+                self._next_ckpt += schedule.checkpoint_every
             self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
 
@@ -162,7 +201,7 @@ class TrainingMonitor:
             print(note, file=sys.stderr, flush=True)
 
     def save_checkpoint(self, step: int, agent: Agent, *, defer: bool = False) -> Path | None:
-        """Save ``agent`` and this monitor's state to ``checkpoint_dir/step_<step>`` and log it as an artifact.
+        """Save ``agent`` and this monitor's state to ``<checkpoints>/step_<step>`` and log it as an artifact.
 
         Buffered metrics are flushed first, so a store never lacks a point from before its last checkpoint (a
         resumed run continues from there and logs only later steps).
@@ -172,33 +211,35 @@ class TrainingMonitor:
         directory, and the checkpoint is completed and put in place (``step_<step>``) when that evaluation's result
         is collected, usually after the next update (resume never sees it before). Returns None then.
         """
-        if self.checkpoint_dir is None:
+        checkpoints = self.outputs.checkpoints
+        if checkpoints is None:
             return None
         if defer and self._pending_eval is not None:
             self._discard_staged_checkpoint()
-            staged = agent.save(self.checkpoint_dir / f".step_{step}.staged")
+            staged = agent.save(checkpoints / f".step_{step}.staged")
             self._pending_ckpt = (step, staged, self.state_dict(step))
             return None
         self.collect_evaluation(wait=True)  # the monitor state saved below includes it
-        path = agent.save(self.checkpoint_dir / f"step_{step}")
+        path = agent.save(checkpoints / f"step_{step}")
         return self._complete_checkpoint(step, path, self.state_dict(step))
 
     def _complete_checkpoint(self, step: int, path: Path, state: dict[str, Any]) -> Path:
         """Write the monitor ``state`` into the saved agent ``path``, move it to ``step_<step>``, log it, prune."""
-        assert self.checkpoint_dir is not None
+        checkpoints = self.outputs.checkpoints
+        assert checkpoints is not None  # only called once a checkpoint was saved there
         self.logger.flush()
         tmp = path / f".{MONITOR_STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state))
         os.replace(tmp, path / MONITOR_STATE_FILE)
-        final = self.checkpoint_dir / f"step_{step}"
+        final = checkpoints / f"step_{step}"
         if path != final:
             rmtree(final, ignore_errors=True)
             os.replace(path, final)
         self._last_ckpt_step = step
         self.last_checkpoint = final
         self.logger.log_artifact(final, f"checkpoints/step_{step}")
-        if self.checkpoint_keep > 0:
-            prune_checkpoints(self.checkpoint_dir, self.checkpoint_keep)
+        if self.outputs.keep > 0:
+            prune_checkpoints(checkpoints, self.outputs.keep)
         return final
 
     def _discard_staged_checkpoint(self) -> None:
@@ -234,10 +275,10 @@ class TrainingMonitor:
         self.collect_evaluation(wait=True)  # one evaluation at a time, logged in order
         t0 = time.perf_counter()
         video = None
-        if self._next_video is not None and self.video_dir is not None and step >= self._next_video:
-            video = self.video_dir / f"step_{step}"  # eval.video_every: the evaluation's first episode
+        if self._next_video is not None and self.outputs.videos is not None and step >= self._next_video:
+            video = self.outputs.videos / f"step_{step}"  # eval.video_every: the evaluation's first episode
             while self._next_video <= step:
-                self._next_video += self.video_every
+                self._next_video += self._video_every
         snapshot = getattr(agent, "snapshot", None)
         evaluator = self.evaluator
         background = isinstance(evaluator, Evaluator) and evaluator.background  # text evaluators have no process
@@ -301,9 +342,9 @@ class TrainingMonitor:
             self.best_eval, self.best_step = result, step
             if self.best_dir is not None:
                 save_best()
-        if result.samples is not None and self.samples_dir is not None:  # a text task's completions, as a table
-            self.samples_dir.mkdir(parents=True, exist_ok=True)
-            table = self.samples_dir / f"step_{step}.json"
+        if result.samples is not None and self.outputs.samples is not None:  # a text task's completions, as a table
+            self.outputs.samples.mkdir(parents=True, exist_ok=True)
+            table = self.outputs.samples / f"step_{step}.json"
             table.write_text(json.dumps(result.samples, indent=1) + "\n")
             self.logger.log_artifact(table, "samples")
         self.last_eval, self._last_eval_step = result, step
@@ -325,7 +366,7 @@ class TrainingMonitor:
         if self._last_logged_step != step:
             self._log_rollout_stats(step)
         if self.evaluator is not None and self._last_eval_step != step:
-            self.evaluate(step, agent, scheduled=self.total_steps)
+            self.evaluate(step, agent, scheduled=self.schedule.total_steps)
         self.collect_evaluation(wait=True)
         self._advance_bar(step, None)
         self.close()
@@ -367,10 +408,8 @@ class TrainingMonitor:
         except FileNotFoundError:
             state = {}
         except ValueError as exc:
-            from pgcli.errors import PgcliError
-
             raise PgcliError(f"corrupt checkpoint file {checkpoint / MONITOR_STATE_FILE}: {exc}") from None
-        every, ckpt_every = self.eval_every, self.checkpoint_every
+        every, ckpt_every = self.schedule.eval_every, self.schedule.checkpoint_every
         self._next_eval = state.get("next_eval") or ((step // every + 1) * every if every > 0 else None)
         # checkpoint_every may change on resume: the next one is the next multiple of the current interval
         self._next_ckpt = (step // ckpt_every + 1) * ckpt_every if ckpt_every > 0 else None
@@ -405,7 +444,7 @@ class TrainingMonitor:
     def _advance_bar(self, step: int, sps: float | None) -> None:
         if self._bar is None:
             return
-        self._bar.update(max(0, min(step, self.total_steps) - self._bar.n))
+        self._bar.update(max(0, min(step, self.schedule.total_steps) - self._bar.n))
         postfix = {}
         if sps is not None:
             postfix["sps"] = f"{sps:,.0f}"
@@ -435,3 +474,8 @@ def _progress_bar(total: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, mininterval=0.5, leave=True)
+
+
+def _first_due(every: int) -> int | None:
+    """The first step a cadence of ``every`` env steps is due (None: never)."""
+    return every if every > 0 else None

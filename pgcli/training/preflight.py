@@ -22,27 +22,29 @@ import shutil
 import socket
 import sqlite3
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError, PgcliError
 from pgcli.redact import redact_text
+from pgcli.tracking.uri import (
+    MLFLOW_TABLES,
+    SQLITE_PREFIX,
+    probe_health,
+    resolve_tracking_target,
+    sqlite_path,
+    sqlite_tables,
+    supported_schemes,
+)
 
 SERVER_TIMEOUT_S = 10.0
 """A tracking server must answer an HTTP request within this (MLflow itself retries for minutes)."""
 MIN_FREE_BYTES = 16 * 1024 * 1024
 """Free space a store or run directory needs: a short run writes a few MB (metrics, model, plot, checkpoints)."""
-TRACKING_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
-"""MLflow's built-in tracking-store schemes (mlflow.tracking._tracking_service.utils); plugins add theirs."""
 SQLITE_HEADER = b"SQLite format 3\x00"
-MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
-"""Tables every MLflow SQL store has (created by its alembic migrations)."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,6 @@ def check_train_environment(plan: StorePlan) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # tracking URI
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def supported_schemes() -> tuple[str, ...]:
-    """MLflow's tracking schemes plus those of installed tracking-store plugins (entry point mlflow.tracking_store)."""
-    plugins = tuple(ep.name for ep in entry_points(group="mlflow.tracking_store"))
-    return TRACKING_SCHEMES + tuple(p for p in plugins if p not in TRACKING_SCHEMES)
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -111,43 +107,18 @@ def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
         raise ConfigError(f"tracking.uri {shown!r} is malformed ({exc}); e.g. http://127.0.0.1:5000") from None
     if not parts.hostname:
         raise ConfigError(f"tracking.uri {shown!r} has no host; e.g. http://127.0.0.1:5000")
-    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
-    if ":" in parts.hostname:  # IPv6 literal
-        netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
-    health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
-    request = urllib.request.Request(health, method="GET")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s):
-            return
-    except urllib.error.HTTPError:
+    health = probe_health(uri, timeout_s)
+    if health.status is not None:
         return  # it answered (401 behind an auth proxy, 404 on an older server): reachable
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            why = f"no answer within {timeout_s:g} s"
-        else:
-            why = str(getattr(reason, "strerror", None) or reason)
-        port_hint = f" --port {port}" if port else ""
-        raise PgcliError(
-            f"tracking server {shown} is not reachable ({why}); start it (mlflow server --host "
-            f"{parts.hostname}{port_hint}) or track locally with tracking=local"
-        ) from None
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (None for an in-memory database)."""
-    shown = redact_text(uri)
-    if not uri.lower().startswith("sqlite:///"):
-        if uri.lower().rstrip("/") == "sqlite:":
-            return None  # sqlite:// is SQLAlchemy's in-memory database
-        raise ConfigError(
-            f"tracking.uri {shown!r} is malformed: a SQLite store is sqlite:///<relative path> or "
-            "sqlite:////<absolute path>"
-        )
-    path = uri[len("sqlite:///") :].split("?", 1)[0]
-    if path in ("", ":memory:"):
-        return None
-    return Path(path).expanduser()
+    if isinstance(health.failure, (socket.timeout, TimeoutError)):
+        why = f"no answer within {timeout_s:g} s"
+    else:
+        why = str(getattr(health.failure, "strerror", None) or health.failure)
+    port_hint = f" --port {port}" if port else ""
+    raise PgcliError(
+        f"tracking server {shown} is not reachable ({why}); start it (mlflow server --host "
+        f"{parts.hostname}{port_hint}) or track locally with tracking=local"
+    )
 
 
 def check_sqlite_store(uri: str) -> None:
@@ -157,9 +128,16 @@ def check_sqlite_store(uri: str) -> None:
     the first and fail with a traceback on the second (issue 10: "a new SQLite file only becomes an MLflow store if it
     is empty or already one").
     """
+    # sqlite:// is SQLAlchemy's in-memory database; anything else but sqlite:///<path> is a typo
+    if not uri.lower().startswith(SQLITE_PREFIX) and uri.lower().rstrip("/") != "sqlite:":
+        raise ConfigError(
+            f"tracking.uri {redact_text(uri)!r} is malformed: a SQLite store is sqlite:///<relative path> or "
+            "sqlite:////<absolute path>"
+        )
     path = sqlite_path(uri)
     if path is None:
         return
+    path = path.expanduser()
     if path.is_dir():
         raise PgcliError(f"tracking store {path} is a directory; give a file, e.g. sqlite:///{path}/mlflow.db")
     if not path.exists():
@@ -177,26 +155,16 @@ def check_sqlite_store(uri: str) -> None:
             f"tracking store {path} is not a SQLite database (an MLflow store is); "
             "point tracking.uri or tracking.store_dir at another file"
         )
-    tables = sqlite_tables(path)
+    try:
+        tables = sqlite_tables(path, timeout_s=SERVER_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise PgcliError(f"tracking store {path} cannot be read as a SQLite database ({exc})") from None
     if tables and not tables >= MLFLOW_TABLES:
         listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise PgcliError(
             f"tracking store {path} is another application's SQLite database (tables: {listed}), not an MLflow "
             "store; point tracking.uri or tracking.store_dir at another file"
         )
-
-
-def sqlite_tables(path: Path) -> set[str]:
-    """Table names of a SQLite file, opened read-only (so the check never creates or changes it)."""
-    try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SERVER_TIMEOUT_S)
-        try:
-            rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error as exc:
-        raise PgcliError(f"tracking store {path} cannot be read as a SQLite database ({exc})") from None
-    return {str(name) for (name,) in rows}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -253,25 +221,17 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
     Sweep overrides (``seed=0,1``) are left out: the tracking store and the root of the output directory are the same
     for every job of a sweep unless the sweep varies them, which only the jobs themselves can then report.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from pgcli.config import register_configs
-    from pgcli.config.compose import describe_config_error
-    from pgcli.tracking.backend import resolve_tracking_target
+    from pgcli.config.compose import fixed_overrides, hydra_compose
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    fixed = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
-    register_configs()
+    fixed = fixed_overrides(overrides)
     try:
-        cfg = _compose_with_hydra(fixed)
-    except Exception:
+        cfg = hydra_compose(fixed, hydra_node=True)
+    except ConfigError:
         # a hydra.* override this compose cannot take (a sweeper's own keys): Hydra itself judges those; the task
         # overrides were validated already, so the store is still checked, against the default output directory
-        try:
-            cfg = _compose_with_hydra([o for o in fixed if not o.lstrip("+~").startswith("hydra")])
-        except Exception as exc:
-            raise ConfigError(describe_config_error(exc)) from None
+        cfg = hydra_compose([o for o in fixed if not o.lstrip("+~").startswith("hydra")], hydra_node=True)
     output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
     tracking: TrackingConfig = OmegaConf.to_object(cfg.tracking)  # type: ignore[assignment]
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -279,13 +239,3 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
         return StorePlan(None, None, Path(str(output)), key)
     target = resolve_tracking_target(tracking)
     return StorePlan(target.uri, target.artifact_root, Path(str(output)), key)
-
-
-def _compose_with_hydra(overrides: list[str]) -> Any:
-    """The composed config with Hydra's own node (``hydra.run.dir`` and friends resolved)."""
-    from hydra import compose, initialize_config_dir
-
-    from pgcli.config.compose import CONF_DIR
-
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-        return compose("train", overrides=overrides, return_hydra_config=True)

@@ -17,14 +17,14 @@ logged config; command-line overrides apply on top and are validated like any ot
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pgcli.config.compose import CONF_DIR
+from pgcli.config.labels import preset_label
 from pgcli.errors import ConfigError
+from pgcli.training.logged import LoggedRun, Wording
 
 FROM_RUN_FLAG = "--from-run"
 FROM_RUN_GROUP = "from_run"
@@ -33,8 +33,11 @@ SOURCE_RUN_ENV = "PGCLI_SOURCE_RUN_ID"
 SOURCE_CONFIG_ENV = "PGCLI_SOURCE_CONFIG"
 SOURCE_PRESET_ENV = "PGCLI_SOURCE_PRESET"
 """Set for the job: the logged run's preset label, the re-run's ``preset`` (its values are in the config)."""
-RUN_ID_LENGTH = 32
-GROUPS = ("algo", "env", "model", "hardware", "tracking")
+FROM_RUN = Wording(
+    not_a_run="--from-run {ref!r} is neither a directory nor an MLflow run id (32 hex digits)",
+    no_store="tracking=off has no run store to find a run id in; pass --from-run <run dir>",
+    not_found="no run {ref} in {uri}; pass tracking.uri=... for another store",
+)
 
 
 def has_from_run(args: list[str]) -> bool:
@@ -69,8 +72,6 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
         overrides: the user's key=value overrides among ``args`` (to find tracking and group overrides).
         store_for: the run store for tracking overrides (None with tracking=off).
     """
-    from pgcli.agent import hydra_run_config
-
     source, rest = split_from_run(args)
     groups = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides if "=" in o and "." not in o.split("=", 1)[0]}
     for group in ("algo", "env"):
@@ -79,19 +80,26 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
                 f"--from-run keeps the logged run's {group}; '{groups[group]}' would train something else "
                 "(start a new run with pgcli train instead)"
             )
-    with _hydra_dir(source, overrides, store_for) as (hydra_dir, run_id):
-        values, algo, env = hydra_run_config(hydra_dir)
-        preset = logged_preset(hydra_dir)
+    tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]
+    run = LoggedRun.locate(source, store=lambda: store_for(tracking), wording=FROM_RUN)
+    with run.hydra_dir() as found:
+        if found is None and run.record is None:
+            raise ConfigError(f"{source} is not a run directory (no .hydra/config.yaml and hydra.yaml)")
+        if found is None:
+            raise ConfigError(f"run {source} has no logged config (artifact hydra/config.yaml)")
+        logged = run.logged_config(found)
     # A group chosen on the command line (hardware=cuda, tracking=off) replaces the logged section of that group.
-    values = {k: v for k, v in values.items() if k not in groups}
+    values = {k: v for k, v in logged.values.items() if k not in groups}
     register_source(values)
+    record = run.record or run.find_in(store_for(tracking))
     os.environ[SOURCE_CONFIG_ENV] = str(source)
-    os.environ[SOURCE_PRESET_ENV] = preset  # the values it set are in the logged config; the label comes along
-    if run_id:
-        os.environ[SOURCE_RUN_ENV] = run_id
+    # the values it set are in the logged config; the label comes along
+    os.environ[SOURCE_PRESET_ENV] = preset_label(logged.choices, CONF_DIR)
+    if record is not None:
+        os.environ[SOURCE_RUN_ENV] = record.run_id
     else:
         os.environ.pop(SOURCE_RUN_ENV, None)
-    return [f"+{FROM_RUN_GROUP}=source", f"algo={algo}", f"env={env}", "~preset", *rest]
+    return [f"+{FROM_RUN_GROUP}=source", f"algo={logged.algo}", f"env={logged.env}", "~preset", *rest]
 
 
 def register_source(values: dict[str, Any]) -> None:
@@ -99,17 +107,6 @@ def register_source(values: dict[str, Any]) -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group=FROM_RUN_GROUP, name="source", node=values, package="_global_")
-
-
-def logged_preset(hydra_dir: Path) -> str:
-    """The preset label of the logged run (its ``hydra.yaml`` choices), ``none`` without one."""
-    import yaml
-
-    from pgcli.config.compose import CONF_DIR
-    from pgcli.config.labels import preset_label
-
-    choices = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
-    return preset_label(choices, CONF_DIR)
 
 
 def source_preset() -> str | None:
@@ -125,49 +122,6 @@ def source_tags() -> dict[str, str]:
     if os.environ.get(SOURCE_CONFIG_ENV):
         tags["source_config"] = os.environ[SOURCE_CONFIG_ENV]
     return tags
-
-
-@contextmanager
-def _hydra_dir(
-    source: str, overrides: list[str], store_for: Callable[[list[str]], Any]
-) -> Iterator[tuple[Path, str | None]]:
-    """``(.hydra dir, run id or None)`` of a run dir or a run id (downloaded when its directory is gone)."""
-    path = Path(source)
-    tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]
-    if path.is_dir():
-        hydra = path / ".hydra" if (path / ".hydra").is_dir() else path
-        if not (hydra / "config.yaml").is_file() or not (hydra / "hydra.yaml").is_file():
-            raise ConfigError(f"{source} is not a run directory (no .hydra/config.yaml and hydra.yaml)")
-        yield hydra, _run_id_of_dir(hydra.parent, store_for(tracking))
-        return
-    if len(source) != RUN_ID_LENGTH or any(c not in "0123456789abcdef" for c in source):
-        raise ConfigError(f"--from-run {source!r} is neither a directory nor an MLflow run id (32 hex digits)")
-    store = store_for(tracking)
-    if store is None:
-        raise ConfigError("tracking=off has no run store to find a run id in; pass --from-run <run dir>")
-    run = store.find(source)
-    if run is None:
-        raise ConfigError(f"no run {source} in {store.uri}; pass tracking.uri=... for another store")
-    local = Path(run.tags.get("output_dir", "")) / ".hydra"
-    if run.tags.get("output_dir") and (local / "config.yaml").is_file() and (local / "hydra.yaml").is_file():
-        yield local, run.run_id
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="pgcli-from-run-"))
-    try:
-        hydra = store.download(run.run_id, "hydra", tmp)
-        if hydra is None or not (hydra / "config.yaml").is_file():
-            raise ConfigError(f"run {source} has no logged config (artifact hydra/config.yaml)")
-        yield hydra, run.run_id
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _run_id_of_dir(run_dir: Path, store: Any) -> str | None:
-    """The id of the run logged from ``run_dir``, when the store has exactly one."""
-    if store is None:
-        return None
-    runs = store.search(store.experiment_ids(), f"tags.output_dir = '{run_dir.resolve()}'")
-    return runs[0].run_id if len(runs) == 1 else None
 
 
 def reject_logged_config_dir(args: list[str]) -> None:

@@ -38,8 +38,9 @@ from pgcli.tracking.spool import strip_credentials
 
 if TYPE_CHECKING:
     from pgcli.algo.base import Learner
-    from pgcli.tracking.backend import MLflowBackend, RunLogger, RunRecord, RunStore
-    from pgcli.training.monitor import TrainingMonitor
+    from pgcli.tracking.backend import MLflowBackend
+    from pgcli.tracking.logger import RunLogger
+    from pgcli.tracking.store import RunRecord, RunStore
 
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"
@@ -275,6 +276,16 @@ class Closeable(Protocol):
 C = TypeVar("C", bound=Closeable)
 
 
+class RunMonitor(Protocol):
+    """What the run needs of the training monitor (``pgcli.training.monitor.TrainingMonitor``, which honours
+    :attr:`Run.stop`): its curves restored on resume, and the best evaluation's agent to log beside the model."""
+
+    @property
+    def best_dir(self) -> Path | None: ...
+
+    def load_state(self, checkpoint: Path, step: int) -> None: ...
+
+
 class Run:
     """One training run, from its MLflow run's creation (or re-opening) to its final status.
 
@@ -283,7 +294,7 @@ class Run:
         with Run(output_dir, open_backend, params=params, resume=resume) as run:
             env = run.closing(make_vec_env(...))
             trainer = run.closing(Trainer(...))
-            monitor = run.closing(TrainingMonitor(run.logger, ..., stop=run.stop))
+            monitor = run.closing(TrainingMonitor(run.logger, schedule, ..., hooks=Hooks(stop=run.stop)))
             run.start(trainer, monitor)  # resume: load the checkpoint, then re-open the MLflow run
             steps = trainer.learn(total_steps, monitor)
             monitor.finish(steps, trainer)
@@ -304,7 +315,7 @@ class Run:
         None for ``tracking=off``. ``params`` are logged to a new run; a resumed run keeps the ones it has.
         ``describe_model(dir)`` adds what loads a saved agent without pgcli's config (``pgcli.agent``); the saved agents
         are logged as MLflow Models (``pgcli.pyfunc``: gymnasium agents and text policies alike)."""
-        from pgcli.tracking.backend import RunLogger
+        from pgcli.tracking.logger import RunLogger
 
         self.output_dir, self.params, self.resume, self.log_model = output_dir, params, resume, log_model
         self.describe_model = describe_model
@@ -314,7 +325,7 @@ class Run:
         self._opened = False
         self.stop = StopRequest()
         self.trainer: Learner | None = None
-        self.monitor: TrainingMonitor | None = None
+        self.monitor: RunMonitor | None = None
         self._resources = ExitStack()
         self._signals = ExitStack()
 
@@ -325,7 +336,7 @@ class Run:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             if self.resume is None:
                 # A new run exists before the env and trainer are built, so a job whose env fails at make time (one
-                # bad job of a sweep) still leaves a FAILED run that says why (issue 5: failure isolation).
+                # bad job of a sweep) still leaves a FAILED run that says why (docs/sweeps.md, "Failure isolation").
                 self._open(None)
                 self.logger.log_params(self.params)
                 hydra_dir = self.output_dir / ".hydra"
@@ -342,7 +353,7 @@ class Run:
         self._resources.callback(obj.close)
         return obj
 
-    def start(self, trainer: Learner, monitor: TrainingMonitor) -> None:
+    def start(self, trainer: Learner, monitor: RunMonitor) -> None:
         """Training begins. On resume: load the checkpoint into ``trainer`` and ``monitor``, then re-open the MLflow
         run with its stored metric history (later points are logged only past it: no step is logged twice)."""
         self.trainer, self.monitor = trainer, monitor

@@ -22,8 +22,9 @@ from pgcli.config import (
     LMModelConfig,
     TrainConfig,
 )
-from pgcli.config.compose import CONF_DIR, compose_train_config, text_task_overrides
+from pgcli.config.compose import CONF_DIR, text_task_overrides
 from pgcli.errors import ConfigError
+from pgcli.training.checks import train_config
 
 
 def options(group: str) -> list[str]:
@@ -39,8 +40,9 @@ TEXT = [a for a in ALGOS if ALGO_CONFIGS[a] in TEXT_ALGOS]
 
 @functools.cache
 def composed(*overrides: str) -> Any:
-    """compose_train_config, memoised: a Hydra compose costs ~0.25 s and the pair matrix is reused for presets."""
-    return compose_train_config(list(overrides))
+    """train_config (compose + the world's checks), memoised: a Hydra compose costs ~0.25 s and the pair matrix is
+    reused for presets."""
+    return train_config(list(overrides))
 
 
 def test_conf_lists_the_foundation_options():
@@ -76,15 +78,15 @@ def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: st
 def test_text_and_control_options_do_not_mix():
     assert {"addition", "sort", "countdown"} <= set(TEXT_ENVS) and "sft" in TEXT and "ppo" in CONTROL
     with pytest.raises(ConfigError, match=r"^algo=ppo does not train on text tasks; env=addition takes algo="):
-        compose_train_config(["algo=ppo", "env=addition"])
+        train_config(["algo=ppo", "env=addition"])
     with pytest.raises(ConfigError, match=r"^algo=sft trains on text tasks only"):
-        compose_train_config(["algo=sft", "env=cartpole"])
+        train_config(["algo=sft", "env=cartpole"])
     with pytest.raises(ConfigError, match=r"^env=addition is a text task: it needs model=tiny_gpt"):
-        compose_train_config(["algo=sft", "env=addition", "model=mlp"])
+        train_config(["algo=sft", "env=addition", "model=mlp"])
     with pytest.raises(ConfigError, match=r"^model must be an MLP option .* model=tiny_gpt is for text tasks"):
-        compose_train_config(["env=cartpole", "model=tiny_gpt"])
+        train_config(["env=cartpole", "model=tiny_gpt"])
     with pytest.raises(ConfigError, match=r"^init must be null on a gymnasium env"):
-        compose_train_config(["env=cartpole", "init=abc"])
+        train_config(["env=cartpole", "init=abc"])
 
 
 def test_a_text_env_implies_the_lm_model_and_grpo():
@@ -111,7 +113,7 @@ def test_a_text_env_implies_the_lm_model_and_grpo():
 def test_bad_text_settings_are_one_line_errors(override: str, message: str):
     algo = "algo=grpo" if override.startswith("algo.") else "algo=sft"
     with pytest.raises(ConfigError, match=message):
-        compose_train_config([algo, "env=addition", override.strip("'")])
+        train_config([algo, "env=addition", override.strip("'")])
 
 
 @pytest.mark.parametrize("group", ["model", "hardware", "tracking"])
@@ -120,7 +122,7 @@ def test_every_option_of_the_other_groups_composes(group: str):
         if group == "hardware" and option == "cuda":
             continue  # needs a GPU: see test_cuda_without_gpu_is_a_clear_error
         text = ["env=addition", "algo=sft"] if group == "model" and option == "tiny_gpt" else []
-        cfg = compose_train_config([f"{group}={option}", *text])
+        cfg = train_config([f"{group}={option}", *text])
         assert isinstance(cfg, TrainConfig)
 
 
@@ -136,23 +138,23 @@ def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
 
 
 def test_ppo_cartpole_preset_applies_and_user_override_wins():
-    default = compose_train_config([])
+    default = train_config([])
     assert type(default.algo).name == "ppo" and default.env.id == "CartPole-v1"
     assert default.algo.n_steps == 32  # rl-baselines3-zoo's CartPole-v1 PPO (the schema default is 2048)
     assert default.algo.lr_schedule == "linear"
 
-    overridden = compose_train_config(["algo.n_steps=64", "algo.gamma=0.95"])
+    overridden = train_config(["algo.n_steps=64", "algo.gamma=0.95"])
     assert overridden.algo.n_steps == 64 and overridden.algo.gamma == 0.95
     assert overridden.algo.batch_size == default.algo.batch_size  # the rest of the preset still applies
 
-    plain = compose_train_config(["~preset"])
+    plain = train_config(["~preset"])
     assert plain.algo.n_steps == 2048 and plain.algo.lr_schedule == "constant"
 
 
 def test_preset_follows_the_chosen_pair():
-    a2c_pendulum = compose_train_config(["algo=a2c", "env=pendulum"])
+    a2c_pendulum = train_config(["algo=a2c", "env=pendulum"])
     assert a2c_pendulum.algo.use_sde and a2c_pendulum.env.normalize_obs  # a2c_pendulum.yaml
-    no_preset_pair = compose_train_config(["algo=a2c", "env=acrobot"])  # no a2c_acrobot.yaml: optional, no error
+    no_preset_pair = train_config(["algo=a2c", "env=acrobot"])  # no a2c_acrobot.yaml: optional, no error
     assert no_preset_pair.algo.n_steps == 5
 
 
@@ -166,7 +168,7 @@ def test_ppo_hopper_preset_and_its_named_zoo_variant():
 
 
 def test_open_env_kwargs_take_new_keys_with_append():
-    cfg = compose_train_config(["env=pendulum", "+env.kwargs.g=9.81"])
+    cfg = train_config(["env=pendulum", "+env.kwargs.g=9.81"])
     assert cfg.env.kwargs == {"g": 9.81}
 
 
@@ -204,7 +206,7 @@ BAD_OVERRIDES = [
 @pytest.mark.parametrize(("overrides", "fragments"), BAD_OVERRIDES, ids=lambda v: " ".join(v) if v else "")
 def test_bad_override_is_one_line_config_error(overrides: list[str], fragments: list[str]):
     with pytest.raises(ConfigError) as info:
-        compose_train_config(overrides)
+        train_config(overrides)
     message = str(info.value)
     assert "\n" not in message
     for fragment in fragments:
@@ -233,22 +235,22 @@ def test_cuda_without_gpu_is_a_clear_error():
         pytest.skip("a GPU is present: hardware=cuda is valid here")
     for text in ([], ["algo=sft", "env=addition"]):  # a text task too (issue 12)
         with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
-            compose_train_config(["hardware=cuda", *text])
+            train_config(["hardware=cuda", *text])
 
 
 def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
-    cfg = compose_train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
+    cfg = train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
     assert (cfg.hardware.vec_env, cfg.hardware.eval_process) == ("worker", True)
-    default = compose_train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
+    default = train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
     assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == (
         "shm",
         False,
         False,
     )
-    other = compose_train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in
+    other = train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in
     assert (other.hardware.vec_env, other.hardware.eval_process) == ("sync", False)
     with pytest.raises(
         ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker, shm \(got 'threads'\)"
     ) as err:
-        compose_train_config(["hardware.vec_env=threads"])
+        train_config(["hardware.vec_env=threads"])
     assert "\n" not in str(err.value)

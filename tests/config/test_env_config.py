@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from pgcli.config.compose import CONF_DIR, compose_train_config
-from pgcli.config.labels import env_label, env_option_ids, stale_preset_overrides
+from pgcli.config.labels import env_label, env_option_ids
+from pgcli.config.presets import stale_preset_overrides
 from pgcli.errors import ConfigError
+from pgcli.training.checks import train_config
 
 MY_TARGET = "tests.example_envs.my_envs:MyTarget-v0"
 ODD = "tests.example_envs.odd_spaces"
@@ -29,7 +31,7 @@ FRAME_STACK = "env.wrappers=[{_target_: gymnasium.wrappers.FrameStackObservation
     ids=" ".join,
 )
 def test_envs_and_options_the_trainer_can_take_compose(overrides: list[str]):
-    compose_train_config(overrides)  # validation (spaces probed on a throwaway env) accepts them
+    train_config(overrides)  # validation (spaces probed on a throwaway env) accepts them
 
 
 BAD_ENVS = [
@@ -57,8 +59,9 @@ BAD_ENVS = [
 
 @pytest.mark.parametrize(("overrides", "fragments"), BAD_ENVS, ids=lambda v: " ".join(v) if v else "")
 def test_env_the_trainer_cannot_take_is_one_line_config_error(overrides: list[str], fragments: list[str]):
+    compose_train_config(overrides)  # the values follow their rules: only the world's checks can tell
     with pytest.raises(ConfigError) as info:
-        compose_train_config(overrides)
+        train_config(overrides)
     message = str(info.value)
     assert "\n" not in message
     assert all(fragment in message for fragment in fragments), message
@@ -93,7 +96,7 @@ def test_env_label_prefers_the_chosen_option_among_several_with_one_id(tmp_path:
 
 
 def stale(overrides: list[str], multirun: bool = False) -> list[str]:
-    drop = stale_preset_overrides(overrides, multirun=multirun, conf_dir=CONF_DIR)
+    drop = stale_preset_overrides(overrides, multirun=multirun)
     drop.announce()
     return drop.overrides
 
@@ -103,7 +106,7 @@ def test_overriding_env_id_drops_the_groups_preset_and_says_so(capsys: pytest.Ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("pgcli: env.id=Acrobot-v1 replaces env=cartpole's CartPole-v1")
     assert "preset ppo_cartpole (tuned for CartPole-v1) is not applied; env=acrobot has this env's own settings" in err
-    cfg = compose_train_config(["env.id=Acrobot-v1", "~preset"])
+    cfg = train_config(["env.id=Acrobot-v1", "~preset"])
     assert cfg.algo.n_steps == 2048 and cfg.algo.lr_schedule == "constant"  # plain PPO defaults, not ppo_cartpole
 
 

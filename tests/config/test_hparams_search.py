@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from pgcli.config import PPOConfig, TRPOConfig, register_configs
-from pgcli.config.compose import CONF_DIR, compose_train_config, validate_overrides
+from pgcli.config import PPOConfig, TRPOConfig
+from pgcli.config.compose import CONF_DIR, compose_train_config, hydra_compose
 from pgcli.errors import ConfigError
 from pgcli.sweeps.study import SWEEPER_TARGET, SearchSpace, check_search, search_config
+from pgcli.training.checks import validate_overrides
 
 PRESETS = {"ppo_pendulum": (PPOConfig, "Pendulum-v1"), "trpo_cartpole": (TRPOConfig, "CartPole-v1")}
 
@@ -28,9 +28,7 @@ def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_composes_into_an_optuna_search(name: str) -> None:
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[f"hparams_search={name}"], return_hydra_config=True)
+    cfg = hydra_compose([f"hparams_search={name}"], hydra_node=True)
     algo_type, env_id = PRESETS[name]
     run_cfg = compose_train_config([f"hparams_search={name}"])
     assert isinstance(run_cfg.algo, algo_type) and run_cfg.env.id == env_id

@@ -145,7 +145,7 @@ UNEXPECTED_CASES = [
     (["eval", "0123abcd"], "pgcli.commands.eval.main"),
     (["runs"], "pgcli.commands.runs.main"),
     (["ui"], "pgcli.commands.ui.main"),
-    (["sync", "some/run/dir"], "pgcli.tracking.backend.sync_run_dir"),
+    (["sync", "some/run/dir"], "pgcli.tracking.sync.sync_run_dir"),
 ]
 
 

@@ -1,8 +1,9 @@
-"""Same seed on CPU, same run: every trainer gives identical metric histories (issue 10).
+"""Same seed on CPU, same run: every trainer gives identical metric histories on one machine.
 
-Each algorithm trains three times through ``pgcli.training.build.train`` (the path ``pgcli train`` takes after Hydra: seeding,
-env, trainer, monitor, logger) with a tiny budget and ``tracking=off``; the ``metrics.csv`` of the two seed-0 runs must
-match exactly (wall-clock keys ``time/*`` aside), and the seed-1 run must differ, so the comparison is not vacuous.
+Each algorithm trains three times through ``pgcli.training.build.train`` (the path ``pgcli train`` takes after
+Hydra: seeding, env, trainer, monitor, logger) with a tiny budget and ``tracking=off``; the ``metrics.csv`` of the two
+seed-0 runs must match exactly (wall-clock keys ``time/*`` aside), and the seed-1 run must differ, so the comparison
+is not vacuous.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.config.compose import compose_train_config
 from pgcli.training.build import RunContext, train
+from pgcli.training.checks import train_config
 
 COMMON = ["~preset", "env=cartpole", "env.n_envs=2", "total_steps=384", "eval.every=0", "eval.episodes=2",
           "tracking=off", "progress=false", "hardware=cpu"]  # fmt: skip
@@ -30,7 +31,7 @@ TINY = {
 
 
 def history(algo: str, seed: int, out: Path) -> list[tuple[str, str, str]]:
-    cfg = compose_train_config([f"algo={algo}", *COMMON, *TINY[algo]])
+    cfg = train_config([f"algo={algo}", *COMMON, *TINY[algo]])
     summary = train(
         dataclasses.replace(cfg, seed=seed), RunContext(algo_name=algo, env_name="cartpole", output_dir=out)
     )

@@ -21,9 +21,9 @@ from pgcli.algo.vpg import VPG
 from pgcli.config import EnvConfig, GRPOConfig, ModelConfig, PPOConfig, PPOKLConfig, TRPOConfig, VPGConfig
 from pgcli.envs.make import make_vec_env
 from pgcli.errors import DivergenceError
-from pgcli.tracking.backend import RunLogger
+from pgcli.tracking.logger import RunLogger
 from pgcli.training.build import seed_everything
-from pgcli.training.monitor import TrainingMonitor
+from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
 from tests.conftest import Store
 
 CPU = torch.device("cpu")
@@ -76,9 +76,8 @@ def build(name: str, env_id: str):
 
 
 def monitor(tmp_path: Path, checkpoint_every: int) -> TrainingMonitor:
-    return TrainingMonitor(RunLogger(tmp_path), total_steps=10**5, evaluator=None, eval_every=0,
-                           checkpoint_dir=tmp_path / "checkpoints", checkpoint_every=checkpoint_every,
-                           progress=False)  # fmt: skip
+    return TrainingMonitor(RunLogger(tmp_path), Schedule(10**5, checkpoint_every=checkpoint_every),
+                           outputs=Outputs(checkpoints=tmp_path / "checkpoints"), progress=False)  # fmt: skip
 
 
 def parameters(trainer) -> list[torch.Tensor]:
@@ -143,11 +142,11 @@ def store(migrated_store: Store) -> Store:
 
 @pytest.mark.parametrize(("algo", "name"), [("trpo", "trpo"), ("ppo", "sb3_ppo")])
 def test_diverged_run_ends_failed_naming_the_quantity(algo: str, name: str, store: Store, tmp_path: Path):
-    from pgcli.config.compose import compose_train_config
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     # ~preset: another env id drops the cartpole preset, as `pgcli train` does (its batch_size needs 8 envs)
-    cfg = compose_train_config([f"algo={algo}", "~preset", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
+    cfg = train_config([f"algo={algo}", "~preset", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
                                 "checkpoint_every=128", f"tracking.uri={store.uri}", "total_steps=100000",
                                 "eval.every=0", "progress=false"])  # fmt: skip
     ctx = RunContext(algo_name=algo, env_name="nan_cartpole", output_dir=tmp_path / "run")

@@ -143,3 +143,34 @@ def test_bad_input_is_one_line_and_status_2(cartpole, argv: list[str], fragment:
     assert fragment in proc.stderr
     assert len(store.client().search_runs([run.info.experiment_id])) == n_runs
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [(None, "FINISHED"), (RuntimeError("boom"), "FAILED"), (KeyboardInterrupt(), "KILLED")],
+)
+def test_the_eval_run_ends_as_a_training_run_ends_never_running(raised, status, tmp_path: Path):
+    # pgcli.training.run.final_status decides, as for a training run: an error FAILED, Ctrl-C/SIGTERM KILLED
+    from types import SimpleNamespace
+
+    from pgcli.commands.eval import EvalTarget, eval_run
+
+    ended: list[tuple[str, str]] = []
+
+    class RecordingStore:
+        uri = "sqlite:///unused.db"
+
+        def create_run(self, experiment: str, *, run_name: str, tags: dict, artifact_root: str | None) -> Any:
+            return SimpleNamespace(run_id="eval1")
+
+        def end(self, run_id: str, status: str) -> None:
+            ended.append((run_id, status))
+
+    target = EvalTarget(tmp_path, SimpleNamespace(seed=0, experiment=None), "ppo", "cartpole", "final", None, None)
+    if raised is None:
+        with eval_run(RecordingStore(), target, None, None) as run:
+            assert run.run_id == "eval1" and ended == []
+    else:
+        with pytest.raises(type(raised)), eval_run(RecordingStore(), target, None, None):
+            raise raised
+    assert ended == [("eval1", status)]

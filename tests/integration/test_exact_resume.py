@@ -21,10 +21,12 @@ from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.algo.vpg import VPG
 from pgcli.config import EnvConfig, GRPOConfig, ModelConfig, PPOConfig, PPOKLConfig, TRPOConfig, VPGConfig
-from pgcli.envs.make import env_state, find_normalizer, make_vec_env
-from pgcli.tracking.backend import RunLogger
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
+from pgcli.envs.state import env_state
+from pgcli.tracking.logger import RunLogger
 from pgcli.training.build import seed_everything
-from pgcli.training.monitor import TrainingMonitor
+from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[16], vf_hidden_sizes=[16])
@@ -58,7 +60,8 @@ CASES = {
 
 
 def build(case: str, seed: int, vectorization: str = "sync"):
-    """As pgcli.training.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the trainer."""
+    """As pgcli.training.build.train builds a trainer: seeded process RNGs, a seeded normalising env, then the
+    trainer."""
     trainer_cls, cfg, env_id = CASES[case]
     seed_everything(seed)
     env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True), seed=seed,
@@ -68,8 +71,8 @@ def build(case: str, seed: int, vectorization: str = "sync"):
 
 def train(trainer, total_steps: int, checkpoint_dir: Path) -> None:
     """``learn`` under a real TrainingMonitor that checkpoints after every update (checkpoint_every=1)."""
-    monitor = TrainingMonitor(RunLogger(checkpoint_dir.parent), total_steps=total_steps, evaluator=None, eval_every=0,
-                              checkpoint_dir=checkpoint_dir, checkpoint_every=1, progress=False)  # fmt: skip
+    monitor = TrainingMonitor(RunLogger(checkpoint_dir.parent), Schedule(total_steps, checkpoint_every=1),
+                              outputs=Outputs(checkpoints=checkpoint_dir), progress=False)  # fmt: skip
     trainer.learn(total_steps, monitor)
 
 

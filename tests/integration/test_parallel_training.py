@@ -1,8 +1,9 @@
-"""Training on two cores (issue 11, item 2): ``hardware.vec_env=worker|shm``, ``hardware.eval_process=true``,
-``hardware.eval_in_worker`` and ``algo.critic_process=true`` change where the work runs, not what is learned.
+"""Training on two cores (docs/benchmarks/trpo.md, "Two cores"): ``hardware.vec_env=worker|shm``,
+``hardware.eval_process=true``, ``hardware.eval_in_worker`` and ``algo.critic_process=true`` change where the work
+runs, not what is learned.
 
-An end-to-end TRPO Hopper run through ``pgcli.training.build.train`` gives the same metric history (wall-clock ``time/*``
-aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
+An end-to-end TRPO Hopper run through ``pgcli.training.build.train`` gives the same metric history (wall-clock
+``time/*`` aside), best model and checkpoints as the one-process run; a real ``pgcli train`` whose env worker is killed
 mid-training ends with a one-line error and a FAILED run instead of hanging.
 """
 
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pgcli.config.compose import compose_train_config
 from pgcli.training.build import RunContext, train
+from pgcli.training.checks import train_config
 from tests.conftest import Store, busy_cores, cli_env
 
 # the Hopper preset (2 envs x 1024 steps, normalised) cut to 3 updates with an evaluation after each
@@ -29,7 +30,7 @@ TINY = ["algo=trpo", "env=hopper", "total_steps=6144", "eval.every=2048", "eval.
 
 
 def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
-    cfg = compose_train_config([*TINY, *overrides])
+    cfg = train_config([*TINY, *overrides])
     summary = train(cfg, RunContext(algo_name="trpo", env_name="hopper", output_dir=out))
     with (summary.output_dir / "metrics.csv").open() as f:
         rows = [(r["key"], r["step"], r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")]
@@ -140,7 +141,7 @@ def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(wor
 
 
 def test_the_busy_cores_note_speaks_only_for_a_large_share():
-    from pgcli.envs.shm import BUSY_SHARE, WAIT_SHARE, busy_cores_note
+    from pgcli.hardware.watch import BUSY_SHARE, WAIT_SHARE, busy_cores_note
 
     # the run queue decides where the kernel tells it; the worker waits alone never do then
     assert busy_cores_note(0.0, 90.0, 100.0) is None

@@ -103,8 +103,8 @@ def test_env_failing_mid_training_ends_the_run_failed(store: Store, workdir: Pat
 def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_path: Path, monkeypatch) -> Any:
     """Run pgcli.training.build.train on PPO/CartPole; the SB3 rollout-end hook raises ``exc`` at the n-th update."""
     from pgcli.algo import sb3
-    from pgcli.config.compose import compose_train_config
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     original = sb3._MonitorCallback._on_rollout_end
     calls = {"n": 0}
@@ -116,7 +116,7 @@ def train_raising_after(n_updates: int, exc: BaseException, store: Store, tmp_pa
             raise exc
 
     monkeypatch.setattr(sb3._MonitorCallback, "_on_rollout_end", on_rollout_end)
-    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=100000", "eval.every=0", "progress=false"])
+    cfg = train_config([f"tracking.uri={store.uri}", "total_steps=100000", "eval.every=0", "progress=false"])
     ctx = RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run", overrides=["test"])
     with pytest.raises(type(exc)):
         train(cfg, ctx)
@@ -143,15 +143,15 @@ def test_keyboard_interrupt_mid_training_ends_killed(store: Store, tmp_path: Pat
 
 def test_interrupt_right_after_the_run_is_created_ends_killed(store: Store, tmp_path: Path, monkeypatch):
     # Ctrl-C while the progress bar is being set up, between MLflow's create_run and the first update.
-    from pgcli.config.compose import compose_train_config
     from pgcli.training import monitor
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     def interrupted_bar(total: int) -> Any:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(monitor, "_progress_bar", interrupted_bar)
-    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=1000", "progress=true"])
+    cfg = train_config([f"tracking.uri={store.uri}", "total_steps=1000", "progress=true"])
     with pytest.raises(KeyboardInterrupt):
         train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
     (run,) = store.runs("cartpole")
@@ -163,12 +163,12 @@ def test_a_run_whose_reports_cannot_be_written_ends_failed_and_says_what_is_miss
     # IsADirectoryError after training went well. The run must not end FINISHED.
     import json
 
-    from pgcli.config.compose import compose_train_config
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
     run_dir = tmp_path / "run"
     (run_dir / "metrics.csv").mkdir(parents=True)
-    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=512", "eval.episodes=1", "progress=false"])
+    cfg = train_config([f"tracking.uri={store.uri}", "total_steps=512", "eval.episodes=1", "progress=false"])
     train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=run_dir))
     (run,) = store.runs("cartpole")
     assert run.info.status == "FAILED"
@@ -187,10 +187,10 @@ def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path:
     import os
     import socket
 
-    from pgcli.config.compose import compose_train_config
     from pgcli.training.build import RunContext, train
+    from pgcli.training.checks import train_config
 
-    cfg = compose_train_config([f"tracking.uri={store.uri}", "total_steps=256", "eval.episodes=1", "progress=false"])
+    cfg = train_config([f"tracking.uri={store.uri}", "total_steps=256", "eval.episodes=1", "progress=false"])
     train(cfg, RunContext(algo_name="ppo", env_name="cartpole", output_dir=tmp_path / "run"))
     (run,) = store.runs("cartpole")
     assert run.info.status == "FINISHED" and "error" not in run.data.tags

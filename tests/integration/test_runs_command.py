@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pgcli.tracking.backend import MLflowBackend, TrackingTarget
+from pgcli.tracking.backend import MLflowBackend
+from pgcli.tracking.uri import TrackingTarget
 from pgcli.training.run import process_start_time
 from tests.conftest import Store, run_pgcli
 

@@ -11,8 +11,8 @@ import torch
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.config import A2CConfig, EnvConfig, ModelConfig, PPOConfig
 from pgcli.envs.make import make_vec_env
-from pgcli.tracking.backend import RunLogger
-from pgcli.training.monitor import TrainingMonitor
+from pgcli.tracking.logger import RunLogger
+from pgcli.training.monitor import Schedule, TrainingMonitor
 
 
 def train_sb3(cfg: PPOConfig | A2CConfig, total_steps: int, tmp_path: Path, n_envs: int = 2) -> RunLogger:
@@ -20,8 +20,7 @@ def train_sb3(cfg: PPOConfig | A2CConfig, total_steps: int, tmp_path: Path, n_en
     env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=n_envs), seed=0)
     trainer = SB3Trainer(cfg, env=env, model=ModelConfig(), seed=0, device=torch.device("cpu"))
     logger = RunLogger(tmp_path)
-    monitor = TrainingMonitor(logger, total_steps=total_steps, evaluator=None, eval_every=0, checkpoint_dir=None,
-                              progress=False)  # fmt: skip
+    monitor = TrainingMonitor(logger, Schedule(total_steps), progress=False)
     try:
         steps = trainer.learn(total_steps, monitor)
     finally:

@@ -37,7 +37,7 @@ def free_port() -> int:
 def log_sweep(store: Store) -> None:
     """A small sweep's worth of runs, written by pgcli's own tracking code: a parent and 2 seeds of PPO on CartPole,
     each with an eval/return_mean history."""
-    from pgcli.tracking.backend import RunStore
+    from pgcli.tracking.store import RunStore
 
     runs = RunStore(store.uri)
     artifacts = (store.root / "mlartifacts").as_uri()

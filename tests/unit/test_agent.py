@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from pgcli.agent import RawPolicy, read_agent_spec, train_config_from_dict, write_agent_files
+from pgcli.agent import RawPolicy, read_agent_spec, write_agent_files
 from pgcli.algo.checkpoint import save_checkpoint
 from pgcli.algo.policies import make_policy
 from pgcli.config import EnvConfig, ModelConfig, TrainConfig, TRPOConfig
-from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import ConfigError
+from pgcli.training.logged import train_config_from_dict
 
 
 def pendulum_model_dir(tmp_path: Path) -> tuple[Path, TrainConfig, torch.nn.Module, np.ndarray, np.ndarray]:

@@ -15,10 +15,11 @@ from pgcli.algo.checkpoint import atomic_dir, rng_state, set_rng_state
 from pgcli.algo.sb3 import SB3Trainer
 from pgcli.algo.trpo import TRPO
 from pgcli.config import EnvConfig, ModelConfig, PPOConfig, TRPOConfig
-from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import PgcliError
-from pgcli.tracking.backend import RunLogger
-from pgcli.training.monitor import TrainingMonitor, prune_checkpoints
+from pgcli.tracking.logger import RunLogger
+from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor, prune_checkpoints
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[8], vf_hidden_sizes=[8])
@@ -29,9 +30,9 @@ def trpo(n_envs: int = 2) -> TRPO:
     return TRPO(TRPOConfig(n_steps=32, n_critic_updates=1, batch_size=32), env=env, model=MODEL, seed=0, device=CPU)
 
 
-def monitor(tmp_path: Path, **kwargs) -> TrainingMonitor:
-    return TrainingMonitor(RunLogger(tmp_path), total_steps=10**5, evaluator=None, eval_every=0, progress=False,
-                           checkpoint_dir=tmp_path / "checkpoints", **kwargs)  # fmt: skip
+def monitor(tmp_path: Path, checkpoint_every: int = 0, checkpoint_keep: int = 0) -> TrainingMonitor:
+    return TrainingMonitor(RunLogger(tmp_path), Schedule(10**5, checkpoint_every=checkpoint_every), progress=False,
+                           outputs=Outputs(checkpoints=tmp_path / "checkpoints", keep=checkpoint_keep))  # fmt: skip
 
 
 @pytest.fixture(scope="module")

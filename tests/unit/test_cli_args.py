@@ -1,10 +1,11 @@
-"""`pgcli train`'s command line before Hydra sees it: flags first, wherever they were typed (pgcli.cli.hydra_argv)."""
+"""`pgcli train`'s command line before Hydra sees it: flags first, wherever they were typed
+(pgcli.commands.train.hydra_argv)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pgcli.cli import hydra_argv
+from pgcli.commands.train import hydra_argv
 from pgcli.errors import ConfigError
 
 

@@ -10,20 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pgcli.commands.compare import (
-    Group,
-    RunCurve,
-    aggregate,
-    bootstrap_ci,
-    common_grid,
-    curves_on_grid,
-    figure,
-    iqm,
-    lookup,
-    main,
-    make_groups,
-    table_rows,
-)
+from pgcli.commands.compare import main
+from pgcli.compare.groups import Group, RunCurve, lookup, make_groups
+from pgcli.compare.report import figure, table_rows
+from pgcli.compare.stats import aggregate, bootstrap_ci, common_grid, curves_on_grid, iqm
 from pgcli.errors import ConfigError
 from tests.conftest import Store
 
@@ -291,7 +281,7 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
 def test_the_plot_has_one_panel_per_env_each_with_its_own_y_axis(mixed_store: Store) -> None:
     from matplotlib.collections import PolyCollection
 
-    from pgcli.tracking.backend import RunStore
+    from pgcli.tracking.store import RunStore
 
     run_store = RunStore(mixed_store.uri)
     runs = []

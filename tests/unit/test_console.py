@@ -4,7 +4,7 @@ only when it was saved."""
 from pathlib import Path
 
 from pgcli.console import print_summary
-from pgcli.training.build import TrainSummary
+from pgcli.training.summary import TrainSummary
 
 
 def summary(tmp_path: Path, *, final: float, best: float) -> TrainSummary:

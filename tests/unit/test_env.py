@@ -1,4 +1,5 @@
-"""pgcli.envs.make: the one env builder, VecNormalize, and the episode / final-observation helpers, on real gymnasium envs."""
+"""pgcli.envs.make, normalize and episodes: the one env builder, VecNormalize, and the episode / final-observation
+helpers, on real gymnasium envs."""
 
 from __future__ import annotations
 
@@ -8,16 +9,9 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.envs.make import (
-    VecNormalize,
-    final_observations,
-    find_normalizer,
-    finished_episodes,
-    load_saved_normalizer,
-    make_vec_env,
-    normalizer_state,
-    save_normalizer,
-)
+from pgcli.envs.episodes import final_observations, finished_episodes
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import VecNormalize, find_normalizer, load_saved_normalizer, normalizer_state, save_normalizer
 
 EPS = 1e-8
 

@@ -1,5 +1,6 @@
-"""pgcli.envs.make.env_state / restore_env_state: a vector env snapshotted mid-episode (through JSON) and restored into a
-fresh env built with another seed steps on exactly as the original, for classic control and MuJoCo, sync and async."""
+"""pgcli.envs.state.env_state / restore_env_state: a vector env snapshotted mid-episode (through JSON) and restored
+into a fresh env built with another seed steps on exactly as the original, for classic control and MuJoCo, sync and
+async."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.envs.make import env_state, find_normalizer, make_vec_env, restore_env_state
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
+from pgcli.envs.state import env_state, restore_env_state
 
 
 def actions_for(env, n: int) -> list[np.ndarray]:

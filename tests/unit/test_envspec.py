@@ -1,4 +1,5 @@
-"""pgcli.envs.spec and the env builder's wrapper chain: module:EnvId ids, env.wrappers, and the trainers' space table."""
+"""pgcli.envs.spec and the env builder's wrapper chain: module:EnvId ids, env.wrappers, the trainers' space table, and
+the spaces pgcli.training.checks probes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from gymnasium import spaces
 
 from pgcli.config import EnvConfig
-from pgcli.envs.make import finished_episodes, make_env, make_vec_env, reward_threshold
+from pgcli.envs.episodes import finished_episodes
+from pgcli.envs.make import make_env, make_vec_env, reward_threshold
 from pgcli.envs.spec import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -20,10 +22,10 @@ from pgcli.envs.spec import (
     algos_taking,
     check_wrapper,
     describe_space,
-    probe_spaces,
     registered_id,
 )
 from pgcli.errors import ConfigError
+from pgcli.training.checks import check_env, probe_spaces
 
 MY_TARGET = "tests.example_envs.my_envs:MyTarget-v0"
 
@@ -65,7 +67,7 @@ def test_a_module_in_the_working_directory_is_found(tmp_path: Path, monkeypatch:
 )
 def test_bad_env_id_is_one_line(env_id: str, fragments: list[str]):
     with pytest.raises(ConfigError) as info:
-        EnvConfig(id=env_id)
+        check_env(EnvConfig(id=env_id))
     assert "\n" not in str(info.value) and all(f in str(info.value) for f in fragments), str(info.value)
 
 

@@ -30,9 +30,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, as absolute dotted names (``from . import x`` resolved)."""
-    module = module_name(path)
+def imported_modules(path: Path, module: str | None = None) -> set[str]:
+    """Every module ``path`` (the module ``module``, by default its name in pgcli) imports, as absolute dotted names
+    (``from . import x`` resolved)."""
+    module = module or module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -116,11 +117,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_import_walker_sees_function_level_imports():
-    # the walker itself: a nested import and a relative one must be found, or the rules below would pass vacuously
-    assert "pgcli.config.compose" in imported_modules(PACKAGE / "cli.py")
-    backend = imported_modules(PACKAGE / "tracking" / "backend.py")
-    assert any(i.startswith("mlflow") for i in backend)
+def test_the_import_walker_sees_every_kind_of_import(tmp_path: Path):
+    # the walker itself: imports inside functions, under TYPE_CHECKING and relative ones must be found, or the rules
+    # below would pass vacuously
+    source = tmp_path / "example.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pgcli.training.run import Run\n"
+        "def f():\n    import mlflow.tracking\n    from . import sibling\n    from ..ops import cg\n"
+    )
+    found = imported_modules(source, "pgcli.algo.example")
+    assert {"pgcli.training.run", "mlflow.tracking", "pgcli.algo.sibling", "pgcli.ops.cg"} <= found
+    assert any(i.startswith("mlflow") for i in imported_modules(PACKAGE / "tracking" / "backend.py"))
 
 
 def test_the_cycle_finder_finds_a_cycle():

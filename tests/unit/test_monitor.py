@@ -1,8 +1,9 @@
-"""pgcli.training.monitor: the Evaluator on real CartPole / Pendulum envs, and the TrainingMonitor's cadences and metrics."""
+"""The Evaluator (``pgcli.training.evaluation``) on real CartPole / Pendulum envs, and the TrainingMonitor's cadences,
+metrics, resume and clean stop (``pgcli.training.monitor``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,12 @@ import pytest
 
 from pgcli.algo.base import EvalResult
 from pgcli.config import EnvConfig, EvalConfig
-from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
 from pgcli.training import monitor as monitor_module
 from pgcli.training.evaluation import Evaluator
-from pgcli.training.monitor import TrainingMonitor
+from pgcli.training.monitor import Hooks, Outputs, Schedule, TrainingMonitor
+from pgcli.training.run import StopRequest
 
 
 class RowPolicy:
@@ -146,17 +149,27 @@ class CountingEvaluator:
     def close(self) -> None: ...
 
 
-def make_monitor(logger: RecordingLogger, tmp_path: Path, **kw: Any) -> TrainingMonitor:
-    args: dict[str, Any] = {
-        "total_steps": 1000,
-        "evaluator": CountingEvaluator(),
-        "eval_every": 100,
-        "checkpoint_dir": tmp_path / "checkpoints",
-        "progress": False,
-        "log_every_steps": 1,
-    }
-    args.update(kw)
-    return TrainingMonitor(logger, **args)  # type: ignore[arg-type]
+def make_monitor(
+    logger: RecordingLogger,
+    tmp_path: Path,
+    *,
+    evaluator: Any = "counting",
+    best_dir: Path | None = None,
+    stop: StopRequest | None = None,
+    on_eval: Callable[[int, float], None] | None = None,
+    **cadence: Any,
+) -> TrainingMonitor:
+    """A monitor of 1000 env steps that evaluates every 100 (``cadence``: other :class:`Schedule` fields) with a
+    :class:`CountingEvaluator` and checkpoints to ``tmp_path/checkpoints``, without a progress bar."""
+    schedule = Schedule(**({"total_steps": 1000, "eval_every": 100, "log_every_steps": 1} | cadence))
+    return TrainingMonitor(
+        logger,  # type: ignore[arg-type]
+        schedule,
+        evaluator=CountingEvaluator() if isinstance(evaluator, str) else evaluator,
+        outputs=Outputs(checkpoints=tmp_path / "checkpoints", best_model=best_dir),
+        hooks=Hooks(stop=stop, on_eval=on_eval),
+        progress=False,
+    )
 
 
 def test_eval_and_checkpoint_cadence_in_env_steps(tmp_path: Path):
@@ -328,7 +341,7 @@ def test_a_checkpoint_without_monitor_state_continues_from_its_step(tmp_path: Pa
 
 
 def test_a_stop_request_checkpoints_at_the_update_and_raises(tmp_path: Path):
-    from pgcli.training.run import Interrupted, StopRequest
+    from pgcli.training.run import Interrupted
 
     stop = StopRequest()
     logger = RecordingLogger()
@@ -440,7 +453,7 @@ def test_a_dead_evaluation_process_is_a_one_line_error(tmp_path: Path):
     import os
     import signal
 
-    from pgcli.envs.worker import EnvWorkerError
+    from pgcli.envs.split import EnvWorkerError
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
     evaluator = Evaluator(env_cfg, EvalConfig(episodes=2), seed=0, train_env=make_vec_env(env_cfg, seed=0),

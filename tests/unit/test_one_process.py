@@ -1,4 +1,5 @@
-"""Runs that share the cores give up their second process (pgcli.hardware.placement.one_process): the same config otherwise."""
+"""Runs that share the cores give up their second process (pgcli.hardware.placement.one_process): the same config
+otherwise."""
 
 from __future__ import annotations
 

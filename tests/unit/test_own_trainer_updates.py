@@ -10,7 +10,8 @@ from pgcli.algo.ppo_kl import PPOKL
 from pgcli.algo.trpo import TRPO, fisher_vector_product_fn, linear_schedule
 from pgcli.algo.vpg import VPG
 from pgcli.config import EnvConfig, ModelConfig, PPOKLConfig, TRPOConfig, VPGConfig
-from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
 from pgcli.ops.autodiff import fisher_vector_product, flat_params
 from pgcli.ops.losses import ppo_penalty_beta_update
 

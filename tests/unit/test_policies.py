@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
+from pgcli.algo.networks import MLP
 from pgcli.algo.policies import (
-    MLP,
     CategoricalPolicy,
     DiagGaussianPolicy,
     ValueNetwork,

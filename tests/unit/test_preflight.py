@@ -1,4 +1,5 @@
-"""pgcli.training.preflight: what makes a tracking store or an output directory unusable, found before anything is created."""
+"""pgcli.training.preflight: what makes a tracking store or an output directory unusable, found before anything is
+created."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.tracking.backend import RunRecord
+from pgcli.tracking.store import RunRecord
 from pgcli.training.run import (
     Interrupted,
     final_status,

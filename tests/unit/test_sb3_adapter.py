@@ -7,7 +7,8 @@ import pytest
 
 from pgcli.algo.sb3 import SB3VecEnv, policy_kwargs
 from pgcli.config import EnvConfig, ModelConfig
-from pgcli.envs.make import find_normalizer, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import find_normalizer
 
 
 def adapter(cfg: EnvConfig, seed: int = 0) -> SB3VecEnv:

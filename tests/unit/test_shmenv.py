@@ -13,7 +13,8 @@ from test_vecenv import assert_same, flat_info, rollout
 
 from pgcli.config import EnvConfig
 from pgcli.envs import make as env_module
-from pgcli.envs.make import RunningMeanStd, batch_mean_var, make_vec_env
+from pgcli.envs.make import make_vec_env
+from pgcli.envs.normalize import RunningMeanStd, batch_mean_var
 from pgcli.envs.shm import SharedMemoryVectorEnv
 from pgcli.hardware import placement
 
@@ -34,7 +35,7 @@ def test_shm_env_gives_exactly_the_sync_envs_experience_on_hopper(n_envs: int):
     try:
         base = shm.unwrapped
         assert isinstance(base, SharedMemoryVectorEnv) and base.n_local == n_envs - n_envs // 2
-        assert base._process is not None and base._process.is_alive()
+        assert base.worker is not None and base.worker.is_alive()
         a, b = rollout(sync, 300, seed=1), rollout(shm, 300, seed=1)
         # random actions topple Hopper within ~20 steps: many resets, in both processes' sub-envs
         ended = np.array([x[3] | x[2] for x in a])
@@ -76,8 +77,8 @@ def test_shm_env_on_discrete_actions_and_without_a_worker(monkeypatch: pytest.Mo
     monkeypatch.undo()
     lean = make_vec_env(cartpole, seed=3, vectorization="lean")  # what evaluations step: never a worker
     try:
-        assert shm.unwrapped.n_local == 2 and alone.unwrapped.n_local == 4 and alone.unwrapped._process is None
-        assert lean.unwrapped.n_local == 4 and lean.unwrapped._process is None
+        assert shm.unwrapped.n_local == 2 and alone.unwrapped.n_local == 4 and alone.unwrapped.worker is None
+        assert lean.unwrapped.n_local == 4 and lean.unwrapped.worker is None
         rng = np.random.default_rng(0)
         for t in range(300):
             actions = rng.integers(0, 2, size=4)
@@ -140,8 +141,9 @@ def test_the_worker_plays_evaluations_in_its_idle_time_with_the_in_process_resul
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
     from pgcli.envs.episodes import run_episodes
-    from pgcli.envs.make import EVAL_SEED_OFFSET, load_normalizer_state, normalizer_state
-    from pgcli.envs.worker import EnvWorkerError
+    from pgcli.envs.make import EVAL_SEED_OFFSET
+    from pgcli.envs.normalize import load_normalizer_state, normalizer_state
+    from pgcli.envs.split import EnvWorkerError
     from pgcli.training.evaluation import Evaluator, WorkerEvaluation
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2, normalize_obs=True, normalize_reward=True)
@@ -199,7 +201,7 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
 
     from pgcli.algo.policies import PolicySnapshot, make_policy
     from pgcli.config import EvalConfig, ModelConfig
-    from pgcli.envs.worker import EnvWorkerError
+    from pgcli.envs.split import EnvWorkerError
     from pgcli.training.evaluation import Evaluator
 
     cfg = EnvConfig(id="Hopper-v5", n_envs=2)
@@ -210,7 +212,7 @@ def test_a_worker_that_dies_during_an_evaluation_is_an_error_not_a_hang():
         evaluator = Evaluator(cfg, EvalConfig(episodes=50), seed=0, train_env=train, in_worker=True)
         train.reset(seed=0)
         evaluator.submit(PolicySnapshot(policy))
-        os.kill(train.unwrapped._process.pid, signal.SIGKILL)
+        os.kill(train.unwrapped.worker.pid, signal.SIGKILL)
         with pytest.raises(EnvWorkerError, match=r"the env worker process \(pid \d+\) died during an evaluation"):
             evaluator.result()
     finally:
@@ -245,12 +247,12 @@ def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
     shm = make_vec_env(cfg, seed=7, vectorization="shm")
     try:
         base = shm.unwrapped
-        worker = base._process
+        worker = base.worker
         assert_same(lean(rollout(sync, 57, seed=1)), rollout(shm, 57, seed=1))
         wrappers = dict(map(tuple, base.get_attr("episode_state")[1]["wrappers"]))
         assert wrappers["TimeLimit"]["elapsed_steps"] > 0  # the worker's sub-env is mid-episode
         assert base.bring_home()
-        assert base._process is None and base.n_local == 2 and not worker.is_alive()
+        assert base.worker is None and base.n_local == 2 and not worker.is_alive()
         assert base.evaluation_channel() is None and not base.bring_home()  # once
         assert_same(lean(rollout(sync, 300, seed=2)), rollout(shm, 300, seed=2))
     finally:
@@ -259,7 +261,7 @@ def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
 
 
 def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
-    from pgcli.envs.shm import WorkerWatch
+    from pgcli.hardware.watch import WorkerWatch
 
     class Env:  # the two things the watch reads and calls; the move itself is tested above
         wait_s = 0.0
@@ -301,7 +303,7 @@ def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
 def test_run_queue_time_is_read_for_live_processes_only():
     import os
 
-    from pgcli.envs.shm import run_queue_s
+    from pgcli.hardware.watch import run_queue_s
 
     if not os.path.exists("/proc/self/schedstat"):
         pytest.skip("no /proc/<pid>/schedstat here")

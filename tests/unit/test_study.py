@@ -1,4 +1,5 @@
-"""pgcli.sweeps.study: the search space, the study's budget, the sweeper's settings and a trial's reports through storage."""
+"""pgcli.sweeps.study: the search space, the study's budget, the sweeper's settings and a trial's reports through
+storage."""
 
 from __future__ import annotations
 

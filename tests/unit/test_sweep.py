@@ -1,4 +1,5 @@
-"""pgcli.sweeps.tree and the Ray launcher: the pure helpers behind a sweep's summary, exit line and worker environment."""
+"""pgcli.sweeps.tree and the Ray launcher: the pure helpers behind a sweep's summary, exit line and worker
+environment."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_worker_env_forwards_pgcli_mlflow_and_thread_settings(monkeypatch: pytes
 
 
 def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
-    from pgcli.tracking.backend import with_retry
+    from pgcli.tracking.client import with_retry
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""pgcli.tracking.backend: flatten, where runs go, RunLogger reports, and MLflowBackend batching against a real SQLite store."""
+"""pgcli.tracking: flatten, where runs go, RunLogger reports, and MLflowBackend batching against a real SQLite store."""
 
 from __future__ import annotations
 
@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from pgcli.config import TrackingConfig
-from pgcli.tracking.backend import (
-    MLFLOW_BATCH_LIMIT,
-    MLflowBackend,
-    RunLogger,
-    TrackingTarget,
-    flatten,
-    resolve_tracking_target,
-)
+from pgcli.tracking.backend import MLflowBackend
+from pgcli.tracking.client import MLFLOW_BATCH_LIMIT
+from pgcli.tracking.logger import RunLogger, flatten
+from pgcli.tracking.uri import TrackingTarget, resolve_tracking_target
 
 
 def test_flatten_nests_with_dots_and_keeps_lists():

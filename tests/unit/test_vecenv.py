@@ -1,6 +1,7 @@
-"""``hardware.vec_env=worker`` (pgcli/envs/worker.py): the same experience as the sync vector env, step for step, on real
-envs; checkpoint snapshots through the worker; a dead or failing worker is a one-line error, not a hang. The last
-three hold for ``hardware.vec_env=shm`` too (parametrized; its own tests are in test_shmenv.py)."""
+"""``hardware.vec_env=worker`` (pgcli/envs/worker.py): the same experience as the sync vector env, step for step, on
+real envs; checkpoint snapshots through the worker; a dead or failing worker is a one-line error, not a hang. The
+last three hold for ``hardware.vec_env=shm`` too (parametrized; its own tests are in test_shmenv.py); both share
+pgcli/envs/split.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import numpy as np
 import pytest
 
 from pgcli.config import EnvConfig
-from pgcli.envs.make import env_state, final_observations, finished_episodes, make_vec_env, restore_env_state
+from pgcli.envs.episodes import final_observations, finished_episodes
+from pgcli.envs.make import make_vec_env
 from pgcli.envs.shm import SharedMemoryVectorEnv
-from pgcli.envs.worker import EnvWorkerError, WorkerVectorEnv
+from pgcli.envs.split import EnvWorkerError
+from pgcli.envs.state import env_state, restore_env_state
+from pgcli.envs.worker import WorkerVectorEnv
 
 HOPPER = EnvConfig(id="Hopper-v5", n_envs=3, normalize_obs=True, normalize_reward=True)
 
@@ -109,8 +113,8 @@ def test_a_dead_worker_is_a_one_line_error_not_a_hang(vectorization: str, env_cl
     env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization=vectorization)
     base = env.unwrapped
     assert isinstance(base, env_class)
-    os.kill(base._process.pid, signal.SIGKILL)
-    base._process.join(timeout=30)
+    os.kill(base.worker.pid, signal.SIGKILL)
+    base.worker.join(timeout=30)
     with pytest.raises(EnvWorkerError) as err:
         env.step(np.zeros(2, dtype=np.int64))
     message = str(err.value)

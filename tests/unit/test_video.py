@@ -89,7 +89,7 @@ def test_a_missing_gl_backend_is_a_one_line_render_error():
 def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
     from pgcli.config import EvalConfig
     from pgcli.training.evaluation import Evaluator
-    from pgcli.training.monitor import TrainingMonitor
+    from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from tests.unit.test_monitor import RecordingLogger, RowPolicy
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=2)
@@ -97,8 +97,8 @@ def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
         env_cfg, EvalConfig(episodes=1, video_every=200), seed=0, train_env=make_vec_env(env_cfg, seed=0)
     )
     logger = RecordingLogger()
-    monitor = TrainingMonitor(logger, total_steps=400, evaluator=evaluator, eval_every=100, checkpoint_dir=None,
-                              video_dir=tmp_path / "videos", progress=False)  # fmt: skip
+    monitor = TrainingMonitor(logger, Schedule(400, eval_every=100), evaluator=evaluator,
+                              outputs=Outputs(videos=tmp_path / "videos"), progress=False)  # fmt: skip
     for step in (100, 200, 300, 400):
         monitor.update(step, RowPolicy())
     monitor.close()

@@ -1,10 +1,11 @@
-"""Hopper-v4 against Hopper-v5 (issue 11, item 3): same seeds, same actions, step by step.
+"""Hopper-v4 against Hopper-v5: same seeds, same actions, step by step (docs/benchmarks/ppo.md, "Why the zoo preset
+stands still").
 
 rl-baselines3-zoo tuned its PPO preset on Hopper-v3/v4; pgcli runs Hopper-v5. This replays identical random action
 sequences in both versions and reports the largest observation and reward differences, and any step where only one
 of them terminates. It takes a few seconds and needs no training.
 
-    .venv/bin/python benchmarks/hopper_v4_v5.py --episodes 20
+    .venv/bin/python benchmarks/investigations/hopper_v4_v5.py --episodes 20
 """
 
 from __future__ import annotations

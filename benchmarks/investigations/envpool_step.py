@@ -1,5 +1,5 @@
-"""EnvPool against pgcli's vector envs on TRPO Hopper's settings (issue 11, item 2): is EnvPool worth a
-``hardware.vec_env=envpool`` backend?
+"""EnvPool against pgcli's vector envs on TRPO Hopper's settings: is EnvPool worth a ``hardware.vec_env=envpool``
+backend? (No: docs/benchmarks/trpo.md, "Ablations of the two-core path".)
 
 One vector step of Hopper-v5 with 2 sub-envs (the ``trpo_hopper`` preset), random actions in [-1, 1], auto-reset
 included, no normalisation, no policy: what each backend adds to the trainer's critical path per vector step.
@@ -15,7 +15,7 @@ Rounds alternate the backends (the order flips every round), so load hits them a
 (``benchmarks/trpo_1m.py --probe``) is recorded before and after. EnvPool is not a pgcli dependency: install it into
 the venv first (``uv pip install --python .venv/bin/python envpool``).
 
-    .venv/bin/python benchmarks/envpool_step.py --steps 20000 --rounds 3      # -> benchmarks/results/envpool_step.json
+    .venv/bin/python benchmarks/investigations/envpool_step.py --steps 20000 --rounds 3   # -> results/envpool_step.json
 """
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: trpo_1m
 from trpo_1m import core_contention
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def backends() -> dict[str, Callable[[], Any]]:
     import envpool
 
-    from pgcli.config.compose import compose_train_config
     from pgcli.envs.make import make_vec_env
+    from pgcli.training.checks import train_config
 
-    env_cfg = compose_train_config(["algo=trpo", "env=hopper"]).env
+    env_cfg = train_config(["algo=trpo", "env=hopper"]).env
     raw = dataclasses.replace(env_cfg, normalize_obs=False, normalize_reward=False)
 
     def pool(threads: int) -> Callable[[], Any]:

@@ -1,0 +1,22 @@
+"""``pgcli sft env=<text task> ...``: a supervised warm start, run as ``pgcli train algo=sft ...`` (docs/lm.md).
+
+A run of its own: the task is ``env=addition`` unless given, the algo is always ``sft``, and a run resumes with its
+own algo, so ``resume=`` belongs to ``pgcli train``.
+"""
+
+from __future__ import annotations
+
+from pgcli.commands import train
+from pgcli.errors import ConfigError
+
+
+def main(args: list[str]) -> int:
+    """Entry point of ``pgcli sft``."""
+    overrides = train.task_overrides(args)
+    algo = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") == "algo"]
+    if algo:
+        raise ConfigError(f"pgcli sft trains algo=sft; drop {algo[0]} (or use pgcli train {algo[0]})")
+    if any(a.startswith("resume=") for a in args):
+        raise ConfigError("pgcli sft resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
+    has_env = any(a.split("=", 1)[0].lstrip("+~") == "env" for a in overrides)
+    return train.main(["algo=sft", *([] if has_env else ["env=addition"]), *args])

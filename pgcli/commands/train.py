@@ -1,0 +1,316 @@
+"""``pgcli train``: check the whole command line, then hand it to Hydra; and :func:`run_train`, the body of each job.
+
+Hydra has no subcommands and answers bad input with its whole usage or a traceback, so :func:`main` checks first:
+flags (accepted anywhere, Hydra's first: :func:`hydra_argv`), ``resume=`` and ``--from-run`` (a run from the past,
+:mod:`pgcli.training.resume` / :mod:`pgcli.training.rerun`), the config of every job (:mod:`pgcli.training.checks`),
+an Optuna search, where the run will write, and ``init=``. Bad input stops with one line (``pgcli: error: ...``), exit
+status 2, before any env or MLflow run exists; only then does Hydra get ``sys.argv``. A sweep's parent MLflow run is
+ended here on the paths where Hydra skips its callback: never left RUNNING (docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from pgcli.commands.report import debug_requested, report_error, unexpected_error
+from pgcli.config.compose import (
+    CONF_DIR,
+    compose_dictconfig,
+    compose_train_config,
+    text_task_overrides,
+    to_train_config,
+)
+from pgcli.errors import ConfigError, PgcliError
+
+if TYPE_CHECKING:
+    from hydra.conf import HydraConf
+    from omegaconf import DictConfig
+
+    from pgcli.config import TrainConfig
+    from pgcli.sweeps.study import TrialLink
+    from pgcli.training.build import RunContext
+
+HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-completion", "-sc")
+# Hydra's command-line flags (hydra._internal.utils.get_args_parser): switches, flags with a value (and its choices),
+# and --info with an optional value.
+HYDRA_SWITCHES = ("-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
+                  "-sc", "--shell-completion")  # fmt: skip
+CFG_CHOICES = ("job", "hydra", "all")
+HYDRA_VALUE_FLAGS: dict[str, tuple[str, ...] | None] = {
+    "--cfg": CFG_CHOICES, "-c": CFG_CHOICES, "--package": None, "-p": None, "--config-path": None, "-cp": None,
+    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None,
+}  # fmt: skip
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def hydra_argv(args: list[str], command: str = "train") -> list[str]:
+    """Hydra's flags first, then the overrides, each in its order; an unknown flag or a bad flag value is a one-line
+    error (Hydra's parser prints its whole usage).
+
+    Hydra takes flags only before the first override, so ``pgcli train algo=ppo -m seed=0,1`` would fail there with
+    "unrecognized arguments: seed=0,1"; pgcli accepts flags anywhere, as ``--from-run X -m seed=1,2`` needs.
+    """
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg, nxt = args[i], args[i + 1] if i + 1 < len(args) else ""
+        i += 1
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            continue
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in HYDRA_SWITCHES and not eq:
+            flags.append(arg)
+        elif name in HYDRA_VALUE_FLAGS:
+            if not eq:
+                if not nxt or nxt.startswith("-"):
+                    raise ConfigError(f"{name} needs a value (see pgcli {command} --help)")
+                value, i = nxt, i + 1
+            choices = HYDRA_VALUE_FLAGS[name]
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{name} {value}: choose one of {', '.join(choices)}")
+            flags += [name, value]
+        elif name in ("-i", "--info"):
+            if eq and value not in INFO_CHOICES:
+                raise ConfigError(f"--info={value}: choose one of {', '.join(INFO_CHOICES)}")
+            if not eq and nxt in INFO_CHOICES:  # its optional value
+                value, i = nxt, i + 1
+            flags += ["--info", value or "all"]  # Hydra's default; a bare --info before overrides would take one
+        else:
+            raise ConfigError(f"unknown option {arg} for pgcli {command} (see pgcli {command} --help)")
+    return [*flags, *overrides]
+
+
+def main(args: list[str]) -> int:
+    """Entry point of ``pgcli train`` (and ``pgcli sft``): ``--help``, ``resume=``, or check then run Hydra."""
+    if "-h" in args or "--help" in args:
+        return _train_help(task_overrides(args))
+    if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
+        raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
+    if any(a.startswith("resume=") for a in args):
+        from pgcli.training.resume import resume_command
+
+        return resume_command(args)
+    return _run_hydra(checked_args(args))
+
+
+def checked_args(args: list[str]) -> list[str]:
+    """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed its checks
+    (a one-line ConfigError otherwise): ``--from-run`` resolved, a text task's implied groups and a stale preset's
+    ``~preset`` added."""
+    from pgcli.training.rerun import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
+
+    # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
+    hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, "sft" if args[:1] == ["algo=sft"] else "train")
+
+    reject_logged_config_dir(args)
+    if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
+        args = from_run_args(args, overrides=task_overrides(args), store_for=_run_store)
+    args = [*args, *text_task_overrides(task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
+    if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
+        args = _preflight(args)
+    if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
+        args = [*args, "hydra/hydra_help=pgcli"]
+    return args
+
+
+def _preflight(args: list[str]) -> list[str]:
+    """Check every job of ``args`` before Hydra starts the first; returns ``args`` with a stale preset dropped."""
+    from pgcli.config.presets import stale_preset_overrides
+    from pgcli.training.checks import validate_overrides
+
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    preset_drop = stale_preset_overrides(task_overrides(args), multirun=multirun)
+    args = [*args, *preset_drop.overrides]
+    validate_overrides(task_overrides(args), multirun=multirun)
+    if multirun:
+        from pgcli.sweeps.study import check_search
+
+        check_search(task_overrides(args))  # an Optuna search: settings, search space, the study's budget
+    if not any(a in ("--cfg", "-c") for a in args):  # nothing is written when only the config is printed
+        from pgcli.training.preflight import check_train_environment, plan_from_overrides
+
+        check_train_environment(plan_from_overrides(task_overrides(args), multirun=multirun))
+        from pgcli.lm.init import check_init_overrides
+
+        check_init_overrides(task_overrides(args))  # init=<SFT run>: found and fitting, before anything starts
+    preset_drop.announce()
+    return args
+
+
+def _run_hydra(args: list[str]) -> int:
+    """Run the Hydra app on ``args``; 1 when a sweep had failed jobs."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
+        signal.signal(signum, _raise_interrupted)
+    sys.argv = ["pgcli train", *hydra_argv(args)]
+    from pgcli.sweeps.tree import close_sweep
+    from pgcli.training.run import FAILED, FINISHED, KILLED
+
+    # A multirun's parent MLflow run is ended by the sweep callback at multirun end; Hydra skips that hook when the
+    # sweeper raises (it re-raises a failed job) or on Ctrl-C, so those paths end it here. Never left RUNNING.
+    try:
+        _train_app()
+    except KeyboardInterrupt:
+        close_sweep(KILLED)
+        raise
+    except SystemExit:
+        close_sweep(FAILED)
+        raise
+    outcome = close_sweep(FINISHED)
+    return 1 if outcome is not None and not outcome.ok else 0
+
+
+def _run_store(overrides: list[str]) -> Any:
+    from pgcli.tracking.store import open_run_store
+
+    return open_run_store(compose_train_config(overrides).tracking)
+
+
+def _train_help(overrides: list[str]) -> int:
+    """Print ``pgcli train --help`` (:mod:`pgcli.commands.help`): the groups from conf/ and the config ``overrides``
+    compose to."""
+    from omegaconf import OmegaConf
+
+    from pgcli.commands.help import train_help
+    from pgcli.config.presets import stale_preset_overrides
+    from pgcli.training.checks import check_world
+
+    cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False).overrides)
+    check_world(to_train_config(cfg), device=False)  # a bad override gets its one-line error, not a help page
+    print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
+    return 0
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    from pgcli.training.run import Interrupted
+
+    raise Interrupted(signum)
+
+
+def task_overrides(args: list[str]) -> list[str]:
+    """The key=value overrides among Hydra's command-line arguments (flags and their values removed)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in HYDRA_VALUE_FLAGS:
+            skip = True
+            continue
+        if arg.startswith("-"):
+            continue
+        out.append(arg)
+    return out
+
+
+def _train_app() -> None:
+    import hydra
+
+    from pgcli.config import register_configs
+
+    register_configs()
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+    def train(cfg: DictConfig) -> float:
+        return run_train(cfg)
+
+    train()
+
+
+def run_train(cfg: DictConfig) -> float:
+    """The body of ``pgcli train`` for one job: validate, train, print the summary; returns the final eval return
+    (the mean over the job's seeds). A failure ends this job with pgcli's one error line, or, in a sweep, goes to the
+    launcher, which records the failed job while the sweep goes on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        return _train_job(cfg, hc, multirun=multirun)
+    except PgcliError as exc:
+        if multirun:
+            raise  # the launcher records the failed job; the sweep goes on
+        sys.exit(report_error(exc))
+    except Exception as exc:  # Hydra would print it with a traceback; the MLflow run has already ended FAILED
+        if multirun or debug_requested():
+            raise
+        sys.exit(report_error(unexpected_error(exc)))
+
+
+def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
+    """Train the job's seeds one after another: ``n_seeds > 1`` (a hyperparameter search) runs seeds
+    seed..seed+n-1, each its own run under ``<output_dir>/seed<k>``; returns their mean, so a sweeper never optimises
+    the seed."""
+    from pgcli.console import print_budget_note, print_summary
+    from pgcli.redact import redact_hydra_dir
+    from pgcli.sweeps.study import TrialLink
+    from pgcli.training.build import train
+
+    # Jobs of a sweep say which job they are, so the parent's summary can name a failed one.
+    sweep_tags = {"sweep_job": str(hc.job.num), "sweep_dir": str(Path(hc.sweep.dir).resolve())} if multirun else {}
+    redact_hydra_dir(Path(hc.runtime.output_dir) / ".hydra")  # before they are logged as artifacts (issue 10)
+    run_cfg = _placed_config(cfg, hc, multirun=multirun)
+    # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
+    # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
+    trial = TrialLink.from_job(
+        hc.sweeper, n_seeds=run_cfg.n_seeds, total_steps=run_cfg.total_steps, eval_every=run_cfg.eval.every
+    )
+    if trial is not None:
+        sweep_tags["trial"] = str(trial.number)
+    returns = []
+    for seed in range(run_cfg.seed, run_cfg.seed + run_cfg.n_seeds):
+        seed_cfg = dataclasses.replace(run_cfg, seed=seed)
+        ctx = _seed_context(hc, run_cfg, seed, trial=trial, sweep_tags=sweep_tags)
+        print_budget_note(seed_cfg)
+        summary = train(seed_cfg, ctx)
+
+        print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)
+        returns.append(summary.final_return)
+    return sum(returns) / len(returns)
+
+
+def _placed_config(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> TrainConfig:
+    """The job's checked config, in one process where another process would take a core a job needs."""
+    from pgcli.hardware.placement import fall_back_when_busy, one_process, parallel_launcher, uses_second_core
+    from pgcli.training.checks import job_config
+
+    run_cfg = job_config(cfg)
+    if multirun and parallel_launcher(str(hc.launcher.get("_target_", ""))) and uses_second_core(run_cfg):
+        # Parallel jobs share the cores: a busy-waiting env worker would take one from another job. The
+        # one-process path gives the same numbers (docs/benchmarks.md, "TRPO on two cores").
+        note = "pgcli: note: a parallel sweep job runs in one process (hardware.vec_env=sync, no evaluation "
+        print(note + "or critic process): the same results, and the cores stay with the other jobs",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return one_process(run_cfg)
+    return fall_back_when_busy(run_cfg)  # a busy second core: one process, the same numbers
+
+
+def _seed_context(
+    hc: HydraConf, run_cfg: TrainConfig, seed: int, *, trial: TrialLink | None, sweep_tags: dict[str, str]
+) -> RunContext:
+    """How one seed's run is named, tagged and nested, from Hydra's job record."""
+    from pgcli.config.labels import env_label, preset_label
+    from pgcli.training.build import RunContext
+    from pgcli.training.rerun import source_preset, source_tags
+    from pgcli.training.run import PARENT_RUN_ENV
+
+    output_dir = Path(hc.runtime.output_dir)
+    return RunContext(
+        algo_name=hc.runtime.choices["algo"],
+        env_name=env_label(run_cfg.env.id, hc.runtime.choices["env"], CONF_DIR),
+        preset=source_preset() or preset_label(hc.runtime.choices, CONF_DIR),  # --from-run: the source's
+        output_dir=output_dir if run_cfg.n_seeds == 1 else output_dir / f"seed{seed}",
+        overrides=list(hc.overrides.task),
+        parent_run_id=os.environ.get(PARENT_RUN_ENV) or None,
+        extra_tags=sweep_tags | source_tags(),
+        trial=trial.number if trial else None,
+        on_eval=trial.reporter(offset=(seed - run_cfg.seed) * run_cfg.total_steps) if trial else None,
+    )

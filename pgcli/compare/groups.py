@@ -1,0 +1,155 @@
+"""Groups of runs that differ only in their seed, so that averaging them means something.
+
+- runs are keyed by algo and env id (tag ``env_id``, else param ``env.id``), any ``--group-by`` keys, and the Optuna
+  trial number when runs carry a ``trial`` tag (each trial is its own group);
+- within a key, runs with different budgets (``total_steps``) are split into one group per budget, and runs whose
+  configs differ in anything else than the seed (a grid sweep over ``algo.learning_rate``) into one group per
+  setting; the notes say which runs were split and why;
+- two runs with the same seed in one group (the same sweep run twice) are never both averaged: the latest run of
+  each seed is used and the others are reported as left out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+BASE_KEYS = ("algo", "env_id")
+"""Every group is keyed by these; ``--group-by`` adds keys."""
+TRIAL_KEY = "trial"
+"""Tag of an Optuna trial's runs (``trial=<n>``): each trial is its own group."""
+KEY_SOURCES = {
+    "env_id": ("tags.env_id", "params.env.id"),
+    "trial": ("tags.trial",),
+    "seed": ("tags.seed", "params.seed"),
+    "total_steps": ("params.total_steps",),
+}
+"""Where a key is looked up, first hit wins; any other key: its param (the flattened config), then its tag."""
+NOT_SET = {"trial": "-"}
+"""Shown for a run without the key (default '?': a run that should have it but does not)."""
+NOT_CONFIG = ("seed", "run_name", "experiment", "progress", "n_seeds", "checkpoint_every", "total_steps")
+NOT_CONFIG_PREFIXES = ("tracking.", "hardware.")
+"""Params that do not change what a run learns (or are handled apart, as the budget): runs differing only in these
+are repeats of one experiment."""
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """One run's metric history and the values that decide its group."""
+
+    run_id: str
+    params: dict[str, str]
+    tags: dict[str, str]
+    steps: np.ndarray  # [P_run] env steps, increasing
+    values: np.ndarray  # [P_run]
+
+
+@dataclass
+class Group:
+    """Runs of one experiment (same key, budget and config) with distinct seeds."""
+
+    key: tuple[str, ...]
+    """Values of the group keys (algo, env_id, --group-by keys, trial)."""
+    budget: str
+    """``total_steps`` of its runs."""
+    setting: dict[str, str] = field(default_factory=dict)
+    """Config values that told it apart from other runs of the same key and budget."""
+    runs: list[RunCurve] = field(default_factory=list)
+
+
+def lookup(run: RunCurve, key: str) -> str:
+    """A key's value for a run: from its sources in :data:`KEY_SOURCES`, else its param, else its tag, else
+    :data:`NOT_SET`'s mark."""
+    for source in KEY_SOURCES.get(key, (f"params.{key}", f"tags.{key}")):
+        kind, _, name = source.partition(".")
+        value = (run.params if kind == "params" else run.tags).get(name)
+        if value is not None:
+            return value
+    return NOT_SET.get(key, "?")
+
+
+def config_of(run: RunCurve) -> dict[str, str]:
+    """The params that define what a run learns (its flattened config less seed, budget, tracking, hardware)."""
+    return {k: v for k, v in run.params.items() if k not in NOT_CONFIG and not k.startswith(NOT_CONFIG_PREFIXES)}
+
+
+def describe(key: Sequence[str], budget: str | None = None) -> str:
+    """A group for the notes: ``ppo | CartPole-v1 | 5000 steps`` (keys a run does not have are left out)."""
+    return " | ".join([*(k for k in key if k != "-"), *([f"{budget} steps"] if budget is not None else [])])
+
+
+def make_groups(runs: Sequence[RunCurve], keys: Sequence[str]) -> tuple[list[Group], list[str]]:
+    """Split ``runs`` (oldest first) into groups of seeds of one experiment; returns the groups and what was done.
+
+    Keyed by ``keys``; within a key, split by budget and then by any config value that differs; within a group,
+    the latest run of each seed is kept. Every split and every run left out is described in the returned notes.
+    """
+    notes: list[str] = []
+    by_key: dict[tuple[str, ...], list[RunCurve]] = {}
+    for run in runs:
+        by_key.setdefault(tuple(lookup(run, k) for k in keys), []).append(run)
+    groups: list[Group] = []
+    for key, key_runs in sorted(by_key.items()):
+        by_budget: dict[str, list[RunCurve]] = {}
+        for run in key_runs:
+            by_budget.setdefault(lookup(run, "total_steps"), []).append(run)
+        if len(by_budget) > 1:
+            counts = ", ".join(f"{len(r)} x {b}" for b, r in sorted(by_budget.items(), key=_budget_order))
+            notes.append(f"split {describe(key)}: runs of different budgets ({counts} env steps) are not averaged")
+        for budget, budget_runs in sorted(by_budget.items(), key=_budget_order):
+            for group in _split_by_config(key, budget, budget_runs, notes):
+                groups.append(_one_run_per_seed(group, notes))
+    return groups, notes
+
+
+def _budget_order(item: tuple[str, Any]) -> tuple[int, str]:
+    budget = item[0]
+    return (int(budget), "") if budget.isdigit() else (-1, budget)
+
+
+def _split_by_config(key: tuple[str, ...], budget: str, runs: list[RunCurve], notes: list[str]) -> list[Group]:
+    configs = [config_of(r) for r in runs]
+    names = sorted({k for c in configs for k in c})
+    varying = [k for k in names if len({c.get(k, "") for c in configs}) > 1]
+    if not varying:
+        return [Group(key, budget, {}, list(runs))]
+    split: dict[tuple[str, ...], Group] = {}
+    for run, config in zip(runs, configs, strict=True):
+        values = tuple(config.get(k, "") for k in varying)
+        group = split.setdefault(values, Group(key, budget, dict(zip(varying, values, strict=True))))
+        group.runs.append(run)
+    shown = ", ".join(varying[:4]) + (f" and {len(varying) - 4} more" if len(varying) > 4 else "")
+    notes.append(
+        f"split {describe(key, budget)}: runs differ in {shown}, so they are {len(split)} experiments, not seeds "
+        "of one (add the key to --group-by to name it in the table)"
+    )
+    return [group for _, group in sorted(split.items())]
+
+
+def _one_run_per_seed(group: Group, notes: list[str]) -> Group:
+    latest: dict[str, RunCurve] = {}
+    unseeded: list[RunCurve] = []
+    for run in group.runs:  # oldest first: a later run of a seed replaces an earlier one
+        seed = lookup(run, "seed")
+        if seed == "?":
+            unseeded.append(run)
+        else:
+            latest[seed] = run
+    kept = [*latest.values(), *unseeded]
+    if len(kept) < len(group.runs):
+        counts = Counter(lookup(r, "seed") for r in group.runs)
+        repeated = ", ".join(f"seed {s} x{n}" for s, n in sorted(counts.items()) if n > 1 and s != "?")
+        notes.append(
+            f"duplicate seeds in {describe(group.key, group.budget)}{setting_text(group.setting)}: {repeated}; "
+            f"used the latest run of each seed, left out {len(group.runs) - len(kept)} older run(s)"
+        )
+    group.runs = kept
+    return group
+
+
+def setting_text(setting: dict[str, str]) -> str:
+    return " (" + ", ".join(f"{k}={v}" for k, v in setting.items()) + ")" if setting else ""

@@ -1,0 +1,128 @@
+"""The report of ``pgcli compare``: the results table (terminal, ``compare.md``, ``compare.html``) and the plot.
+
+Groups of fewer than :data:`FEW_RUNS` runs are marked (a bootstrap over 2 runs is not a confidence interval anyone
+should trust). The plot has one panel per env id, each with its own y-axis.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgcli.compare.groups import BASE_KEYS, Group, setting_text
+from pgcli.compare.stats import GroupStats
+
+FEW_RUNS = 3
+"""Groups with fewer runs are marked: their spread says little."""
+
+
+def run_mark(n_runs: int) -> str:
+    """The table's note on a group's size."""
+    if n_runs == 1:
+        return "n=1: no spread, no CI"
+    return f"n<{FEW_RUNS}: CI unreliable" if n_runs < FEW_RUNS else ""
+
+
+def table_header(keys: Sequence[str], metric: str, with_setting: bool) -> list[str]:
+    setting = ["config"] if with_setting else []
+    return [*keys, "budget", *setting, "n", f"final {metric} (mean ± std)", "IQM", "95% CI of mean", "note"]
+
+
+def decimals(values: Sequence[float]) -> int:
+    """Decimals to print a row with: 1 for returns (|x| >= 10), 3 for rates and accuracies in [0, 1] and other
+    small scores, which one decimal would round to 0.0."""
+    finite = [abs(v) for v in values if np.isfinite(v)]
+    return 1 if finite and max(finite) >= 10 else 3
+
+
+def table_rows(groups: Sequence[Group], stats: Sequence[GroupStats], with_setting: bool) -> list[list[str]]:
+    rows = []
+    for g, s in zip(groups, stats, strict=True):
+        setting = [", ".join(f"{k}={v}" for k, v in g.setting.items()) or "-"] if with_setting else []
+        d = decimals([s.final_mean, s.final_iqm, *(s.final_ci or ())])
+        final = f"{s.final_mean:.{d}f}" + (f" ± {s.final_std:.{d}f}" if s.final_std is not None else "")
+        ci = f"[{s.final_ci[0]:.{d}f}, {s.final_ci[1]:.{d}f}]" if s.final_ci is not None else "-"
+        note = "; ".join(n for n in (run_mark(s.n_runs), "" if s.steps.size else "no common steps") if n)
+        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, f"{s.final_iqm:.{d}f}", ci, note or "-"])
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def html_table(header: list[str], rows: list[list[str]], title: str, notes: Sequence[str]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:4px 8px;text-align:right}th{background:#eee}</style></head><body>"
+        f"<h3>{html.escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
+        + (f"<ul>{items}</ul>" if items else "")
+        + "<p><img src='compare.png' alt='learning curves'></p></body></html>\n"
+    )
+
+
+def figure(groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str) -> Any:
+    """The learning-curve figure: one panel per env id, each with its own y-axis (returns between envs are not on
+    one scale); in it, each group's mean curve and, when it has 2+ runs, its bootstrap band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    env_index = keys.index("env_id")
+    envs = sorted({g.key[env_index] for g in groups})
+    n_cols = min(len(envs), 2)
+    n_rows = -(-len(envs) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(7 * n_cols, 4.2 * n_rows), dpi=100, squeeze=False)
+    for ax in axes.flat[len(envs) :]:
+        ax.set_visible(False)
+    for g, s in zip(groups, stats, strict=True):
+        ax = axes.flat[envs.index(g.key[env_index])]
+        extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
+        label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
+        label += setting_text(g.setting) + f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
+        if not s.steps.size:  # the runs share no steps: draw each run rather than hide the group
+            color = None
+            for run in g.runs:
+                (line,) = ax.plot(run.steps, run.values, lw=0.8, color=color, label=label + ": no common steps")
+                color, label = line.get_color(), "_"
+            continue
+        (line,) = ax.plot(s.steps, s.curve_mean, marker="o" if s.steps.size <= 30 else None, label=label)
+        if s.curve_lo is None or s.curve_hi is None:
+            continue  # one run: no band
+        if s.steps.size > 1:
+            ax.fill_between(s.steps, s.curve_lo, s.curve_hi, color=line.get_color(), alpha=0.2)
+        else:  # evaluated once (eval.every=0): the band is an error bar
+            err = [s.curve_mean - s.curve_lo, s.curve_hi - s.curve_mean]
+            ax.errorbar(s.steps, s.curve_mean, yerr=err, color=line.get_color(), capsize=6)
+    for ax, env in zip(axes.flat, envs, strict=False):
+        ax.set_title(env)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    fig.suptitle("mean over seeds, 95% bootstrap CI band (none for n=1)", fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(
+    groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str, path: Path
+) -> Path:
+    """Save :func:`figure` as ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(groups, stats, keys, metric)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

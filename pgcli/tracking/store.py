@@ -1,0 +1,260 @@
+"""The runs of a tracking store, read and annotated as plain values: :class:`RunStore` and :class:`RunRecord`.
+
+Every reader of stored runs goes through here: ``pgcli runs``, ``pgcli compare``, ``pgcli eval`` of a run id, resume,
+sweep parents (pgcli.sweeps.tree). A command that only reads a store first calls :func:`check_readable_store`, which
+uses the standard library only: MLflow creates and migrates a SQLite store the moment a client touches a path and
+answers a file that is not a database with a long SQLAlchemy traceback, so a folder without a store gets one line and
+nothing created, and a corrupt store file gets one line naming it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pgcli.errors import ConfigError, PgcliError
+from pgcli.redact import redact_mapping
+from pgcli.tracking.client import (
+    PARAM_BATCH_LIMIT,
+    RUN_STATUSES,
+    get_or_create_experiment,
+    quiet_mlflow_logs,
+    with_retry,
+)
+from pgcli.tracking.uri import (
+    MLFLOW_TABLES,
+    TrackingSettings,
+    file_store_path,
+    hide_password,
+    probe_health,
+    resolve_tracking_target,
+    sqlite_path,
+    sqlite_tables,
+)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One stored run, as plain values (no MLflow types leave this module)."""
+
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    start_time: int
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+    """Latest value of each metric."""
+    end_time: int = 0
+    """Milliseconds since the epoch when the run ended (0 while it runs)."""
+
+
+class RunStore:
+    """The runs of one tracking store, through ``MlflowClient`` (every call retried while SQLite is locked)."""
+
+    def __init__(self, uri: str) -> None:
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        quiet_mlflow_logs(uri)
+        self.uri = uri
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+        except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
+            raise PgcliError(f"cannot open the run store {uri}: {str(exc).split('. ')[0]}") from None
+
+    def create_run(
+        self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None
+    ) -> RunRecord:
+        """Start a run (RUNNING) in ``experiment``, creating the experiment if needed."""
+        experiment_id = get_or_create_experiment(self.client, experiment, artifact_root)
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=redact_mapping(tags))
+        return self.get(run.info.run_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        return _record(with_retry(self.client.get_run, run_id))
+
+    def find(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None when the store has no such run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.get(run_id)
+        except MlflowException:
+            return None
+
+    def create_run_in(self, experiment_id: str, *, run_name: str, tags: Mapping[str, str]) -> RunRecord:
+        """Start a run (RUNNING) in an existing experiment."""
+        run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))
+        return self.get(run.info.run_id)
+
+    def download(self, run_id: str, artifact_path: str, dst: Path) -> Path | None:
+        """Download an artifact directory of a run into ``dst``; None when the run has no such directory."""
+        from mlflow.exceptions import MlflowException
+
+        if not with_retry(self.client.list_artifacts, run_id, artifact_path):
+            return None
+        dst.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(self.client.download_artifacts(run_id, artifact_path, str(dst)))
+        except (MlflowException, OSError):
+            return None
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)) for k, v in redact_mapping(params).items()]
+        for i in range(0, len(items), PARAM_BATCH_LIMIT):
+            with_retry(self.client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        tag_list = [RunTag(k, str(v)) for k, v in redact_mapping(tags).items()]
+        with_retry(self.client.log_batch, run_id, tags=tag_list, synchronous=True)
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        with_retry(self.client.log_batch, run_id, metrics=items, synchronous=True)
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def end(self, run_id: str, status: str) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+        with_retry(self.client.set_terminated, run_id, status=status)
+
+    def experiment_ids(self, names: list[str] | None = None) -> list[str]:
+        """Ids of the named experiments (all experiments when ``names`` is None); unknown names are skipped."""
+        if names is None:
+            return [e.experiment_id for e in with_retry(self.client.search_experiments)]
+        found = [with_retry(self.client.get_experiment_by_name, n) for n in names]
+        return [e.experiment_id for e in found if e is not None]
+
+    def experiment_names(self) -> list[str]:
+        return [e.name for e in with_retry(self.client.search_experiments)]
+
+    def search(
+        self, experiment_ids: list[str], filter_string: str = "", *, order_by: list[str] | None = None
+    ) -> list[RunRecord]:
+        """Every run matching ``filter_string`` (MLflow search syntax) in the given experiments, all pages."""
+        from mlflow.exceptions import MlflowException
+
+        out: list[RunRecord] = []
+        token = None
+        while True:
+            try:
+                page = with_retry(
+                    self.client.search_runs,
+                    experiment_ids,
+                    filter_string=filter_string,
+                    order_by=order_by,
+                    max_results=1000,
+                    page_token=token,
+                )
+            except MlflowException as exc:
+                if exc.error_code != "INVALID_PARAMETER_VALUE":
+                    raise
+                reason = str(exc).splitlines()[0]
+                raise ConfigError(
+                    f"invalid search filter {filter_string!r}: {reason} (e.g. \"params.algo = 'ppo'\")"
+                ) from None
+            out.extend(_record(r) for r in page)
+            token = page.token
+            if not token:
+                return out
+
+    def children(self, parent: RunRecord) -> list[RunRecord]:
+        """The runs whose ``mlflow.parentRunId`` is ``parent``."""
+        return self.search([parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` points of one metric, in step order."""
+        points = with_retry(self.client.get_metric_history, run_id, key)
+        return sorted((int(m.step), float(m.value)) for m in points)
+
+
+def open_run_store(cfg: TrackingSettings) -> RunStore | None:
+    """The run store ``cfg`` points at (None with ``tracking=off``)."""
+    return RunStore(resolve_tracking_target(cfg).uri) if cfg.backend == "mlflow" else None
+
+
+def _record(run: Any) -> RunRecord:
+    return RunRecord(
+        run_id=run.info.run_id,
+        experiment_id=str(run.info.experiment_id),
+        name=run.info.run_name or "",
+        status=run.info.status,
+        start_time=int(run.info.start_time or 0),
+        params=dict(run.data.params),
+        tags=dict(run.data.tags),
+        metrics=dict(run.data.metrics),
+        end_time=int(run.info.end_time or 0),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# before a reading command opens a store
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> None:
+    """Raise a one-line error unless ``uri`` is an existing MLflow store (a SQLite file) or an answering server.
+
+    Args:
+        uri: the tracking URI the command would open.
+        doing: what the command does with the runs, for the message ("compare", "show").
+        timeout_s: how long a tracking server may take to answer its health check.
+
+    Raises:
+        ConfigError: (exit 2) no store where the URI points, or an empty one: wrong folder or ``tracking.uri``.
+        PgcliError: (exit 1) the file is not an MLflow store, or the server does not answer.
+    """
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri, timeout_s)
+        return
+    fix = "run `pgcli train` first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
+    folder = file_store_path(uri)
+    if folder is not None and not folder.exists():
+        raise ConfigError(f"no run store at {folder}: nothing to {doing}; {fix}")
+    path = sqlite_path(uri)
+    if path is None:
+        return  # another database, or an existing folder store: MLflow checks it when it opens it
+    path = path.resolve()
+    if not path.is_file():
+        what = "a directory, not a store file" if path.is_dir() else "no run store"
+        raise ConfigError(f"{what} at {path}: nothing to {doing}; {fix}")
+    try:
+        tables = sqlite_tables(path)
+    except sqlite3.Error as exc:
+        raise PgcliError(
+            f"cannot read the run store {path} ({exc}); point tracking.uri at an MLflow store or move the file aside"
+        ) from None
+    if not tables:
+        raise ConfigError(f"the run store {path} is empty: nothing to {doing}; {fix}")
+    if not MLFLOW_TABLES.issubset(tables):
+        raise PgcliError(
+            f"{path} is a SQLite database but not an MLflow store (no {', '.join(sorted(MLFLOW_TABLES - tables))} "
+            "table); point tracking.uri at an MLflow store"
+        )
+
+
+def _check_server(uri: str, timeout_s: float) -> None:
+    health = probe_health(uri, timeout_s)
+    if health.status is None:
+        raise PgcliError(
+            f"tracking server {hide_password(uri)} is not reachable ({health.failure}); start it or fix tracking.uri"
+        )
+    if health.status >= 400:
+        raise PgcliError(
+            f"tracking server {hide_password(uri)} answered {health.status} to its health check; is it MLflow?"
+        )
