@@ -1,11 +1,11 @@
-"""What the learning benchmarks share: one run through pgcli's build path, its evaluation curve, the loop over runs.
+"""What the learning benchmarks share: one run as ``pgcli train`` runs it, its evaluation curve, the loop over runs.
 
-``benchmarks/trpo_learning.py`` and ``benchmarks/grpo_learning.py`` differ only in their algorithms, envs, budgets
-and thresholds. Every run is ``pgcli.training.build.train`` on a config composed exactly as
-``pgcli train algo=<a> env=<e> seed=<s>`` composes it (each algorithm gets its preset, the same env builder, wrappers
-and seeds), with one evaluation protocol: every ``eval_every`` env steps, ``eval_episodes`` deterministic episodes on
-the separate evaluation env (frozen normalisation statistics). Runs go to throw-away directories with
-``tracking=off`` and run one per process (spawned, 1 torch thread), ``jobs`` at a time.
+``benchmarks/trpo_learning.py`` and ``benchmarks/grpo_learning.py`` differ only in their algorithms, envs, budgets and
+thresholds. Every run is ``pgcli.training.run_job`` on the overrides of ``pgcli train algo=<a> env=<e> seed=<s>`` (each
+algorithm gets its preset, the same env builder, wrappers and seeds), with one evaluation protocol: every ``eval_every``
+env steps, ``eval_episodes`` deterministic episodes on the separate evaluation env (frozen normalisation statistics).
+Runs go to throw-away directories with ``tracking=off`` and run one per process (spawned, 1 torch thread), ``jobs`` at a
+time.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import multiprocessing as mp
 import platform
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,20 +53,16 @@ class Job:
 
 
 def run_one(job: Job) -> dict[str, Any]:
-    """Train ``job`` with pgcli's build path; return its evaluation curve and summary."""
-    from pgcli.hardware.placement import one_process
-    from pgcli.training.build import RunContext, train
-    from pgcli.training.checks import train_config
+    """Train ``job`` as ``pgcli train`` would (``pgcli.training.run_job``); return its evaluation curve and summary."""
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training import run_job
 
     overrides = job.overrides()
-    # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning
-    # is the same either way (a preset's two-core options change the wall time only).
-    cfg = one_process(train_config(overrides))
+    env_id = compose_train_config(overrides).env.id  # for the result only
     with tempfile.TemporaryDirectory(prefix=f"pgcli_bench_{job.algo}_{job.env}_") as tmp:
-        ctx = RunContext(algo_name=job.algo, env_name=job.env, output_dir=Path(tmp), overrides=overrides)
-        start = time.perf_counter()
-        summary = train(cfg, ctx)
-        wall = time.perf_counter() - start
+        # One process per run: these runs often share the cores (--jobs, or two benchmarks at once), and the learning
+        # is the same either way (a preset's two-core options change the wall time only).
+        summary = run_job(overrides, output_dir=Path(tmp), tracking=False, one_process=True)
         curve, train_sps = read_curve(Path(tmp) / "metrics.csv")
         eval_len_curve = read_metric(Path(tmp) / "metrics.csv", "eval/ep_len_mean")
         train_return_curve = read_metric(Path(tmp) / "metrics.csv", "rollout/ep_return_mean")
@@ -76,7 +71,7 @@ def run_one(job: Job) -> dict[str, Any]:
         "algo": job.algo,
         "variant": job.variant,
         "env": job.env,
-        "env_id": cfg.env.id,
+        "env_id": env_id,
         "seed": job.seed,
         "overrides": overrides,
         "steps": summary.steps,
@@ -88,7 +83,7 @@ def run_one(job: Job) -> dict[str, Any]:
         "eval_curve": curve,
         "eval_len_curve": eval_len_curve,
         "train_return_curve": train_return_curve,
-        "wall_time_s": wall,
+        "wall_time_s": summary.wall_time_s,  # the run's own clock: env start-up, training, the last evaluation
         "train_sps": train_sps,
     }
 

@@ -22,7 +22,7 @@ from _learning import RESULTS, Job, add_common_arguments, main_for
 
 STEPS = {"cartpole": 200_000, "acrobot": 200_000, "pendulum": 200_000}
 THRESHOLDS = {"cartpole": 475.0, "acrobot": -100.0, "pendulum": -200.0}
-"""CartPole: the issue's >= 475 target (gymnasium's reward_threshold); Acrobot: gymnasium's reward_threshold;
+"""CartPole: the >= 475 target (gymnasium's reward_threshold); Acrobot: gymnasium's reward_threshold;
 Pendulum (none registered): its conventional 'solved' level (conf/env/pendulum.yaml)."""
 CHECKPOINTS = (50_000, 100_000)
 """Budgets at which the table also gives the mean evaluation return (the last evaluation at or before it)."""

@@ -92,6 +92,7 @@ def wait_for_group_efficiency(lengths: list[int], group_size: int) -> float:
 
 
 def measure(env_name: str, steps: int, rounds: int) -> dict:
+    # Not run_job: the trainer's collection and training loops are timed directly, beside a bare env + policy loop.
     cfg = train_config(["algo=grpo", f"env={env_name}"])  # the preset's G, M, n_envs and model
     torch.set_num_threads(cfg.hardware.torch_threads)
     torch.manual_seed(0)

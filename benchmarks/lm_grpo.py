@@ -159,6 +159,7 @@ def speed(args: argparse.Namespace) -> None:
     from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)
+    # Not run_job: the trainer's sampling phase is timed beside a bare generation loop on the same policy.
     overrides = ["algo=grpo", "env=addition", f"env.n_digits={args.n_digits}", "total_steps=1000000", "tracking=off"]
     cfg = train_config(overrides + ([f"init={args.init}"] if args.init else []))
     task = make_task(cfg.env)

@@ -38,6 +38,7 @@ def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[
     from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)
+    # Not run_job: the SFT trainer is stepped here so that its CPU time leaves out the evaluations between steps.
     cfg = train_config(["algo=sft", "env=addition", f"env.n_digits={digits}", f"seed={seed}", "~preset"])
     seed_everything(seed)
     device = torch.device("cpu")

@@ -42,6 +42,7 @@ AGENTS = {
 
 def saved_agent(name: str, root: Path) -> Path:
     """A model directory as a finished run leaves it (an untrained agent: its size is what matters here)."""
+    # Not run_job: nothing is trained; only a model directory of a real agent's size is needed.
     algo, env_cfg = AGENTS[name]
     cfg = TrainConfig(algo=algo, env=env_cfg, model=ModelConfig())
     env = make_vec_env(cfg.env, seed=0)

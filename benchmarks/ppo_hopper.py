@@ -1,9 +1,10 @@
 """PPO on Hopper-v5 (docs/benchmarks/ppo.md): why the zoo preset stands still, and SB3 PPO settings that hop.
 
-`pgcli train algo=ppo env=hopper` is SB3 PPO. Every run here is that command's build path (``benchmarks/_learning.py``:
-the composed config, the same env, wrappers, seeds and evaluation) with one named variant's overrides added, e.g.
-``preset=ppo_hopper_zoo env.id=Hopper-v4``. Evaluation: every ``--eval-every`` env steps (default 50k, the presets'
-own), 10 deterministic episodes on the separate evaluation env (seed + 10000, frozen normalisation statistics).
+`pgcli train algo=ppo env=hopper` is SB3 PPO. Every run here is that command, run in Python (``pgcli.training.run_job``
+through ``benchmarks/_learning.py``: the composed config, the same env, wrappers, seeds and evaluation) with one named
+variant's overrides added, e.g. ``preset=ppo_hopper_zoo env.id=Hopper-v4``. Evaluation: every ``--eval-every`` env steps
+(default 50k, the presets' own), 10 deterministic episodes on the separate evaluation env (seed + 10000, frozen
+normalisation statistics).
 
 Resumable: each run's result is one JSON file in ``--out`` (default ``benchmarks/results/ppo_hopper/``), named
 ``<variant>-s<seed>-<steps>k.json`` and written when the run ends; a run whose file exists is skipped, so the same

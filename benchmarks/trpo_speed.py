@@ -7,7 +7,7 @@ process and interleaved round by round, so that load from other processes hits a
 
 - ``limit``: ``policy.sample`` + ``env.step`` in a bare loop, no learning: the ceiling of any on-policy trainer;
 - ``limit_dist``: the same with a ``torch.distributions`` object built per step (SB3's ``predict`` path; the
-  issue's reference figure of ~29k SPS on CartPole was measured this way);
+  reference figure of ~29k SPS on CartPole was measured this way: docs/benchmarks/trpo.md, "Speed");
 - ``ours``: ``pgcli.algo.trpo.TRPO.learn`` (collection + GAE + CG/line search + critic epochs), no logging. The
   same run also times its own acting (``policy.sample``, ``policy.to_env`` and ``env.step`` inside the rollout):
   ``ours_acting`` is the limit on ours' own trajectories, the steps divided by that CPU time (the same clock
@@ -122,6 +122,7 @@ def limit_loop(env: Any, policy: Any, steps: int, *, dist: bool) -> int:
 
 
 def run_one(contender: str, env_name: str, n_steps: int, steps: int, seed: int) -> tuple[float, float]:
+    # Not run_job: this times the trainers' own learn loops beside bare acting loops, without the run around them.
     # no preset: the default 64x64 tanh model (conf/model/mlp.yaml) and the env's own config, for every contender
     cfg = train_config(["algo=trpo", f"env={env_name}", "env.n_envs=8", "~preset"])
     torch.manual_seed(seed)

@@ -91,7 +91,8 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
         "observation_shape": list(env.single_observation_space.shape or ()),
         "policy_action_space": space_spec(env.single_action_space),
         "env_action_space": space_spec(env_action_space(cfg.env)),
-        "config": redact_tree(asdict(cfg)),  # no tracking credentials or secret-named values in a model (issue 10)
+        # no tracking credentials or secret-named values in a model (docs/tracking.md, "Credentials and secrets")
+        "config": redact_tree(asdict(cfg)),
     }
     (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
     if spec["backend"] == "sb3" and (model_dir / NORMALIZER_FILE).is_file():
@@ -99,7 +100,8 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
 
 
 def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str) -> None:
-    """Write ``agent.json`` for a text policy (``policy.pt``, issue 12): what ``init=<run>`` and ``pgcli eval`` read.
+    """Write ``agent.json`` for a text policy (``policy.pt``): what ``init=<run>`` and ``pgcli eval`` read
+    (docs/models.md, "Text policies").
 
     Args:
         model_dir: a directory the trainer has saved into (``policy.pt``).

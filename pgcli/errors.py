@@ -17,10 +17,10 @@ class ConfigError(PgcliError, ValueError):
 
 
 class DivergenceError(PgcliError):
-    """Training produced a non-finite loss, gradient, parameter or observation (issue 8, divergence guard).
+    """Training produced a non-finite loss, gradient, parameter or observation.
 
-    Raised by the trainers' once-per-update checks (``pgcli.algo.guard``) before the bad state reaches a checkpoint,
-    so the last checkpoint on disk is the last good one; the run ends FAILED.
+    Raised by the trainers' once-per-update checks (``pgcli.algo.guard``; docs/checkpoints.md, "Divergence guard")
+    before the bad state reaches a checkpoint, so the last checkpoint on disk is the last good one; the run ends FAILED.
     """
 
     def __init__(self, quantity: str, step: int, value: str, last_checkpoint: str | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Keep secrets out of everything pgcli stores or prints (issue 10, item 4).
+"""Keep secrets out of everything pgcli stores or prints (docs/tracking.md, "Credentials and secrets").
 
 Two kinds of secret reach a run: credentials inside a URI (``tracking.uri=http://user:pass@host:5000``, which MLflow
 sends as HTTP basic auth) and values whose key names a secret (``+env.kwargs.api_token=...``). Both are replaced by

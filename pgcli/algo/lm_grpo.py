@@ -1,5 +1,6 @@
 """GRPO on tokens (Shao et al., 2024, "DeepSeekMath", section 4.1) and its critic-free relatives, RLOO and REINFORCE
-with a batch-mean baseline, for RL fine-tuning of a small language model on verifiable text tasks (issue 12).
+with a batch-mean baseline, for RL fine-tuning of a small language model on verifiable text tasks
+(docs/algorithms/lm.md).
 
 One update: M training prompts, G completions each sampled from the old policy pi_old with the key/value cache,
 one verifiable reward R_i per completion, then mu epochs of minibatch steps on

@@ -1,5 +1,5 @@
 """PPO with a value network for language models (Ouyang et al., 2022, "InstructGPT"; Ziegler et al., 2019), the RLHF
-baseline of issue 12, on verifiable text tasks.
+baseline, on verifiable text tasks (docs/algorithms/lm.md, "PPO with a value network (`LMPPO`)").
 
 One update: M prompts, G completions each from the old policy pi_old (the same sampler as GRPO), then
 
@@ -9,10 +9,11 @@ One update: M prompts, G completions each from the old policy pi_old (the same s
     L(phi)   = 1/2 mean_t max((V_phi - R_t)^2, (clip(V_phi, V_old +- clip_range_vf) - R_t)^2),  R_t = A_t + V_old
 
 for `n_iterations` epochs of minibatches; A is whitened over the batch's tokens when `normalize_advantage`. The value
-network V_phi is a copy of the initial (SFT) policy's transformer with a scalar head on its final hidden states,
-trained by its own Adam; the state before token t is the prompt and o_<t, read at the position that predicts o_t.
-`train/kl_ref` is the same per-token k3 KL to the reference as the critic-free trainers log, so the table of
-docs/benchmarks.md compares like with like. The math is in `pgcli.ops.lm`; sampling in `pgcli.algo.lm_rollout`.
+network V_phi is a copy of the initial (SFT) policy's transformer with a scalar head on its final hidden states, trained
+by its own Adam; the state before token t is the prompt and o_<t, read at the position that predicts o_t. `train/kl_ref`
+is the same per-token k3 KL to the reference as the critic-free trainers log, so the table of docs/benchmarks/lm.md
+("What RL adds to the supervised warm start") compares like with like. The math is in `pgcli.ops.lm`; sampling in
+`pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations

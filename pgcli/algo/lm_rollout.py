@@ -1,5 +1,5 @@
-"""The shared core of the language-model trainers (issue 12): sample G completions per prompt, score them, and save
-or restore a text trainer's state.
+"""The shared core of the language-model trainers (docs/algorithms/lm.md): sample G completions per prompt, score them,
+and save or restore a text trainer's state.
 
 `sample_completions` is the text counterpart of `pgcli.algo.rollout`: M training prompts from the task, each
 repeated G times, one batched key/value-cache generation (`pgcli.lm.model.generate`) with the sampling settings, the

@@ -10,7 +10,7 @@ with the current policy and returns a :class:`Rollout` of [T, N] tensors (T = n_
   TRUE final observation when the episode ended at t (``info["final_obs"]``), not the auto-reset one, so a truncated
   episode bootstraps from where it actually stopped (Pardo et al., 2018; SB3 does the same).
 
-Speed (docs/benchmarks.md, "TRPO"): the step loop only samples actions and copies numpy arrays into buffers that
+Speed (docs/benchmarks/trpo.md, "Speed"): the step loop only samples actions and copies numpy arrays into buffers that
 live for the whole run. The policy and value network do not change during a rollout, so ``log_probs``, ``values``
 and ``next_values`` are computed afterwards in one batched forward pass each instead of T small ones; the result is
 the same as evaluating them step by step.

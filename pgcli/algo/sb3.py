@@ -72,7 +72,7 @@ def _schedule(value: float, kind: str) -> float | Callable[[float], float]:
 
     progress_remaining = 1 - num_timesteps / total_timesteps goes below 0 on the last update when the last rollout
     overshoots total_steps (SB3 finishes every rollout it starts), which made the learning rate and clip range
-    negative there (issue 10); the schedule stops at its final value, 0.
+    negative there; the schedule stops at its final value, 0.
     """
     return value if kind == "constant" else (lambda progress: max(progress, 0.0) * value)
 
@@ -233,7 +233,8 @@ class _MonitorCallback(BaseCallback):
         self.agent.check_parameters(self.monitor)
         if self.n_rollouts > 0:  # an update happened since the last rollout (not so for a model loaded to resume)
             # SB3 records train/* during the update, so they belong to this step. SB3's own dump comes before the
-            # update: it logged them one rollout late, and the last update twice at one step (issue 10).
+            # update: it logged them one rollout late, and the last update twice at one step
+            # (docs/tracking.md, "What is logged").
             if self.n_rollouts % self.dump_every == 0:
                 self.agent.model.logger.dump(self.num_timesteps)
             self.monitor.update(self.model.num_timesteps, self.agent)

@@ -25,7 +25,7 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
    With ``vf_lr_schedule`` linear, Adam's step size is vf_learning_rate * p (decays to 0, as tianshou's lr_decay).
 
 Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). The J^T M J form of step 3 costs about
-a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks.md, "TRPO").
+a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks/trpo.md, "Speed").
 """
 
 from __future__ import annotations

@@ -232,9 +232,10 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
 
 
 def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
-    """``pgcli eval`` of a text policy (issue 12): the run's own held-out evaluation (``pgcli.lm.evaluate``), with the
-    same sampling seed, so a final model scores exactly the run's last ``eval/accuracy``; ``--seed`` changes the seed
-    of the pass@k samples. The samples table is logged as ``samples/eval.json``."""
+    """``pgcli eval`` of a text policy (docs/lm.md, "Evaluation"): the run's own held-out evaluation
+    (``pgcli.lm.evaluate``), with the same sampling seed, so a final model scores exactly the run's last
+    ``eval/accuracy``; ``--seed`` changes the seed of the pass@k samples. The samples table is logged as
+    ``samples/eval.json``."""
     import json
 
     import torch

@@ -256,7 +256,8 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
 
     # Jobs of a sweep say which job they are, so the parent's summary can name a failed one.
     sweep_tags = {"sweep_job": str(hc.job.num), "sweep_dir": str(Path(hc.sweep.dir).resolve())} if multirun else {}
-    redact_hydra_dir(Path(hc.runtime.output_dir) / ".hydra")  # before they are logged as artifacts (issue 10)
+    # no credentials in .hydra/*.yaml when they are logged as artifacts (docs/tracking.md, "Credentials and secrets")
+    redact_hydra_dir(Path(hc.runtime.output_dir) / ".hydra")
     run_cfg = _placed_config(cfg, hc, multirun=multirun)
     # One trial of an Optuna search (hydra/sweeper=optuna): runs named and tagged by trial number; evaluations
     # reported to the study at the trial's cumulative env steps (seed k after k * total_steps).
@@ -284,8 +285,8 @@ def _placed_config(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> TrainCo
 
     run_cfg = job_config(cfg)
     if multirun and parallel_launcher(str(hc.launcher.get("_target_", ""))) and uses_second_core(run_cfg):
-        # Parallel jobs share the cores: a busy-waiting env worker would take one from another job. The
-        # one-process path gives the same numbers (docs/benchmarks.md, "TRPO on two cores").
+        # Parallel jobs share the cores: a busy-waiting env worker would take one from another job. The one-process path
+        # gives the same numbers (docs/benchmarks/trpo.md, "On a busy machine: the fallback to one process").
         note = "pgcli: note: a parallel sweep job runs in one process (hardware.vec_env=sync, no evaluation "
         print(note + "or critic process): the same results, and the cores stay with the other jobs",
               file=sys.stderr, flush=True)  # fmt: skip

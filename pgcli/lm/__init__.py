@@ -1,4 +1,4 @@
-"""Language-model RL on generated text tasks (issue 12): tasks, the TinyGPT policy, evaluation, supervised warm start.
+"""Language-model RL on generated text tasks (docs/lm.md): tasks, the TinyGPT policy, evaluation, supervised warm start.
 
 - ``pgcli.lm.tasks``: character vocabulary, the tasks (addition, sort, countdown), rewards, prompt encoding.
 - ``pgcli.lm.model``: TinyGPT, key/value-cache ``generate``, ``completion_logprobs``, ``save_policy``/``load_policy``.

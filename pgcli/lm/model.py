@@ -1,4 +1,5 @@
-"""TinyGPT: a small causal transformer policy over characters, with key/value-cache generation (issue 12).
+"""TinyGPT: a small causal transformer policy over characters, with key/value-cache generation
+(docs/lm.md, "Model (`model=tiny_gpt`)").
 
 Pre-LN GPT blocks (Radford et al., 2019): ``x + attn(ln(x))``, ``x + mlp(ln(x))``, a final LayerNorm and a linear
 head tied to the token embedding. Learned absolute positions are counted from the padding mask (``cumsum(mask) - 1``),

@@ -1,4 +1,4 @@
-"""Text tasks with verifiable rewards, generated on the fly (issue 12): nothing is downloaded.
+"""Text tasks with verifiable rewards, generated on the fly (docs/lm.md, "Tasks (`env=...`)"): nothing is downloaded.
 
 Each task is a puzzle family with a character vocabulary, a seeded problem generator, a checker and a reference
 solution (the supervised demonstration):

@@ -127,7 +127,7 @@ class SweepCallback(Callback):
         if multirun_yaml.is_file():
             from pgcli.redact import redact_yaml_file
 
-            redact_yaml_file(multirun_yaml)  # no tracking-URI credentials in the sweep directory (issue 10)
+            redact_yaml_file(multirun_yaml)  # no URI credentials there (docs/tracking.md, "Credentials and secrets")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.finish(FINISHED)

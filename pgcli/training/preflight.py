@@ -1,4 +1,5 @@
-"""Checks of the world around ``pgcli train``, run once before Hydra makes a run directory or MLflow a run (issue 10).
+"""Checks of the world around ``pgcli train``, run once before Hydra makes a run directory or MLflow a run
+(docs/tracking.md, "Checked before a run starts").
 
 Config validation (:mod:`pgcli.config`) decides whether the *values* are right; this module decides whether the
 *places* they name can be used: the tracking store (a URI scheme MLflow supports, a server that answers within
@@ -125,8 +126,7 @@ def check_sqlite_store(uri: str) -> None:
     """The file is an MLflow store, an empty file or database, or does not exist yet in a writable directory.
 
     Another application's database or a file that is not SQLite at all is refused: MLflow would add its tables to
-    the first and fail with a traceback on the second (issue 10: "a new SQLite file only becomes an MLflow store if it
-    is empty or already one").
+    the first and fail with a traceback on the second (docs/tracking.md, "Checked before a run starts").
     """
     # sqlite:// is SQLAlchemy's in-memory database; anything else but sqlite:///<path> is a typo
     if not uri.lower().startswith(SQLITE_PREFIX) and uri.lower().rstrip("/") != "sqlite:":

@@ -233,7 +233,7 @@ def test_cuda_without_gpu_is_a_clear_error():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: hardware=cuda is valid here")
-    for text in ([], ["algo=sft", "env=addition"]):  # a text task too (issue 12)
+    for text in ([], ["algo=sft", "env=addition"]):  # a text task too (docs/lm.md)
         with pytest.raises(ConfigError, match=r"hardware=cuda but no CUDA GPU is visible.*use hardware=cpu"):
             train_config(["hardware=cuda", *text])
 
@@ -241,7 +241,8 @@ def test_cuda_without_gpu_is_a_clear_error():
 def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     cfg = train_config(["algo=trpo", "env=hopper", "hardware.vec_env=worker", "hardware.eval_process=true"])
     assert (cfg.hardware.vec_env, cfg.hardware.eval_process) == ("worker", True)
-    default = train_config(["algo=trpo", "env=hopper"])  # the preset's two-core default (docs/benchmarks.md)
+    # the preset's two-core default (docs/benchmarks/trpo.md, "Two cores")
+    default = train_config(["algo=trpo", "env=hopper"])
     assert (default.hardware.vec_env, default.hardware.eval_process, default.algo.critic_process) == (
         "shm",
         False,

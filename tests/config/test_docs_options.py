@@ -1,4 +1,5 @@
-"""The options the docs name exist in the schemas, and the generated option reference matches them (issue 10)."""
+"""The options the docs name exist in the schemas, and the generated option reference matches them
+(docs/configuration.md, "Option reference")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""algo=rloo / reinforce / ppo_lm (issue 12): YAML defaults equal the schemas, text envs only, one-line errors."""
+"""algo=rloo / reinforce / ppo_lm (docs/algorithms/lm.md): YAML defaults equal the schemas, text envs only, one-line
+errors."""
 
 from __future__ import annotations
 

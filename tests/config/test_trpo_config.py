@@ -14,7 +14,8 @@ from pgcli.errors import ConfigError
 SCHEMAS = {"trpo": TRPOConfig, "vpg": VPGConfig, "ppo_kl": PPOKLConfig, "sb3_trpo": SB3TRPOConfig}
 ZOO_ENVS = ("cartpole", "pendulum", "hopper", "halfcheetah", "walker2d")
 DEPARTURES = {"hopper": {"algo.gamma": 0.995}, "halfcheetah": {"algo.n_steps": 512, "model.log_std_init": -0.5}}
-"""Where our TRPO presets leave the zoo's values on measured evidence (docs/benchmarks.md, "TRPO ablations");
+"""Where our TRPO presets leave the zoo's values on measured evidence (docs/benchmarks/trpo.md,
+"Ablations: the shipped presets");
 sb3-contrib's presets keep the zoo's."""
 ZOO = {"algo.gamma": 0.99, "algo.n_steps": 1024, "model.log_std_init": 0.0}
 """The zoo's values of the departed keys (for these envs)."""

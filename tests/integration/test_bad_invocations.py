@@ -1,5 +1,5 @@
-"""Issue 10's table of bad invocations and faults: each ends with one line, the right exit status, no traceback, and
-nothing created (no run directory, no store, no MLflow run, the given store file untouched).
+"""Bad invocations and faults (docs/configuration.md, "Validation"): each ends with one line, the right exit status,
+no traceback, and nothing created (no run directory, no store, no MLflow run, the given store file untouched).
 
 Bad input (exit 2) goes through ``pgcli.cli.main`` in this process (the whole CLI path: dispatch, composition,
 validation, preflight and the error printer; ~0.3 s each); faults of the world around pgcli (exit 1) and a sample of

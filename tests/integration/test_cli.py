@@ -140,7 +140,8 @@ complete_line "pgcli train algo.clip_r"
 
 
 def test_bash_completion_completes_commands_and_train_overrides(workdir: Path):
-    # what bash does on <TAB>: set COMP_* and call the registered function (issue 9: the advertised one failed)
+    # what bash does on <TAB>: set COMP_* and call the registered function (the one README.md, "Usage", advertises
+    # once failed)
     env = cli_env(PATH=f"{Path(sys.executable).parent}:{cli_env()['PATH']}")
     proc = subprocess.run(["bash", "-c", COMPLETE], cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr

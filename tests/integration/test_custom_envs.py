@@ -1,5 +1,6 @@
 """Real `pgcli train` runs on envs chosen by id: a user's own env package with wrappers, an `env.id` override that
-drops its group's preset, and bad env input stopped before anything is created (issue 9 items 1-2, issue 10 item 3)."""
+drops its group's preset, and bad env input stopped before anything is created (docs/configuration.md, "Bring your
+own env" and "Validation")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Divergence guard (issue 8, item 6) on injected NaNs: a real CartPole whose observations turn NaN after k steps,
+"""Divergence guard (docs/checkpoints.md) on injected NaNs: a real CartPole whose observations turn NaN after k steps,
 and a NaN learning rate. Training stops with a DivergenceError naming the quantity and the env step, the last
 checkpoint on disk is a good one, and through ``pgcli.training.build.train`` the MLflow run ends FAILED."""
 

@@ -1,4 +1,5 @@
-"""Exact continuation from a checkpoint (issue 8, item 1), at the trainer level, on real gymnasium envs.
+"""Exact continuation from a checkpoint, at the trainer level, on real gymnasium envs (docs/checkpoints.md, "What a
+checkpoint holds").
 
 For each trainer: train 2 updates straight, versus 1 update + ``save`` + ``load`` into a trainer freshly built with
 another seed (so that everything that matters has to come from the checkpoint) + 1 update. Parameters, optimizer

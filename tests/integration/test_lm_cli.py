@@ -1,5 +1,5 @@
-"""Issue 12 end to end: a real `pgcli sft` subprocess, then text runs started from it with `init=<run>`, all landing
-in a temporary MLflow store that is queried back."""
+"""Text tasks end to end (docs/lm.md): a real `pgcli sft` subprocess, then text runs started from it with
+`init=<run>`, all landing in a temporary MLflow store that is queried back."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 12: a real `pgcli train` per language-model RL algorithm, started from a real SFT run (init=<run id>), lands
-a FINISHED MLflow run with the held-out accuracy and the language-RL metrics."""
+"""Text tasks (docs/algorithms/lm.md): a real `pgcli train` per language-model RL algorithm, started from a real SFT
+run (init=<run id>), lands a FINISHED MLflow run with the held-out accuracy and the language-RL metrics."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`pgcli compare` and `pgcli ui` on bad input and faults, as real subprocesses (issue 10): one line
-`pgcli: error: ...`, exit 2 for bad input and 1 for faults, no traceback, and nothing created or changed."""
+"""`pgcli compare` and `pgcli ui` on bad input and faults, as real subprocesses (docs/configuration.md, "Validation"):
+one line `pgcli: error: ...`, exit 2 for bad input and 1 for faults, no traceback, and nothing created or changed."""
 
 from __future__ import annotations
 

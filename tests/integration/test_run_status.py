@@ -200,8 +200,9 @@ def test_run_records_its_process_and_a_finished_run_file(store: Store, tmp_path:
 
 
 def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir: Path, tmp_path: Path):
-    """Issue 10: the run directory's file system fills up while training writes checkpoints: the run ends FAILED with
-    the reason in its `error` tag, one error line, no traceback (a real tmpfs, so root only)."""
+    """A full disk (docs/runs.md, "How a run ends"): the run directory's file system fills up while training writes
+    checkpoints: the run ends FAILED with the reason in its `error` tag, one error line, no traceback (a real tmpfs,
+    so root only)."""
     import os
 
     disk = tmp_path / "disk"

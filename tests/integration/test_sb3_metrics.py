@@ -1,5 +1,6 @@
-"""SB3's training diagnostics as pgcli logs them: at the env step of the update they describe, one value per step, and
-schedules that stop at their final value when the last rollout overshoots ``total_steps`` (issue 10)."""
+"""SB3's training diagnostics as pgcli logs them (docs/tracking.md, "What is logged"): at the env step of the update
+they describe, one value per step, and schedules that stop at their final value when the last rollout overshoots
+``total_steps``."""
 
 from __future__ import annotations
 

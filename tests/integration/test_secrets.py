@@ -1,4 +1,5 @@
-"""Credentials in a tracking URI reach neither the store, the artifacts, the run directory nor the console (issue 10).
+"""Credentials in a tracking URI reach neither the store, the artifacts, the run directory nor the console
+(docs/tracking.md, "Credentials and secrets").
 
 A real ``mlflow server`` on 127.0.0.1 (no auth: it ignores the basic-auth header MLflow's client builds from the URI's
 user:password) and a real ``pgcli train`` against ``http://alice:s3cr3t@127.0.0.1:<port>``; then every byte the server

@@ -118,7 +118,8 @@ def _free_port() -> int:
 
 @pytest.mark.ray
 def test_make_ray_up_on_a_fresh_home_then_a_ray_sweep(store: Store, workdir: Path, tmp_path: Path) -> None:
-    """`make ray-up` as a new user runs it: no ~/.ray/auth_token yet (Ray's token auth refused to start, issue 9)."""
+    """`make ray-up` as a new user runs it: no ~/.ray/auth_token yet (Ray's token auth refused to start without one;
+    docs/sweeps.md, "Ray")."""
     pytest.importorskip("ray", reason="Ray is not installed (make install installs the ray extra)")
     home, state = tmp_path / "home", tmp_path / "ray"
     home.mkdir()

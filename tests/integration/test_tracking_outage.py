@@ -1,4 +1,5 @@
-"""A real `mlflow server` on 127.0.0.1 that dies and comes back while a real `pgcli train` runs (issue 8, item 5).
+"""A real `mlflow server` on 127.0.0.1 that dies and comes back while a real `pgcli train` runs (docs/tracking.md,
+"When the tracking server goes away").
 
 Training must neither stop nor stall: writes wait in the run directory's spool and reach the server once it answers
 again (or through `pgcli sync` afterwards). Nothing is lost and nothing is doubled: the server's metric history of

@@ -1,6 +1,6 @@
 """`pgcli ui` for real: the MLflow server starts (not a `mlflow.py` in the current folder), says when it is ready,
 prints URLs of the model-training view, stops with the command; and, in a headless Chromium, a sweep's experiment
-shows its runs and an `eval/return_mean` chart (issue 9 item 5, issue 10 item 4)."""
+shows its runs and an `eval/return_mean` chart (docs/sweeps.md, "In the MLflow UI")."""
 
 from __future__ import annotations
 

@@ -224,8 +224,8 @@ def mixed_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path
 
 
 def log_mixed_experiment(store: Store) -> None:
-    """What issue 9 found in one experiment: mixed budgets, a sweep repeated (duplicate seeds), n = 1, two env ids,
-    a grid over a hyperparameter, and Optuna trials."""
+    """What one real experiment holds (docs/sweeps.md, "Comparing runs: `pgcli compare`"): mixed budgets, a sweep
+    repeated (duplicate seeds), n = 1, two env ids, a grid over a hyperparameter, and Optuna trials."""
     log = RunLog(store, "cartpole")
     for seed, final in enumerate([100.0, 200.0, 999.0]):  # sweep A; its seed 2 is repeated by sweep B below
         log.run("ppo", "CartPole-v1", seed, final, **{"algo.learning_rate": "0.0003", "hardware.device": "cpu"})

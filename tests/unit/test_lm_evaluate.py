@@ -1,4 +1,5 @@
-"""Held-out evaluation of text policies (issue 12): metrics on hand-made completions, seeded sampling."""
+"""Held-out evaluation of text policies (docs/lm.md, "Evaluation"): metrics on hand-made completions, seeded
+sampling."""
 
 from __future__ import annotations
 

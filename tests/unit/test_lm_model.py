@@ -1,4 +1,5 @@
-"""TinyGPT (issue 12): the key/value cache changes nothing, left padding changes nothing, log-probs match."""
+"""TinyGPT (docs/lm.md, "Model (`model=tiny_gpt`)"): the key/value cache changes nothing, left padding changes
+nothing, log-probs match."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Text tasks (issue 12): checkers on hand-made right and wrong answers, vocabulary, held-out set, rewards."""
+"""Text tasks (docs/lm.md, "Tasks (`env=...`)"): checkers on hand-made right and wrong answers, vocabulary, held-out
+set, rewards."""
 
 from __future__ import annotations
 

@@ -147,10 +147,11 @@ def test_sqlite_lock_errors_are_retried_and_others_are_not() -> None:
 
 @pytest.mark.parametrize("reopen", [False, True])
 def test_an_optuna_storage_opens_and_reopens_with_the_garbage_collector_off(tmp_path, reopen: bool) -> None:
-    # Regression (session 1's CI failure): Optuna 2.10 stamped its alembic version on a connection it never
-    # committed, which held SQLite's write lock until the garbage collector freed it; with the collector off the
-    # next open failed with "database is locked". The storage pgcli opens (a directory that does not exist yet, as
-    # for outputs/optuna.db on a fresh checkout) must open, run trials and reopen (a resumed study) with it off.
+    # Regression of an earlier CI failure (docs/sweeps.md, "Hyperparameter search with Optuna"): Optuna 2.10 stamped its
+    # alembic version on a connection it never committed, which held SQLite's write lock until the garbage collector
+    # freed it; with the collector off the next open failed with "database is locked". The storage pgcli opens (a
+    # directory that does not exist yet, as for outputs/optuna.db on a fresh checkout) must open, run trials and reopen
+    # (a resumed study) with it off.
     import gc
 
     optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
