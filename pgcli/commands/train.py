@@ -68,24 +68,41 @@ def hydra_argv(args: list[str], command: str = "train") -> list[str]:
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name in HYDRA_SWITCHES and not eq:
             flags.append(arg)
-        elif name in HYDRA_VALUE_FLAGS:
-            if not eq:
-                if not nxt or nxt.startswith("-"):
-                    raise ConfigError(f"{name} needs a value (see pgcli {command} --help)")
-                value, i = nxt, i + 1
-            choices = HYDRA_VALUE_FLAGS[name]
-            if choices is not None and value not in choices:
-                raise ConfigError(f"{name} {value}: choose one of {', '.join(choices)}")
-            flags += [name, value]
+            continue
+        if name in HYDRA_VALUE_FLAGS:
+            value, took_next = _flag_value(name, value if eq else None, nxt, command)
         elif name in ("-i", "--info"):
-            if eq and value not in INFO_CHOICES:
-                raise ConfigError(f"--info={value}: choose one of {', '.join(INFO_CHOICES)}")
-            if not eq and nxt in INFO_CHOICES:  # its optional value
-                value, i = nxt, i + 1
-            flags += ["--info", value or "all"]  # Hydra's default; a bare --info before overrides would take one
+            name, (value, took_next) = "--info", _info_value(value if eq else None, nxt)
         else:
             raise ConfigError(f"unknown option {arg} for pgcli {command} (see pgcli {command} --help)")
+        flags += [name, value]
+        i += took_next
     return [*flags, *overrides]
+
+
+def _flag_value(name: str, value: str | None, nxt: str, command: str) -> tuple[str, bool]:
+    """The value of a Hydra flag that takes one (``--cfg job``, ``--cfg=job``) and whether it was the next argument."""
+    took_next = value is None
+    if value is None:
+        if not nxt or nxt.startswith("-"):
+            raise ConfigError(f"{name} needs a value (see pgcli {command} --help)")
+        value = nxt
+    choices = HYDRA_VALUE_FLAGS[name]
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{name} {value}: choose one of {', '.join(choices)}")
+    return value, took_next
+
+
+def _info_value(value: str | None, nxt: str) -> tuple[str, bool]:
+    """``--info``'s optional value (Hydra's default ``all``; a bare --info before overrides would take one) and
+    whether it was the next argument."""
+    if value is not None:
+        if value not in INFO_CHOICES:
+            raise ConfigError(f"--info={value}: choose one of {', '.join(INFO_CHOICES)}")
+        return value or "all", False
+    if nxt in INFO_CHOICES:
+        return nxt, True
+    return "all", False
 
 
 def main(args: list[str]) -> int:

@@ -324,43 +324,20 @@ class SharedMemoryVectorEnv(SplitVectorEnv):
 
     # -- VectorEnv ----------------------------------------------------------------------------------------------------
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # type: ignore[override]
-        n, k = self.num_envs, self.n_local
-        worker = self.worker is not None
-        shared = worker and isinstance(actions, np.ndarray) and actions.dtype == self._shared["actions"].dtype
-        if shared:
-            self._shared["actions"][...] = actions[k:]
-            self._check_worker()
-            self._signal(_STEP)
-        elif worker:  # actions of another dtype: through the pipe, exactly as given
-            self._ask("step", list(actions[k:]))
+        n = self.num_envs
+        shared = self._send_worker_actions(actions)
         obs: Any = np.empty(self.observation_space.shape, self.observation_space.dtype) if self._box_obs else [None] * n  # type: ignore[arg-type]
         rewards = np.zeros(n, dtype=np.float64)
         terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
-        ended: list[tuple[int, Any, dict[str, Any]]] = []
         try:
-            for i in range(k):
-                o, r, te, tr, info = self.envs[i].step(actions[i])
-                if te or tr:
-                    ended.append((i, o, info))
-                    o, _ = self.envs[i].reset()
-                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+            ended = self._step_local(actions, obs, rewards, terminated, truncated)
         except BaseException:
             if shared:  # collect the worker's step, so no stale message waits in the pipe
                 with contextlib.suppress(EnvWorkerError, EOFError, OSError):
                     if self._wait_step() != _OK:
                         self._check_worker().conn.recv()
             raise
-        if shared:
-            status = self._wait_step()
-            obs[k:] = self._shared["obs"]
-            rewards[k:], terminated[k:] = self._shared["rewards"], self._shared["terminated"]
-            truncated[k:] = self._shared["truncated"]
-            ended += self._worker_ended(status)
-        elif worker:
-            for i, (o, r, te, tr, final_o, final_info, _) in enumerate(self._answer("step"), start=k):
-                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
-                if final_info is not None:
-                    ended.append((i, final_o, final_info))
+        ended += self._collect_worker_step(shared, obs, rewards, terminated, truncated)
         infos: dict[str, Any] = {}
         for i, final_o, final_info in ended:  # in sub-env order, as SyncVectorEnv adds them
             infos = self._add_info(infos, {"final_obs": final_o, "final_info": final_info}, i)
@@ -369,6 +346,50 @@ class SharedMemoryVectorEnv(SplitVectorEnv):
             obs = concatenate(self.single_observation_space, obs, out)
         self._last_obs = obs
         return (obs.copy() if self._box_obs else deepcopy(obs)), rewards, terminated, truncated, infos
+
+    def _send_worker_actions(self, actions: Any) -> bool:
+        """Start the worker's half of a step; True when it goes through shared memory (actions of the buffer's
+        dtype), False through the pipe (exactly as given) or without a worker."""
+        k = self.n_local
+        if self.worker is None:
+            return False
+        if isinstance(actions, np.ndarray) and actions.dtype == self._shared["actions"].dtype:
+            self._shared["actions"][...] = actions[k:]
+            self._check_worker()
+            self._signal(_STEP)
+            return True
+        self._ask("step", list(actions[k:]))
+        return False
+
+    def _step_local(self, actions: Any, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                    truncated: np.ndarray) -> list[tuple[int, Any, dict[str, Any]]]:  # fmt: skip
+        """Step this process's sub-envs into rows ``[0, n_local)``; the episodes that ended, reset at once."""
+        ended: list[tuple[int, Any, dict[str, Any]]] = []
+        for i in range(self.n_local):
+            o, r, te, tr, info = self.envs[i].step(actions[i])
+            if te or tr:
+                ended.append((i, o, info))
+                o, _ = self.envs[i].reset()
+            obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+        return ended
+
+    def _collect_worker_step(self, shared: bool, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                             truncated: np.ndarray) -> list[tuple[int, Any, dict[str, Any]]]:  # fmt: skip
+        """The worker's half of the step into rows ``[n_local, n)``; the episodes that ended there."""
+        k = self.n_local
+        if shared:
+            status = self._wait_step()
+            obs[k:] = self._shared["obs"]
+            rewards[k:], terminated[k:] = self._shared["rewards"], self._shared["terminated"]
+            truncated[k:] = self._shared["truncated"]
+            return self._worker_ended(status)
+        ended: list[tuple[int, Any, dict[str, Any]]] = []
+        if self.worker is not None:
+            for i, (o, r, te, tr, final_o, final_info, _) in enumerate(self._answer("step"), start=k):
+                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+                if final_info is not None:
+                    ended.append((i, final_o, final_info))
+        return ended
 
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         """As ``SyncVectorEnv.reset``: int seeds give sub-env i ``seed + i``; ``options["reset_mask"]`` resets only

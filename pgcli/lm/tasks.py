@@ -233,49 +233,52 @@ def evaluate_expression(expr: str) -> int | None:
     tokens = _tokens(expr)
     if not tokens:
         return None
-    pos = 0
+    parser = _Parser(tokens)
+    value = parser.expression()
+    return value if parser.pos == len(tokens) else None
 
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
 
-    def factor() -> int | None:
-        nonlocal pos
-        tok = peek()
-        if tok is None:
-            return None
+class _Parser:
+    """Recursive descent over :func:`_tokens`' output: expression = term (('+' | '-') term)*, term = factor ('*'
+    factor)*, factor = number | '(' expression ')'. Each rule returns None when the input does not parse."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def factor(self) -> int | None:
+        tok = self.peek()
         if tok == "(":
-            pos += 1
-            value = expression()
-            if value is None or peek() != ")":
+            self.pos += 1
+            value = self.expression()
+            if value is None or self.peek() != ")":
                 return None
-            pos += 1
+            self.pos += 1
             return value
-        if tok.isdigit():
-            pos += 1
+        if tok is not None and tok.isdigit():
+            self.pos += 1
             return int(tok)
         return None
 
-    def term() -> int | None:
-        nonlocal pos
-        value = factor()
-        while value is not None and peek() == "*":
-            pos += 1
-            right = factor()
+    def term(self) -> int | None:
+        value = self.factor()
+        while value is not None and self.peek() == "*":
+            self.pos += 1
+            right = self.factor()
             value = None if right is None else value * right
         return value
 
-    def expression() -> int | None:
-        nonlocal pos
-        value = term()
-        while value is not None and peek() in ("+", "-"):
-            op = tokens[pos]
-            pos += 1
-            right = term()
+    def expression(self) -> int | None:
+        value = self.term()
+        while value is not None and self.peek() in ("+", "-"):
+            op = self.tokens[self.pos]
+            self.pos += 1
+            right = self.term()
             value = None if right is None else (value + right if op == "+" else value - right)
         return value
-
-    value = expression()
-    return value if pos == len(tokens) else None
 
 
 def _uses_given_numbers(expr: str, numbers: Sequence[int]) -> bool:

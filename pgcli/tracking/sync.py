@@ -9,7 +9,7 @@ so nothing is counted twice.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,33 +28,58 @@ from pgcli.tracking.uri import probe_health
 
 def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
     """Write one spool-format operation (pgcli.tracking.spool) to ``run_id`` through ``client``."""
-    from mlflow.entities import Metric, Param, RunTag
+    write = _WRITERS.get(op["op"])
+    if write is None:
+        raise ValueError(f"unknown tracking operation {op['op']!r}")
+    write(client, run_id, op)
 
-    kind = op["op"]
-    if kind == "metrics":
-        points = [Metric(key, value, timestamp, step) for key, value, timestamp, step in op["metrics"]]
-        for i in range(0, len(points), MLFLOW_BATCH_LIMIT):
-            with_retry(client.log_batch, run_id, metrics=points[i : i + MLFLOW_BATCH_LIMIT], synchronous=True)
-    elif kind == "params":
-        items = [Param(k, v) for k, v in op["params"].items()]
-        for i in range(0, len(items), PARAM_BATCH_LIMIT):
-            with_retry(client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
-    elif kind == "tags":
-        with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()], synchronous=True)
-    elif kind == "artifact":
-        path = Path(op["path"])
-        if path.is_dir():
-            client.log_artifacts(run_id, str(path), op["artifact_path"])
-        elif path.is_file():
-            client.log_artifact(run_id, str(path), op["artifact_path"])
-        # else: removed since (an old checkpoint pruned by checkpoint_keep): nothing left to deliver
-    elif kind == "model":  # an MLflow Model built from a saved agent's files when it is delivered
-        with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
-            client.log_artifacts(run_id, str(save_pyfunc_model(Path(op["path"]), Path(tmp) / op["name"])), op["name"])
-    elif kind == "end":
-        with_retry(client.set_terminated, run_id, status=op["status"])
-    else:
-        raise ValueError(f"unknown tracking operation {kind!r}")
+
+def _write_metrics(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    from mlflow.entities import Metric
+
+    points = [Metric(key, value, timestamp, step) for key, value, timestamp, step in op["metrics"]]
+    for i in range(0, len(points), MLFLOW_BATCH_LIMIT):
+        with_retry(client.log_batch, run_id, metrics=points[i : i + MLFLOW_BATCH_LIMIT], synchronous=True)
+
+
+def _write_params(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in op["params"].items()]
+    for i in range(0, len(items), PARAM_BATCH_LIMIT):
+        with_retry(client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
+
+
+def _write_tags(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    from mlflow.entities import RunTag
+
+    with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()], synchronous=True)
+
+
+def _write_artifact(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    path = Path(op["path"])
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), op["artifact_path"])
+    elif path.is_file():
+        client.log_artifact(run_id, str(path), op["artifact_path"])
+    # else: removed since (an old checkpoint pruned by checkpoint_keep): nothing left to deliver
+
+
+def _write_model(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    """An MLflow Model, built from a saved agent's files when it is delivered."""
+    with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
+        client.log_artifacts(run_id, str(save_pyfunc_model(Path(op["path"]), Path(tmp) / op["name"])), op["name"])
+
+
+def _write_end(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+    with_retry(client.set_terminated, run_id, status=op["status"])
+
+
+_WRITERS: dict[str, Callable[[Any, str, Mapping[str, Any]], None]] = {
+    "metrics": _write_metrics, "params": _write_params, "tags": _write_tags, "artifact": _write_artifact,
+    "model": _write_model, "end": _write_end,
+}  # fmt: skip
+"""Each spooled operation's writer, by its ``op`` field."""
 
 
 def deliver_spool(client: Any, spool: Spool) -> int:
