@@ -23,11 +23,11 @@ from pgcli.config.rules import (
     _lambda,
     _learning_rate,
     _positive,
-    _require,
     _rollout_rules,
     _sde_sample_freq,
     _trust_region,
     _unit_open,
+    require,
 )
 from pgcli.errors import ConfigError
 
@@ -79,19 +79,19 @@ class PPOConfig:
         _finite_fields(self, "algo")
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         if self.normalize_advantage:  # SB3 asserts it (DLR-RM/stable-baselines3#440): a minibatch of 1 has no std
-            _require(self.batch_size > 1, "algo.batch_size", self.batch_size, "> 1 with algo.normalize_advantage=true",
+            require(self.batch_size > 1, "algo.batch_size", self.batch_size, "> 1 with algo.normalize_advantage=true",
                      "a one-sample minibatch has no standard deviation")  # fmt: skip
-        _require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
+        require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
         _at_most("algo.n_epochs", self.n_epochs, MAX_EPOCHS, "typical: 10")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _unit_open("algo.clip_range", self.clip_range, "typical: 0.2")
         _choice("algo.clip_range_schedule", self.clip_range_schedule, SCHEDULES)
-        _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
-        _require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
+        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+        require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         if self.target_kl is not None:
             _positive("algo.target_kl", self.target_kl)
@@ -139,11 +139,11 @@ class A2CConfig:
         _finite_fields(self, "algo")
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 7e-4")
         _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
-        _require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
+        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+        require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         _positive("algo.rms_prop_eps", self.rms_prop_eps)
         _sde_sample_freq(self.sde_sample_freq)
@@ -193,20 +193,20 @@ class SB3TRPOConfig:
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 1e-3")
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
-        _require(self.cg_max_steps >= 1, "algo.cg_max_steps", self.cg_max_steps, ">= 1")
+        require(self.cg_max_steps >= 1, "algo.cg_max_steps", self.cg_max_steps, ">= 1")
         _at_most("algo.cg_max_steps", self.cg_max_steps, MAX_EPOCHS, "typical: 15")
-        _require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0")
+        require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0")
         _unit_open("algo.line_search_shrinking_factor", self.line_search_shrinking_factor)
-        _require(self.line_search_max_iter >= 1, "algo.line_search_max_iter", self.line_search_max_iter, ">= 1")
+        require(self.line_search_max_iter >= 1, "algo.line_search_max_iter", self.line_search_max_iter, ">= 1")
         _at_most("algo.line_search_max_iter", self.line_search_max_iter, MAX_EPOCHS, "typical: 10")
-        _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
+        require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
         _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
         _trust_region("algo.target_kl", self.target_kl)
-        _require(self.sub_sampling_factor >= 1, "algo.sub_sampling_factor", self.sub_sampling_factor, ">= 1")
+        require(self.sub_sampling_factor >= 1, "algo.sub_sampling_factor", self.sub_sampling_factor, ">= 1")
         _sde_sample_freq(self.sde_sample_freq)
 
     def check_rollout(self, n_envs: int) -> None:
@@ -268,30 +268,30 @@ class TRPOConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _trust_region("algo.target_kl", self.target_kl)
         _choice("algo.target_kl_schedule", self.target_kl_schedule, SCHEDULES)
         _trust_region("algo.target_kl_final", self.target_kl_final)
-        _require(self.cg_iters >= 1, "algo.cg_iters", self.cg_iters, ">= 1")
+        require(self.cg_iters >= 1, "algo.cg_iters", self.cg_iters, ">= 1")
         _at_most("algo.cg_iters", self.cg_iters, MAX_EPOCHS, "typical: 15")
         # CG stops before its first iteration when the squared gradient norm (~1e-2 on CartPole) is below the
         # tolerance: the direction is zero, the line search finds no improvement, and every update silently keeps
         # the old policy (measured: line_search_success 0 on every update at 1.0; docs/configuration.md, "Validation").
-        _require(0 <= self.cg_residual_tol <= MAX_CG_RESIDUAL_TOL, "algo.cg_residual_tol", self.cg_residual_tol,
+        require(0 <= self.cg_residual_tol <= MAX_CG_RESIDUAL_TOL, "algo.cg_residual_tol", self.cg_residual_tol,
                  f"in [0, {MAX_CG_RESIDUAL_TOL:g}]", "a larger tolerance can stop CG before its first step, making "
                  "every update a no-op; typical: 1e-10")  # fmt: skip
-        _require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0", "typical: 0.1")
-        _require(self.fvp_sub_sampling >= 1, "algo.fvp_sub_sampling", self.fvp_sub_sampling, ">= 1")
+        require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0", "typical: 0.1")
+        require(self.fvp_sub_sampling >= 1, "algo.fvp_sub_sampling", self.fvp_sub_sampling, ">= 1")
         _unit_open("algo.backtrack_coeff", self.backtrack_coeff, "typical: 0.8")
-        _require(self.backtrack_iters >= 1, "algo.backtrack_iters", self.backtrack_iters, ">= 1")
+        require(self.backtrack_iters >= 1, "algo.backtrack_iters", self.backtrack_iters, ">= 1")
         _at_most("algo.backtrack_iters", self.backtrack_iters, MAX_EPOCHS, "typical: 10")
         _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
         _choice("algo.vf_lr_schedule", self.vf_lr_schedule, SCHEDULES)
-        _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
+        require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
         _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
 
     def check_rollout(self, n_envs: int) -> None:
         """Rules that involve ``env.n_envs``: the critic's minibatches and the Fisher sub-sampling."""
@@ -327,15 +327,15 @@ class VPGConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
-        _require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
+        require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
         _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
-        _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
 
     def check_rollout(self, n_envs: int) -> None:
@@ -377,16 +377,16 @@ class PPOKLConfig:
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
-        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
-        _require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
+        require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
         _at_most("algo.n_epochs", self.n_epochs, MAX_EPOCHS, "typical: 10")
         _gamma("algo.gamma", self.gamma)
         _lambda("algo.gae_lambda", self.gae_lambda)
         _trust_region("algo.kl_target", self.kl_target)
         _positive("algo.beta_init", self.beta_init)
-        _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
-        _require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
+        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+        require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
 
     def check_rollout(self, n_envs: int) -> None:
@@ -439,10 +439,10 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
-        _require(self.group_size >= 2, "algo.group_size", self.group_size, ">= 2",
+        require(self.group_size >= 2, "algo.group_size", self.group_size, ">= 2",
                  "a group needs at least 2 episodes to normalise within")  # fmt: skip
         _at_most("algo.group_size", self.group_size, MAX_N_ENVS * 4, "typical: 8 (TRL num_generations)")
-        _require(self.n_groups >= 1, "algo.n_groups", self.n_groups, ">= 1")
+        require(self.n_groups >= 1, "algo.n_groups", self.n_groups, ">= 1")
         _at_most("algo.n_groups", self.n_groups, MAX_N_ENVS * 4, "typical: 4")
         _choice("algo.advantage", self.advantage, ("outcome", "process", "step_baseline"))
         _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
@@ -451,16 +451,16 @@ class GRPOConfig:
         if self.epsilon_high is not None:
             _positive("algo.epsilon_high", self.epsilon_high, "DAPO recommends 0.28")
         _choice("algo.loss_agg", self.loss_agg, ("seq_mean", "token_mean", "constant"))
-        _require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
+        require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
         _at_most("algo.n_iterations", self.n_iterations, MAX_EPOCHS, "typical: 4")
         n_episodes = self.group_size * self.n_groups
-        _require(1 <= self.batch_size <= n_episodes, "algo.batch_size", self.batch_size,
+        require(1 <= self.batch_size <= n_episodes, "algo.batch_size", self.batch_size,
                  f"in [1, group_size * n_groups = {n_episodes}]", "it counts episodes per minibatch")  # fmt: skip
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.max_grad_norm", self.max_grad_norm)
-        _require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
-        _require(self.ref_update_interval >= 0, "algo.ref_update_interval", self.ref_update_interval, ">= 0")
-        _require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
+        require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
+        require(self.ref_update_interval >= 0, "algo.ref_update_interval", self.ref_update_interval, ">= 0")
+        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
 
     def check_rollout(self, n_envs: int) -> None:
         """Rules that involve ``env.n_envs``: none (a batch is whole episodes, collected n_envs at a time)."""

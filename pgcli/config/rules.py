@@ -2,7 +2,8 @@
 the rule and a fix (a :class:`~pgcli.errors.ConfigError`).
 
 Only pure checks of the values live here; whether an env id is registered or a text task fits the model is decided
-after composition, by :mod:`pgcli.training.checks`.
+after composition, by :mod:`pgcli.training.checks`, which raises through :func:`require` too. The other helpers
+(underscored) are the schema modules' own.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ MAX_SEED = 2**32 - 1
 MAX_CG_RESIDUAL_TOL = 1e-6
 
 
-def _require(ok: bool, key: str, value: object, rule: str, hint: str = "") -> None:
+def require(ok: bool, key: str, value: object, rule: str, hint: str = "") -> None:
     """Raise a one-line :class:`ConfigError` naming the key, the value and the rule when ``ok`` is false."""
     if not ok:
         raise ConfigError(f"{key} must be {rule} (got {value!r})" + (f"; {hint}" if hint else ""))
 
 
 def _positive(key: str, value: float, hint: str = "") -> None:
-    _require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, key, value, "> 0", hint)
+    require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, key, value, "> 0", hint)
 
 
 def _finite_fields(obj: Any, prefix: str) -> None:
@@ -50,13 +51,13 @@ def _finite_fields(obj: Any, prefix: str) -> None:
 
 def _learning_rate(key: str, value: float, hint: str) -> None:
     _positive(key, value, hint)
-    _require(
+    require(
         value <= MAX_LEARNING_RATE, key, value, f"<= {MAX_LEARNING_RATE:g}", f"a step size above 1 diverges; {hint}"
     )
 
 
 def _at_most(key: str, value: float, bound: float, hint: str = "") -> None:
-    _require(value <= bound, key, value, f"<= {bound:g}", hint)
+    require(value <= bound, key, value, f"<= {bound:g}", hint)
 
 
 def _trust_region(key: str, value: float) -> None:
@@ -66,7 +67,7 @@ def _trust_region(key: str, value: float) -> None:
 
 
 def _sde_sample_freq(value: int) -> None:
-    _require(value >= -1, "algo.sde_sample_freq", value, ">= -1", "-1 or 0: sample the gSDE noise once per rollout")
+    require(value >= -1, "algo.sde_sample_freq", value, ">= -1", "-1 or 0: sample the gSDE noise once per rollout")
 
 
 def _rollout_rules(
@@ -89,29 +90,29 @@ def _rollout_rules(
     rollout = algo.n_steps * n_envs
     size = f"algo.n_steps * env.n_envs = {algo.n_steps} * {n_envs} = {rollout}"
     hint = "a rollout this large does not fit in memory; typical: 2048 * 8"
-    _require(rollout <= MAX_ROLLOUT, "algo.n_steps * env.n_envs", rollout, f"<= {MAX_ROLLOUT:g}", hint)
+    require(rollout <= MAX_ROLLOUT, "algo.n_steps * env.n_envs", rollout, f"<= {MAX_ROLLOUT:g}", hint)
     if needs_two_samples:
         hint = "one sample has no standard deviation (SB3 asserts this); raise algo.n_steps or env.n_envs"
-        _require(rollout > 1, "algo.n_steps * env.n_envs", rollout, "> 1 with algo.normalize_advantage=true", hint)
+        require(rollout > 1, "algo.n_steps * env.n_envs", rollout, "> 1 with algo.normalize_advantage=true", hint)
     if minibatch:
         hint = "a minibatch cannot be larger than the rollout; lower algo.batch_size or raise algo.n_steps"
-        _require(algo.batch_size <= rollout, "algo.batch_size", algo.batch_size, f"<= {size}", hint)
+        require(algo.batch_size <= rollout, "algo.batch_size", algo.batch_size, f"<= {size}", hint)
     if sub_sampling is not None:
         key, k = sub_sampling
-        _require(k <= rollout, key, k, f"<= {size}", "every k-th sample of a shorter rollout is a single sample")
+        require(k <= rollout, key, k, f"<= {size}", "every k-th sample of a shorter rollout is a single sample")
 
 
 def _unit_open(key: str, value: float, hint: str = "") -> None:
-    _require(0 < value < 1, key, value, "in (0, 1)", hint)
+    require(0 < value < 1, key, value, "in (0, 1)", hint)
 
 
 def _gamma(key: str, value: float) -> None:
-    _require(0 < value <= 1, key, value, "in (0, 1]", "typical: 0.99")
+    require(0 < value <= 1, key, value, "in (0, 1]", "typical: 0.99")
 
 
 def _lambda(key: str, value: float) -> None:
-    _require(0 <= value <= 1, key, value, "in [0, 1]", "typical: 0.95")
+    require(0 <= value <= 1, key, value, "in [0, 1]", "typical: 0.95")
 
 
 def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
-    _require(value in options, key, value, f"one of {', '.join(options)}")
+    require(value in options, key, value, f"one of {', '.join(options)}")

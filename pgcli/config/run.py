@@ -33,7 +33,7 @@ from pgcli.config.rules import (
     _choice,
     _finite_fields,
     _positive,
-    _require,
+    require,
 )
 from pgcli.config.text import TEXT_RL_ALGOS, LMModelConfig, SFTConfig, TextEnvConfig
 from pgcli.errors import ConfigError
@@ -92,10 +92,10 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "env")
-        _require(self.n_envs >= 1, "env.n_envs", self.n_envs, ">= 1")
+        require(self.n_envs >= 1, "env.n_envs", self.n_envs, ">= 1")
         _at_most("env.n_envs", self.n_envs, MAX_N_ENVS, "one process steps them all; typical: 8")
         if self.max_episode_steps is not None:
-            _require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
+            require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
         _positive("env.clip_obs", self.clip_obs)
         _positive("env.clip_reward", self.clip_reward)
 
@@ -118,12 +118,12 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for key, sizes in (("model.pi_hidden_sizes", self.pi_hidden_sizes),
                            ("model.vf_hidden_sizes", self.vf_hidden_sizes)):  # fmt: skip
-            _require(all(int(s) >= 1 for s in sizes), key, list(sizes), "a list of positive widths")
-            _require(all(int(s) <= MAX_WIDTH for s in sizes), key, list(sizes), f"widths <= {MAX_WIDTH}",
+            require(all(int(s) >= 1 for s in sizes), key, list(sizes), "a list of positive widths")
+            require(all(int(s) <= MAX_WIDTH for s in sizes), key, list(sizes), f"widths <= {MAX_WIDTH}",
                      "typical: [64, 64]")  # fmt: skip
         _choice("model.activation", self.activation, ACTIVATIONS)
-        _require(math.isfinite(self.log_std_init), "model.log_std_init", self.log_std_init, "finite")
-        _require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]",
+        require(math.isfinite(self.log_std_init), "model.log_std_init", self.log_std_init, "finite")
+        require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]",
                  "the initial std is exp(log_std_init) in units of the [-1, 1] action range; typical: 0")  # fmt: skip
 
 
@@ -152,7 +152,7 @@ class HardwareConfig:
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
-        _require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
+        require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
         _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm"))
 
@@ -199,12 +199,12 @@ class EvalConfig:
     ``videos/step_<steps>.mp4`` (GIF without imageio-ffmpeg)."""
 
     def __post_init__(self) -> None:
-        _require(self.every >= 0, "eval.every", self.every, ">= 0")
-        _require(self.episodes >= 1, "eval.episodes", self.episodes, ">= 1")
+        require(self.every >= 0, "eval.every", self.every, ">= 0")
+        require(self.episodes >= 1, "eval.episodes", self.episodes, ">= 1")
         _at_most("eval.episodes", self.episodes, 100_000, "typical: 10")
-        _require(self.n_envs >= 1, "eval.n_envs", self.n_envs, ">= 1")
+        require(self.n_envs >= 1, "eval.n_envs", self.n_envs, ">= 1")
         _at_most("eval.n_envs", self.n_envs, MAX_N_ENVS, "typical: 1")
-        _require(self.video_every >= 0, "eval.video_every", self.video_every, ">= 0", "0 turns videos off")
+        require(self.video_every >= 0, "eval.video_every", self.video_every, ">= 0", "0 turns videos off")
 
 
 @dataclass
@@ -242,15 +242,15 @@ class TrainConfig:
     reference policy of the KL term (None: a freshly initialised model, no reference)."""
 
     def __post_init__(self) -> None:
-        _require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
+        require(self.total_steps >= 1, "total_steps", self.total_steps, ">= 1")
         _at_most("total_steps", self.total_steps, MAX_TOTAL_STEPS, "at 10k steps/s that is over 3 years; typical: 1e6")
-        _require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
-        _require(self.checkpoint_keep >= 0, "checkpoint_keep", self.checkpoint_keep, ">= 0", "0 keeps every checkpoint")
-        _require(self.seed >= 0, "seed", self.seed, ">= 0")
-        _require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
+        require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
+        require(self.checkpoint_keep >= 0, "checkpoint_keep", self.checkpoint_keep, ">= 0", "0 keeps every checkpoint")
+        require(self.seed >= 0, "seed", self.seed, ">= 0")
+        require(self.n_seeds >= 1, "n_seeds", self.n_seeds, ">= 1", "n_seeds=3 trains seeds seed..seed+2 in one job")
         _at_most("n_seeds", self.n_seeds, 1000, "typical: 3 to 10")
         last = self.seed + self.n_seeds - 1
-        _require(last <= MAX_SEED, "seed + n_seeds - 1", last, f"<= 2**32 - 1 = {MAX_SEED}", "numpy seeds are 32-bit")
+        require(last <= MAX_SEED, "seed + n_seeds - 1", last, f"<= 2**32 - 1 = {MAX_SEED}", "numpy seeds are 32-bit")
         if type(self.algo) not in ALGO_CONFIGS.values():
             raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
         if isinstance(self.env, TextEnvConfig):
@@ -263,9 +263,9 @@ class TrainConfig:
             raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown); "
                               f"{self.env.id} is a gymnasium env")  # fmt: skip
         model = "tiny_gpt" if isinstance(self.model, LMModelConfig) else self.model
-        _require(isinstance(self.model, ModelConfig), "model", model,
+        require(isinstance(self.model, ModelConfig), "model", model,
                  "an MLP option (mlp, mlp_large) on a gymnasium env", "model=tiny_gpt is for text tasks")  # fmt: skip
-        _require(self.init is None, "init", self.init, "null on a gymnasium env",
+        require(self.init is None, "init", self.init, "null on a gymnasium env",
                  f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
 
@@ -279,10 +279,10 @@ class TrainConfig:
         if not isinstance(self.model, LMModelConfig):
             raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt (got an MLP model option)")
         self.algo.check_text_env()
-        _require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
+        require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
                  "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip
         if self.init is not None:
-            _require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
+            require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
 
     @property
     def steps_per_rollout(self) -> int | None:

@@ -25,8 +25,8 @@ from pgcli.config.rules import (
     _lambda,
     _learning_rate,
     _positive,
-    _require,
     _unit_open,
+    require,
 )
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -54,10 +54,10 @@ class SFTConfig:
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 1e-3")
-        _require(self.warmup_steps >= 0, "algo.warmup_steps", self.warmup_steps, ">= 0")
-        _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
+        require(self.warmup_steps >= 0, "algo.warmup_steps", self.warmup_steps, ">= 0")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         _at_most("algo.batch_size", self.batch_size, 65536, "typical: 64")
-        _require(self.weight_decay >= 0, "algo.weight_decay", self.weight_decay, ">= 0")
+        require(self.weight_decay >= 0, "algo.weight_decay", self.weight_decay, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)
 
     def check_rollout(self, n_envs: int) -> None:
@@ -70,24 +70,24 @@ class SFTConfig:
 def _clipped_lm_rules(algo: Any, min_group: int) -> None:
     """Rules shared by the clipped policy-gradient configs of text envs (RLOO, REINFORCE, PPO with a value head)."""
     _finite_fields(algo, "algo")
-    _require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}",
+    require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}",
              "completions sampled per prompt")  # fmt: skip
     _at_most("algo.group_size", algo.group_size, MAX_N_ENVS, "typical: 8")
-    _require(algo.n_groups >= 1, "algo.n_groups", algo.n_groups, ">= 1")
+    require(algo.n_groups >= 1, "algo.n_groups", algo.n_groups, ">= 1")
     _at_most("algo.n_groups", algo.n_groups, MAX_N_ENVS, "typical: 16")
     _unit_open("algo.epsilon", algo.epsilon, "typical: 0.2")
     if algo.epsilon_high is not None:
         _positive("algo.epsilon_high", algo.epsilon_high, "DAPO recommends 0.28")
     _choice("algo.loss_agg", algo.loss_agg, ("seq_mean", "token_mean", "constant"))
-    _require(algo.n_iterations >= 1, "algo.n_iterations", algo.n_iterations, ">= 1")
+    require(algo.n_iterations >= 1, "algo.n_iterations", algo.n_iterations, ">= 1")
     _at_most("algo.n_iterations", algo.n_iterations, MAX_EPOCHS, "typical: 1 to 4")
     n_completions = algo.group_size * algo.n_groups
-    _require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
+    require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
              f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
     _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 3e-5")
     _positive("algo.max_grad_norm", algo.max_grad_norm)
-    _require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
-    _require(algo.ent_coef >= 0, "algo.ent_coef", algo.ent_coef, ">= 0")
+    require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
+    require(algo.ent_coef >= 0, "algo.ent_coef", algo.ent_coef, ">= 0")
 
 
 @dataclass
@@ -262,13 +262,13 @@ class TextEnvConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "env")
-        _require(self.id == self.name, "env.id", self.id, f"'{self.name}' for env={self.name}",
+        require(self.id == self.name, "env.id", self.id, f"'{self.name}' for env={self.name}",
                  "choose the task with env=addition|sort|countdown")  # fmt: skip
-        _require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
-        _require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
-        _require(self.format_reward >= 0, "env.format_reward", self.format_reward, ">= 0", "0 turns it off")
-        _require(1 <= self.eval_pass_k <= 256, "env.eval_pass_k", self.eval_pass_k, "in [1, 256]", "typical: 8")
-        _require(self.eval_samples >= 0, "env.eval_samples", self.eval_samples, ">= 0", "0 writes no samples table")
+        require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
+        require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
+        require(self.format_reward >= 0, "env.format_reward", self.format_reward, ">= 0", "0 turns it off")
+        require(1 <= self.eval_pass_k <= 256, "env.eval_pass_k", self.eval_pass_k, "in [1, 256]", "typical: 8")
+        require(self.eval_samples >= 0, "env.eval_samples", self.eval_samples, ">= 0", "0 writes no samples table")
 
 
 @dataclass
@@ -283,7 +283,7 @@ class AdditionEnvConfig(TextEnvConfig):
     """Digits of each operand (at most)."""
 
     def __post_init__(self) -> None:
-        _require(1 <= self.n_digits <= 12, "env.n_digits", self.n_digits, "in [1, 12]", "typical: 4")
+        require(1 <= self.n_digits <= 12, "env.n_digits", self.n_digits, "in [1, 12]", "typical: 4")
         super().__post_init__()
 
 
@@ -299,7 +299,7 @@ class SortEnvConfig(TextEnvConfig):
     """Length of the digit string."""
 
     def __post_init__(self) -> None:
-        _require(2 <= self.n_digits <= 24, "env.n_digits", self.n_digits, "in [2, 24]", "typical: 6")
+        require(2 <= self.n_digits <= 24, "env.n_digits", self.n_digits, "in [2, 24]", "typical: 6")
         super().__post_init__()
 
 
@@ -319,9 +319,9 @@ class CountdownEnvConfig(TextEnvConfig):
     """Targets lie in 0..max_target."""
 
     def __post_init__(self) -> None:
-        _require(2 <= self.n_numbers <= 6, "env.n_numbers", self.n_numbers, "in [2, 6]", "typical: 3")
-        _require(2 <= self.max_number <= 999, "env.max_number", self.max_number, "in [2, 999]", "typical: 9")
-        _require(1 <= self.max_target <= 10**6, "env.max_target", self.max_target, "in [1, 1e6]", "typical: 100")
+        require(2 <= self.n_numbers <= 6, "env.n_numbers", self.n_numbers, "in [2, 6]", "typical: 3")
+        require(2 <= self.max_number <= 999, "env.max_number", self.max_number, "in [2, 999]", "typical: 9")
+        require(1 <= self.max_target <= 10**6, "env.max_target", self.max_target, "in [1, 1e6]", "typical: 100")
         super().__post_init__()
 
 
@@ -355,10 +355,10 @@ class LMModelConfig:
         _finite_fields(self, "model")
         for key in ("n_layers", "n_heads", "d_model", "d_ff", "max_len"):
             value = getattr(self, key)
-            _require(1 <= value <= MAX_WIDTH, f"model.{key}", value, f"in [1, {MAX_WIDTH}]")
-        _require(self.d_model % self.n_heads == 0, "model.d_model", self.d_model,
+            require(1 <= value <= MAX_WIDTH, f"model.{key}", value, f"in [1, {MAX_WIDTH}]")
+        require(self.d_model % self.n_heads == 0, "model.d_model", self.d_model,
                  f"divisible by model.n_heads={self.n_heads}")  # fmt: skip
         _positive("model.init_std", self.init_std, "typical: 0.02")
         _positive("model.temperature", self.temperature, "typical: 1.0")
         _at_most("model.temperature", self.temperature, 10.0, "typical: 1.0")
-        _require(0 < self.top_p <= 1, "model.top_p", self.top_p, "in (0, 1]", "1.0 samples the whole distribution")
+        require(0 < self.top_p <= 1, "model.top_p", self.top_p, "in (0, 1]", "1.0 samples the whole distribution")

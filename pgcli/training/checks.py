@@ -27,7 +27,7 @@ from gymnasium import spaces
 
 from pgcli.config import A2CConfig, EnvConfig, PPOConfig, SB3TRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.config.compose import compose_train_config, job_overrides, to_train_config
-from pgcli.config.rules import _require
+from pgcli.config.rules import require
 from pgcli.envs.make import wrap_env
 from pgcli.envs.spec import (
     ACTION_SPACES,
@@ -189,9 +189,9 @@ def check_text_task(cfg: TrainConfig) -> None:
     resolve_reward(env.reward)
     puzzle = make_puzzle(env)
     distinct = puzzle.n_distinct
-    _require(env.n_eval <= distinct // 2, "env.n_eval", env.n_eval, f"<= half of the {distinct} distinct "
+    require(env.n_eval <= distinct // 2, "env.n_eval", env.n_eval, f"<= half of the {distinct} distinct "
              f"{env.name} prompts", "lower env.n_eval or make the task larger")  # fmt: skip
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
-    _require(cfg.model.max_len >= need, "model.max_len", cfg.model.max_len,
+    require(cfg.model.max_len >= need, "model.max_len", cfg.model.max_len,
              f">= {need} (env={env.id}: BOS + prompt + completion + EOS)",
              f"set model.max_len={need} or more")  # fmt: skip
