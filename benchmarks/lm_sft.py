@@ -5,7 +5,7 @@ Picks the budget of the ``sft_addition`` preset: a warm start that is clearly im
 between 20% and 60%) after 1-3 minutes of CPU, so that RL has room to improve it. For each (n_digits, seed) the SFT
 trainer (``pgcli.lm.sft.SFT``, the ``algo=sft`` defaults, ``model=tiny_gpt``) runs in this process, one torch thread,
 and every ``--eval-every`` demonstrations the policy is scored on the task's held-out set with
-``pgcli.lm.evaluate.evaluate_text`` (the monitor's evaluation: greedy accuracy, pass@8, ...). CPU time counts the
+``pgcli.lm.evaluation.evaluate_text`` (the monitor's evaluation: greedy accuracy, pass@8, ...). CPU time counts the
 training steps only (``time.process_time``, evaluations excluded), so it does not move with the machine's load as
 wall time does.
 
@@ -31,7 +31,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "lm_sft.json"
 def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[str, float]]:
     import torch
 
-    from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
+    from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
     from pgcli.lm.sft import SFT
     from pgcli.lm.tasks import make_task
     from pgcli.training.build import make_text_policy, seed_everything

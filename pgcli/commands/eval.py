@@ -233,14 +233,14 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
 
 def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
     """``pgcli eval`` of a text policy (docs/lm.md, "Evaluation"): the run's own held-out evaluation
-    (``pgcli.lm.evaluate``), with the same sampling seed, so a final model scores exactly the run's last
+    (``pgcli.lm.evaluation``), with the same sampling seed, so a final model scores exactly the run's last
     ``eval/accuracy``; ``--seed`` changes the seed of the pass@k samples. The samples table is logged as
     ``samples/eval.json``."""
     import json
 
     import torch
 
-    from pgcli.lm.evaluate import TextEvalSettings, evaluate_text
+    from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
     from pgcli.lm.model import load_policy
     from pgcli.lm.tasks import make_task
     from pgcli.training.build import make_text_policy

@@ -2,7 +2,7 @@
 
 - ``pgcli.lm.tasks``: character vocabulary, the tasks (addition, sort, countdown), rewards, prompt encoding.
 - ``pgcli.lm.model``: TinyGPT, key/value-cache ``generate``, ``completion_logprobs``, ``save_policy``/``load_policy``.
-- ``pgcli.lm.evaluate``: held-out greedy accuracy, pass@k, reward, length, a samples table per evaluation.
+- ``pgcli.lm.evaluation``: held-out greedy accuracy, pass@k, reward, length, a samples table per evaluation.
 - ``pgcli.lm.sft``: the supervised trainer behind ``pgcli sft`` (``algo=sft``).
 
 What a text trainer receives from ``pgcli.training.build`` (``TEXT_TRAINERS`` maps its algo config to it)::

@@ -429,7 +429,7 @@ def text_monitor(
     cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: TinyGPT, device: torch.device
 ) -> TrainingMonitor:
     """The monitor of a text run: held-out evaluations of ``policy`` on ``task``, samples tables under the run dir."""
-    from pgcli.lm.evaluate import TextEvalSettings, TextEvaluator
+    from pgcli.lm.evaluation import TextEvalSettings, TextEvaluator
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules

@@ -4,7 +4,7 @@ frozen copy of the training env's normalisation, the same start states at every 
 It plays them in this process, or concurrently with training in an evaluation process (:class:`EvalProcess`,
 ``hardware.eval_process``) or in the shared-memory env's worker (:class:`WorkerEvaluation`,
 ``hardware.eval_in_worker``), with the same results wherever they run. :class:`EvaluatorLike` is what the monitor needs
-of any evaluator (text tasks have ``pgcli.lm.evaluate.TextEvaluator``).
+of any evaluator (text tasks have ``pgcli.lm.evaluation.TextEvaluator``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pgcli.video import EpisodeRecorder, make_recording_env
 
 
 class EvaluatorLike(Protocol):
-    """What the monitor evaluates with: :class:`Evaluator` (episodes) or ``pgcli.lm.evaluate.TextEvaluator``."""
+    """What the monitor evaluates with: :class:`Evaluator` (episodes) or ``pgcli.lm.evaluation.TextEvaluator``."""
 
     cfg: EvalConfig
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pgcli.lm.evaluate import TextEvalSettings, evaluate_text, score_completions
+from pgcli.lm.evaluation import TextEvalSettings, evaluate_text, score_completions
 from pgcli.lm.model import TinyGPT, TinyGPTSizes
 from pgcli.lm.tasks import Addition, Problem, Task
 
