@@ -38,7 +38,7 @@ RUNS = {
     "grpo_addition": ["algo=grpo", "env=addition", "total_steps=2000", "eval.every=1000", "seed=1"],
 }  # fmt: skip
 VOLATILE_TAGS = {"mlflow.source.name", "mlflow.runName", "mlflow.user", "git_commit", "git_dirty", "output_dir",
-                 "pid_start", "host", "cpu", "tracking_uri", "mlflow.log-model.history"}  # fmt: skip
+                 "pid", "pid_start", "host", "cpu", "tracking_uri", "mlflow.log-model.history"}  # fmt: skip
 
 
 def run(args: list[str], tree: Path | None, work: Path) -> dict[str, object]:
@@ -47,7 +47,7 @@ def run(args: list[str], tree: Path | None, work: Path) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | ({"PYTHONPATH": str(tree)} if tree else {})
     env.setdefault("MUJOCO_GL", "egl")
     store = work / "mlflow.db"
-    cmd = [PGCLI, "train", *args, *COMMON, f"tracking.uri=sqlite:///{store}"]
+    cmd = [PGCLI, "train", *args, *COMMON, "tracking.uri=sqlite:///mlflow.db"]  # relative: the same param in both
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
@@ -82,6 +82,10 @@ def main() -> None:
                 same = {key: this.get(key) == other.get(key) for key in ("exit", "history", "params", "tags",
                                                                            "artifacts")}  # fmt: skip
                 n = len(this.get("history", []))  # type: ignore[arg-type]
+                for key in ("params", "tags"):
+                    if not same[key]:
+                        a, b = set(map(tuple, this.get(key, []))), set(map(tuple, other.get(key, [])))  # type: ignore[call-overload]
+                        print(f"  {key} only here: {sorted(a - b)[:5]}  only in the base: {sorted(b - a)[:5]}")
                 results[name] = {"same": same, "metric_points": n, "this_exit": this["exit"],
                                  "base_exit": other["exit"]}  # fmt: skip
                 print(f"{name:18s} {n:5d} metric points  " + "  ".join(f"{k} {'=' if v else 'DIFFERS'}"
