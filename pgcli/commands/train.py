@@ -2,7 +2,7 @@
 
 Hydra has no subcommands and answers bad input with its whole usage or a traceback, so :func:`main` checks first:
 flags (accepted anywhere, Hydra's first: :func:`hydra_argv`), ``resume=`` and ``--from-run`` (a run from the past,
-:mod:`pgcli.training.resume` / :mod:`pgcli.training.rerun`), the config of every job (:mod:`pgcli.training.checks`),
+:mod:`pgcli.training.resume` / :mod:`pgcli.training.from_run`), the config of every job (:mod:`pgcli.training.checks`),
 an Optuna search, where the run will write, and ``init=``. Bad input stops with one line (``pgcli: error: ...``), exit
 status 2, before any env or MLflow run exists; only then does Hydra get ``sys.argv``. A sweep's parent MLflow run is
 ended here on the paths where Hydra skips its callback: never left RUNNING (docs/sweeps.md).
@@ -122,7 +122,7 @@ def checked_args(args: list[str]) -> list[str]:
     """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed its checks
     (a one-line ConfigError otherwise): ``--from-run`` resolved, a text task's implied groups and a stale preset's
     ``~preset`` added."""
-    from pgcli.training.rerun import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
+    from pgcli.training.from_run import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
 
     # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
     hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, "sft" if args[:1] == ["algo=sft"] else "train")
@@ -317,7 +317,7 @@ def _seed_context(
     """How one seed's run is named, tagged and nested, from Hydra's job record."""
     from pgcli.config.labels import env_label, preset_label
     from pgcli.training.build import RunContext
-    from pgcli.training.rerun import source_preset, source_tags
+    from pgcli.training.from_run import source_preset, source_tags
     from pgcli.training.run import PARENT_RUN_ENV
 
     output_dir = Path(hc.runtime.output_dir)

@@ -118,24 +118,24 @@ class TextTrainerFactory(Protocol):
 
 def trainer_class(algo_cfg: Any) -> TrainerFactory:
     """The trainer class for an algo config (imported on demand)."""
-    try:
-        target = TRAINERS[type(algo_cfg)]
-    except KeyError:
-        raise ConfigError(f"no trainer registered for {type(algo_cfg).__name__}") from None
-    module, name = target.split(":")
-    trainer: TrainerFactory = getattr(importlib.import_module(module), name)
+    trainer: TrainerFactory = _registered(TRAINERS, algo_cfg, "trainer")
     return trainer
 
 
 def text_trainer_class(algo_cfg: Any) -> TextTrainerFactory:
     """The text-task trainer class for an algo config (imported on demand)."""
-    try:
-        target = TEXT_TRAINERS[type(algo_cfg)]
-    except KeyError:
-        raise ConfigError(f"no text-task trainer registered for {type(algo_cfg).__name__}") from None
-    module, name = target.split(":")
-    trainer: TextTrainerFactory = getattr(importlib.import_module(module), name)
+    trainer: TextTrainerFactory = _registered(TEXT_TRAINERS, algo_cfg, "text-task trainer")
     return trainer
+
+
+def _registered(table: dict[type, str], algo_cfg: Any, what: str) -> Any:
+    """The class ``table`` names (``"module:Class"``) for the type of ``algo_cfg``, its module imported now."""
+    try:
+        target = table[type(algo_cfg)]
+    except KeyError:
+        raise ConfigError(f"no {what} registered for {type(algo_cfg).__name__}") from None
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def seed_everything(seed: int) -> None:
