@@ -9,7 +9,8 @@
 - ``pgcli/config`` imports nothing that builds envs, tasks, trainers or runs (checks that need the world run after
   composition, in ``pgcli.training.checks``);
 - only the ``pgcli/tracking`` package imports ``mlflow`` (MLflow is a backend behind one logger interface);
-- no module over 500 lines, and about a dozen modules at the top of the package.
+- no module over 500 lines, no function over 60 (a trainer's update step in ``pgcli/algo`` aside), and about a dozen
+  modules at the top of the package.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import pgcli
 
 PACKAGE = Path(pgcli.__file__).resolve().parent
 MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+UPDATE_STEPS = ("_update", "_policy_step", "_critic_step")
+"""A trainer's update step reads top to bottom like its paper (STYLE.md), so it may run longer."""
 MAX_TOP_LEVEL_MODULES = 12
 
 
@@ -171,3 +175,15 @@ def test_modules_stay_small():
 def test_the_top_of_the_package_is_a_short_list():
     top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_functions_stay_short():
+    long = {}
+    for path in python_files():
+        trainer = path.parent.name == "algo"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES and not (trainer and node.name in UPDATE_STEPS):
+                    long[f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"] = lines
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
