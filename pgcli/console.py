@@ -1,14 +1,17 @@
-"""What a user reads in the terminal at the end of a run."""
+"""What a user reads in the terminal at the end of a run, and the command that continues an interrupted one."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shlex
 import sys
 from pathlib import Path
 
 from pgcli.config import TrainConfig
 from pgcli.redact import redact_text
+from pgcli.training.run import RUN_FILE, latest_checkpoint
 from pgcli.training.summary import TrainSummary
 
 log = logging.getLogger("pgcli")
@@ -57,3 +60,37 @@ def print_budget_note(cfg: TrainConfig) -> None:
     note += f"training stops at {planned:,} env steps"
     print(note, file=sys.stderr, flush=True)
     log.info(note.removeprefix("pgcli: "))
+
+
+LOOKUP_KEYS = ("tracking.uri", "tracking.store_dir")
+"""Overrides that say which store a run id is in: a resume command needs them as the run's command line had them."""
+
+
+def lookup_overrides(overrides: list[str]) -> list[str]:
+    """The :data:`LOOKUP_KEYS` overrides among a command line's ``overrides``."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+") in LOOKUP_KEYS]
+
+
+def resume_command(run_id: str | None, run_dir: Path | None, lookup: list[str]) -> str:
+    """``pgcli train resume=<run id> [tracking.uri=...]``, or ``resume=<run dir>`` for a run without a run id
+    (``tracking=off``); credentials masked (docs/tracking.md, "Credentials and secrets")."""
+    if run_id is not None:
+        return redact_text(shlex.join(["pgcli", "train", f"resume={run_id}", *lookup]))
+    assert run_dir is not None
+    return redact_text(shlex.join(["pgcli", "train", f"resume={_relative(run_dir)}"]))
+
+
+def interrupted_line(run_dir: Path | None, lookup: list[str]) -> str:
+    """The line an interrupted ``pgcli train`` ends with: how its run continues (docs/runs.md, "Signals: a clean
+    stop"), or that it stopped before its first checkpoint. ``run_dir`` is the run the process was training (None:
+    it was stopped before any), ``lookup`` the command line's :data:`LOOKUP_KEYS` overrides."""
+    if run_dir is None:
+        return "pgcli: interrupted"
+    try:
+        run_id = json.loads((run_dir / RUN_FILE).read_text()).get("run_id")
+    except (OSError, ValueError):
+        return "pgcli: interrupted before the run started: nothing to resume"
+    if latest_checkpoint(run_dir / "checkpoints") is None:
+        which = f" (run {run_id} ended KILLED)" if run_id else ""
+        return f"pgcli: interrupted before the run's first checkpoint: nothing to resume{which}; start it again"
+    return f"pgcli: interrupted; continue the run with: {resume_command(run_id, run_dir, lookup)}"

@@ -1,11 +1,12 @@
 """``pgcli compare``: aggregate runs across seeds into learning curves with confidence bands and a results table.
 
 Runs come from the MLflow store (a sweep's parent run, an experiment, or a filter string; with no selection, the
-children of the most recent sweep). They are grouped into seeds of one experiment (:mod:`pgcli.compare.groups`),
-each group aggregated (:mod:`pgcli.compare.stats`: mean curve with a 95% bootstrap band, final mean +- std, IQM,
-bootstrap CI), and reported (:mod:`pgcli.compare.report`): ``compare.png``, ``compare.md`` and ``compare.html`` in
-the output directory, logged to the sweep's parent run when there is one, and the table with its notes on the
-terminal (docs/sweeps.md, "Comparing runs").
+children of the most recent sweep); only training runs count, not sweep parents or ``pgcli eval`` runs. They are
+grouped into seeds of one experiment (:mod:`pgcli.compare.groups`), each group aggregated (:mod:`pgcli.compare.stats`:
+mean curve with a 95% bootstrap band, final mean +- std, IQM, bootstrap CI), and reported
+(:mod:`pgcli.compare.report`): ``compare.png``, ``compare.md`` and ``compare.html`` in the output directory, logged to
+the sweep's parent run when there is one, and the table with its notes on the terminal (docs/sweeps.md, "Comparing
+runs").
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, RunCurve, make_groups
+from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, RunCurve, check_keys, make_groups
 from pgcli.compare.report import FEW_RUNS, html_table, markdown_table, plot_curves, table_header, table_rows
 from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
 
 DEFAULT_METRIC = "eval/return_mean"
+EVAL_TAG = "pgcli.eval.model"
+"""Every run ``pgcli eval`` logs has this tag (``final`` or ``best``); training runs never do."""
 
 
 def parse_args(args: list[str]) -> argparse.Namespace:
@@ -32,8 +35,9 @@ def parse_args(args: list[str]) -> argparse.Namespace:
         prog="pgcli compare",
         description="Aggregate runs across seeds: learning curves (mean, 95% bootstrap band), final return "
         "mean ± std, IQM. Runs are grouped by algo and env id (plus --group-by keys, plus the Optuna trial); runs of "
-        "different budgets or configs are split, and a seed run twice counts once. With no selection, compares "
-        "the children of the most recent sweep.",
+        "different budgets or configs are split (a resumed run counts at the budget it was resumed to), and a seed run "
+        "twice counts once; `pgcli eval` runs are left out. With no selection, compares the children of the most "
+        "recent sweep.",
         epilog="examples:\n"
         "  pgcli compare                                   # the last sweep (pgcli train -m ...)\n"
         "  pgcli compare --parent 1f2e...                  # a given sweep\n"
@@ -70,6 +74,7 @@ def main(args: list[str]) -> int:
     if not runs:
         left_out = f" ({len(skipped)} unfinished runs left out: --include-unfinished)" if skipped else ""
         raise ConfigError(f"none of the {len(records)} selected runs logged '{ns.metric}'{left_out}")
+    check_keys(runs, keys[len(BASE_KEYS) :])
     if any(TRIAL_KEY in r.tags for r in runs) and TRIAL_KEY not in keys:
         keys.append(TRIAL_KEY)  # an Optuna trial's seeds are one group; trials are never averaged together
     groups, notes = make_groups(runs, keys)
@@ -156,7 +161,8 @@ def select_runs(
 ) -> tuple[Any, list[Any]]:
     """(parent run or None, the selected runs): a sweep's children, an experiment's runs, or a filter's matches.
 
-    With no selection at all, the children of the most recent sweep. Sweep parents themselves are never compared.
+    With no selection at all, the children of the most recent sweep. Only training runs are compared
+    (:func:`training_runs`).
     """
     if parent:
         try:
@@ -164,20 +170,27 @@ def select_runs(
         except Exception:
             raise ConfigError(f"--parent: no run with id '{parent}' in {store.uri}") from None
         runs = store.search([parent_run.experiment_id], _and(f"tags.mlflow.parentRunId = '{parent}'", filter_string))
-        return parent_run, runs
+        return parent_run, training_runs(runs)
     if experiments:
         ids = store.experiment_ids(experiments)
         if len(ids) < len(experiments):
             known = ", ".join(sorted(store.experiment_names())) or "none"
             raise ConfigError(f"--experiment: unknown experiment among {', '.join(experiments)} (experiments: {known})")
-        return None, [r for r in store.search(ids, filter_string) if r.tags.get("pgcli_role") != "sweep"]
+        return None, training_runs(store.search(ids, filter_string))
     all_ids = store.experiment_ids()
     if filter_string:
-        return None, [r for r in store.search(all_ids, filter_string) if r.tags.get("pgcli_role") != "sweep"]
+        return None, training_runs(store.search(all_ids, filter_string))
     sweeps = store.search(all_ids, "tags.pgcli_role = 'sweep'", order_by=["attributes.start_time DESC"])
     if not sweeps:
         raise ConfigError(f"no sweep in {store.uri}; select runs with --experiment, --parent or --filter")
     return select_runs(store, parent=sweeps[0].run_id, experiments=None, filter_string="")
+
+
+def training_runs(records: Sequence[Any]) -> list[Any]:
+    """The training runs among ``records``: not a sweep's parent (``pgcli_role=sweep``: it has no curve of its own)
+    and not a ``pgcli eval`` run (tagged ``pgcli.eval.model``: one evaluation of a trained agent, logged beside the
+    run it scored, not a run of its own budget). They are left out silently: they are not what compare compares."""
+    return [r for r in records if r.tags.get("pgcli_role") != "sweep" and EVAL_TAG not in r.tags]
 
 
 def default_out_dir(parent: Any) -> Path:

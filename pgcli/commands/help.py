@@ -1,4 +1,5 @@
-"""``pgcli train --help``: the config groups and their options, read from ``conf/``, and the composed config.
+"""``pgcli train --help`` and ``pgcli sft --help``: the config groups and their options, read from ``conf/``, and the
+composed config.
 
 Hydra's own ``--help`` lists config groups by composing the config once per group (about 3 s here, and it shows
 the internal ``schema/*`` groups too). pgcli lists them from the files instead: every ``conf/<group>/*.yaml`` is an
@@ -38,6 +39,26 @@ overrides always win. `pgcli train algo=trpo env=hopper --help` shows the config
 Runs: outputs/runs/<date>/<time>_<algo>_<env>_s<seed>/; store: outputs/mlflow.db; browse with `pgcli ui`.
 Hydra's own flags (launchers, sweepers, tab completion): pgcli train --hydra-help
 """
+
+SFT_HEADER = """\
+pgcli sft: supervised warm start of a text policy (pgcli train algo=sft; docs/lm.md); every run is tracked in MLflow.
+
+usage: pgcli sft [-m] [--cfg job] [env=<text task>] [group=option ...] [key=value ...]
+"""
+
+SFT_FOOTER = """\
+Examples:
+  pgcli sft                                              # SFT on addition (the sft_addition preset)
+  pgcli sft env=addition total_steps=200000 seed=1
+  pgcli train algo=grpo env=addition init=<sft run id>   # RL from the warm start (docs/lm.md)
+  pgcli sft --cfg job env=sort                           # print the composed config and exit
+
+The algo is always sft; the task is env=addition unless given, with model=tiny_gpt. A run resumes with
+pgcli train resume=<run id | run dir>. Runs: outputs/runs/<date>/<time>_sft_<task>_s<seed>/; browse with `pgcli ui`.
+"""
+
+PAGES = {"train": (HEADER, FOOTER), "sft": (SFT_HEADER, SFT_FOOTER)}
+"""command -> the head and foot of its help page."""
 
 
 def describe(path: Path, width: int = 100) -> str:
@@ -89,19 +110,28 @@ def defaults(conf_dir: Path) -> dict[str, str]:
     return out
 
 
-def train_help(conf_dir: Path, composed_yaml: str) -> str:
-    """The whole ``pgcli train --help`` text; ``composed_yaml`` is the config the given overrides compose to."""
-    options, chosen = group_options(conf_dir), defaults(conf_dir)
-    lines = [HEADER, "== Config groups (group=option) ==", ""]
+def train_help(
+    conf_dir: Path, composed_yaml: str, *, command: str = "train", chosen: dict[str, str] | None = None
+) -> str:
+    """The whole ``pgcli <command> --help`` text; ``composed_yaml`` is the config the given overrides compose to.
+
+    ``chosen`` (group -> option) is what the command picks where ``train.yaml``'s defaults list would pick another
+    (``pgcli sft``: algo=sft, env=addition, model=tiny_gpt); the command's algo is then the only algo listed.
+    """
+    header, footer = PAGES[command]
+    options, picked = group_options(conf_dir), defaults(conf_dir) | (chosen or {})
+    if chosen and "algo" in chosen:  # the command trains one algo: the others are not options of it
+        options["algo"] = [chosen["algo"]]
+    lines = [header, "== Config groups (group=option) ==", ""]
     lines += [f"{group}: {', '.join(names)}" for group, names in options.items()]
     for group in DESCRIBED_GROUPS:
         if group not in options:
             continue
         lines += ["", f"{group}:"]
-        labels = {name: f"{name} (default)" if chosen.get(group) == name else name for name in options[group]}
+        labels = {name: f"{name} (default)" if picked.get(group) == name else name for name in options[group]}
         width = max(len(label) for label in labels.values())
         for name, label in labels.items():
             lines.append(f"  {label:<{width}}  {describe(conf_dir / group / f'{name}.yaml')}".rstrip())
     lines += ["", "== Config (override any key with key=value; composed from the overrides given) ==", ""]
-    lines += [composed_yaml.rstrip(), "", FOOTER]
+    lines += [composed_yaml.rstrip(), "", footer]
     return "\n".join(lines)

@@ -43,7 +43,7 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pgcli.tracking.store import RunStore, check_readable_store
+    from pgcli.tracking.store import RunStore, check_readable_store, check_writable_store
     from pgcli.tracking.uri import resolve_tracking_target
 
     uri = resolve_tracking_target(run_cfg.tracking).uri
@@ -56,6 +56,8 @@ def main(args: list[str]) -> int:
 
     if ns.stale:
         stale, unknown = find_stale_runs(store, experiment_ids)
+        if stale and not ns.dry_run:
+            check_writable_store(uri, doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
         for run in stale:
             print(f"{run.run_id}  {run.name}  {run.reason}")
         if not ns.dry_run:

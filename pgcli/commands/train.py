@@ -105,32 +105,56 @@ def _info_value(value: str | None, nxt: str) -> tuple[str, bool]:
     return "all", False
 
 
-def main(args: list[str]) -> int:
-    """Entry point of ``pgcli train`` (and ``pgcli sft``): ``--help``, ``resume=``, or check then run Hydra."""
+def main(args: list[str], *, command: str = "train") -> int:
+    """Entry point of ``pgcli train`` (and of ``pgcli sft``, ``command="sft"``): ``--help``, ``resume=``, or check
+    then run Hydra."""
     if "-h" in args or "--help" in args:
-        return _train_help(task_overrides(args))
+        return print_help(task_overrides(args))
     if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
         raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
-    if any(a.startswith("resume=") for a in args):
-        from pgcli.training.resume import resume_command
+    try:
+        if any(a.startswith("resume=") for a in args):
+            from pgcli.training.resume import resume_command
 
-        return resume_command(args)
-    return _run_hydra(checked_args(args))
+            return resume_command(args)
+        return _run_hydra(checked_args(args, command=command))
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say how the run continues (docs/runs.md)
+        print(_interrupted_line(args), file=sys.stderr)
+        return 128 + getattr(exc, "signum", signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
 
 
-def checked_args(args: list[str]) -> list[str]:
+_JOB_DIR: Path | None = None
+"""The run directory of the run this process trains (or last trained): what an interrupt continues."""
+
+
+def _interrupted_line(args: list[str]) -> str:
+    """``pgcli: interrupted``, and the command that continues the interrupted run when it saved a checkpoint."""
+    from pgcli.console import interrupted_line, lookup_overrides
+    from pgcli.redact import redact_text
+
+    if any(a.startswith("resume=") for a in args):  # a resumed run always has a checkpoint: the same command again
+        import shlex
+
+        return redact_text(f"pgcli: interrupted; continue the run with: {shlex.join(['pgcli', 'train', *args])}")
+    return interrupted_line(_JOB_DIR, lookup_overrides(task_overrides(args)))
+
+
+def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed its checks
     (a one-line ConfigError otherwise): ``--from-run`` resolved, a text task's implied groups and a stale preset's
     ``~preset`` added."""
     from pgcli.training.from_run import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
 
     # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
-    hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, "sft" if args[:1] == ["algo=sft"] else "train")
+    hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, command)
 
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
         args = from_run_args(args, overrides=task_overrides(args), store_for=_run_store)
     args = [*args, *text_task_overrides(task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
+    from pgcli.lm.init import init_overrides
+
+    args = [*args, *init_overrides(task_overrides(args))]  # init=<SFT run>: its task settings, unless typed
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         args = _preflight(args)
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
@@ -159,7 +183,41 @@ def _preflight(args: list[str]) -> list[str]:
 
         check_init_overrides(task_overrides(args))  # init=<SFT run>: found and fitting, before anything starts
     preset_drop.announce()
+    if not any(a in ("--cfg", "-c") for a in args):
+        note = preset_note(task_overrides(args), multirun=multirun)
+        if note:
+            print(note, file=sys.stderr, flush=True)
     return args
+
+
+def preset_note(overrides: list[str], *, multirun: bool) -> str | None:
+    """The line a command starts with when a preset applies (docs/configuration.md: presets apply automatically, so
+    a user should see which did): ``pgcli: note: preset ppo_cartpole applied (...)``; once for a whole sweep, with
+    how many of its jobs each preset reaches. None when no job gets one (``~preset``, no preset for the pair,
+    ``--from-run``: the logged run's values)."""
+    from collections import Counter
+
+    from pgcli.config.compose import hydra_compose, job_overrides
+    from pgcli.config.labels import applied_preset
+
+    jobs = job_overrides(overrides, multirun=multirun)
+    by_groups: dict[tuple[str, ...], list[list[str]]] = {}  # the group choices alone decide the preset
+    for job in jobs:
+        by_groups.setdefault(tuple(o for o in job if "." not in o.split("=", 1)[0]), []).append(job)
+    applied: Counter[str] = Counter()
+    for same in by_groups.values():
+        preset = applied_preset(hydra_compose(same[0], hydra_node=True).hydra.runtime.choices, CONF_DIR)
+        if preset is not None:
+            applied[preset] += len(same)
+    if not applied:
+        return None
+    where = "conf/preset/<name>.yaml; ~preset trains without them"
+    if len(applied) > 1:
+        names = ", ".join(f"{name} ({n} of {len(jobs)} jobs)" for name, n in sorted(applied.items()))
+        return f"pgcli: note: presets {names} applied ({where})"
+    ((name, n),) = applied.items()
+    some = f" to {n} of {len(jobs)} jobs" if n < len(jobs) else ""
+    return f"pgcli: note: preset {name} applied{some} (conf/preset/{name}.yaml; ~preset trains without it)"
 
 
 def _run_hydra(args: list[str]) -> int:
@@ -174,9 +232,11 @@ def _run_hydra(args: list[str]) -> int:
     # sweeper raises (it re-raises a failed job) or on Ctrl-C, so those paths end it here. Never left RUNNING.
     try:
         _train_app()
-    except KeyboardInterrupt:
-        close_sweep(KILLED)
-        raise
+    except KeyboardInterrupt as exc:
+        if close_sweep(KILLED) is None:
+            raise
+        # the sweep's summary said what was interrupted and how to finish the sweep (docs/sweeps.md)
+        return 128 + getattr(exc, "signum", signal.SIGINT)
     except SystemExit:
         close_sweep(FAILED)
         raise
@@ -190,9 +250,9 @@ def _run_store(overrides: list[str]) -> Any:
     return open_run_store(compose_train_config(overrides).tracking)
 
 
-def _train_help(overrides: list[str]) -> int:
-    """Print ``pgcli train --help`` (:mod:`pgcli.commands.help`): the groups from conf/ and the config ``overrides``
-    compose to."""
+def print_help(overrides: list[str], *, command: str = "train", chosen: dict[str, str] | None = None) -> int:
+    """Print ``pgcli <command> --help`` (:mod:`pgcli.commands.help`): the groups from conf/ (``chosen``: the options
+    the command picks, see :func:`pgcli.commands.help.train_help`) and the config ``overrides`` compose to."""
     from omegaconf import OmegaConf
 
     from pgcli.commands.help import train_help
@@ -201,7 +261,7 @@ def _train_help(overrides: list[str]) -> int:
 
     cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False).overrides)
     check_world(to_train_config(cfg), device=False)  # a bad override gets its one-line error, not a help page
-    print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg)))
+    print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg), command=command, chosen=chosen))
     return 0
 
 
@@ -288,6 +348,8 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
         seed_cfg = dataclasses.replace(run_cfg, seed=seed)
         ctx = _seed_context(hc, run_cfg, seed, trial=trial, sweep_tags=sweep_tags)
         print_budget_note(seed_cfg)
+        global _JOB_DIR
+        _JOB_DIR = ctx.output_dir
         summary = train(seed_cfg, ctx)
 
         print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)

@@ -224,19 +224,41 @@ def wait_until_healthy(server: subprocess.Popen[str], url: str, output: ServerOu
 
 
 def latest_experiment(url: str) -> tuple[str, str] | None:
-    """(id, name) of the most recently created or changed experiment other than MLflow's empty Default one, read
-    through the server's REST API; None if there is none."""
-    body = json.dumps({"max_results": 10, "order_by": ["last_update_time DESC"]}).encode()
-    request = urllib.request.Request(
-        f"{url}/api/2.0/mlflow/experiments/search", data=body, headers={"Content-Type": "application/json"}
-    )
+    """(id, name) of the experiment whose newest run started last (what the user trained last), read through the
+    server's REST API; None when there is no run. Not the last created or changed experiment: a new run in an older
+    experiment changes neither."""
+    experiments: list[dict[str, Any]] = []
+    token = None
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            experiments: list[dict[str, Any]] = json.load(response).get("experiments", [])
-    except (OSError, ValueError):
+        while True:
+            page = _post(url, "experiments/search", {"max_results": 1000, **({"page_token": token} if token else {})})
+            experiments += page.get("experiments", [])
+            token = page.get("next_page_token")
+            if not token:
+                break
+        names = {str(e["experiment_id"]): str(e["name"]) for e in experiments}
+        if not names:
+            return None
+        order = {"experiment_ids": list(names), "max_results": 1, "order_by": ["attributes.start_time DESC"]}
+        runs = _post(url, "runs/search", order).get("runs", [])
+    except (OSError, ValueError, KeyError, TypeError):
         return None  # only a convenience: the experiments URL is printed anyway
-    named = [e for e in experiments if e.get("name") != "Default"]
-    return (str(named[0]["experiment_id"]), str(named[0]["name"])) if named else None
+    if not runs:
+        return None
+    experiment_id = str(runs[0]["info"]["experiment_id"])
+    return (experiment_id, names[experiment_id]) if experiment_id in names else None
+
+
+def _post(url: str, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to the server's ``/api/2.0/mlflow/<endpoint>`` and return its JSON answer."""
+    request = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer = json.load(response)
+    if not isinstance(answer, dict):
+        raise ValueError(f"{endpoint} answered {type(answer).__name__}, not an object")
+    return answer
 
 
 def stop(server: subprocess.Popen[str]) -> None:

@@ -2,21 +2,24 @@
 
 - runs are keyed by algo and env id (tag ``env_id``, else param ``env.id``), any ``--group-by`` keys, and the Optuna
   trial number when runs carry a ``trial`` tag (each trial is its own group);
-- within a key, runs with different budgets (``total_steps``) are split into one group per budget, and runs whose
-  configs differ in anything else than the seed (a grid sweep over ``algo.learning_rate``) into one group per
-  setting; the notes say which runs were split and why;
+- within a key, runs with different budgets (``total_steps``; a resumed run's is its tag) are split into one group
+  per budget, and runs whose configs differ in anything else than the seed (a grid sweep over
+  ``algo.learning_rate``) into one group per setting; the notes say which runs were split and why;
 - two runs with the same seed in one group (the same sweep run twice) are never both averaged: the latest run of
   each seed is used and the others are reported as left out.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from pgcli.errors import ConfigError
 
 BASE_KEYS = ("algo", "env_id")
 """Every group is keyed by these; ``--group-by`` adds keys."""
@@ -26,15 +29,18 @@ KEY_SOURCES = {
     "env_id": ("tags.env_id", "params.env.id"),
     "trial": ("tags.trial",),
     "seed": ("tags.seed", "params.seed"),
-    "total_steps": ("params.total_steps",),
+    "total_steps": ("tags.total_steps", "params.total_steps"),
 }
-"""Where a key is looked up, first hit wins; any other key: its param (the flattened config), then its tag."""
+"""Where a key is looked up, first hit wins; any other key: its param (the flattened config), then its tag. A resumed
+run's budget is its ``total_steps`` tag: its param keeps the budget it was started with (docs/runs.md, "Resume")."""
 NOT_SET = {"trial": "-"}
 """Shown for a run without the key (default '?': a run that should have it but does not)."""
-NOT_CONFIG = ("seed", "run_name", "experiment", "progress", "n_seeds", "checkpoint_every", "total_steps")
+NOT_CONFIG = ("seed", "run_name", "experiment", "progress", "n_seeds", "checkpoint_every", "checkpoint_keep",
+              "total_steps", "planned_steps")  # fmt: skip
 NOT_CONFIG_PREFIXES = ("tracking.", "hardware.")
-"""Params that do not change what a run learns (or are handled apart, as the budget): runs differing only in these
-are repeats of one experiment."""
+"""Params that do not change what a run learns (or are handled apart, as the budget and ``planned_steps``, the budget
+rounded up to whole rollouts): runs differing only in these are repeats of one experiment. A resumed run keeps the
+params it started with, these two included."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,32 @@ class Group:
 def lookup(run: RunCurve, key: str) -> str:
     """A key's value for a run: from its sources in :data:`KEY_SOURCES`, else its param, else its tag, else
     :data:`NOT_SET`'s mark."""
+    value = _find(run, key)
+    return NOT_SET.get(key, "?") if value is None else value
+
+
+def _find(run: RunCurve, key: str) -> str | None:
     for source in KEY_SOURCES.get(key, (f"params.{key}", f"tags.{key}")):
         kind, _, name = source.partition(".")
         value = (run.params if kind == "params" else run.tags).get(name)
         if value is not None:
             return value
-    return NOT_SET.get(key, "?")
+    return None
+
+
+def check_keys(runs: Sequence[RunCurve], keys: Sequence[str]) -> None:
+    """Refuse a ``--group-by`` key that none of ``runs`` has (a typo would otherwise be a column of '?'): a one-line
+    :class:`~pgcli.errors.ConfigError` naming the key, the close matches and the keys the runs have (their params,
+    the flattened config, and the keys of :data:`KEY_SOURCES`; a tag of theirs is accepted too)."""
+    for key in keys:
+        if not any(_find(run, key) is not None for run in runs):
+            known = sorted(
+                {k for run in runs for k in run.params}
+                | {k for k in KEY_SOURCES if any(_find(r, k) is not None for r in runs)}
+            )
+            close = difflib.get_close_matches(key, known, n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ConfigError(f"--group-by: no compared run has '{key}'; {hint}keys: {', '.join(known)}")
 
 
 def config_of(run: RunCurve) -> dict[str, str]:

@@ -4,15 +4,18 @@ The SFT run's final policy is ``<run dir>/model/policy.pt`` with its ``agent.jso
 name the run directory, its ``model/`` directory, or the MLflow run id (the run directory is read where it exists on
 this machine, else the ``model`` artifact is downloaded from the store into ``<store_dir>/init/<run id>/``).
 
-The source must fit the new run: the same character vocabulary (the same task family) and the same transformer sizes
-(``n_layers``, ``n_heads``, ``d_model``, ``d_ff``, ``max_len``); a mismatch is a one-line error naming the key, before
-anything is created.
+The source must fit the new run: the same character vocabulary (the same task family), the same transformer sizes
+(``n_layers``, ``n_heads``, ``d_model``, ``d_ff``, ``max_len``) and a task whose prompts fit that ``max_len``; a
+mismatch is a one-line error naming the key, before anything is created. ``pgcli train`` takes the source's task
+settings and model sizes for every one of them the command line leaves out (:func:`init_overrides`; docs/lm.md,
+"Starting RL from SFT").
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +30,13 @@ INIT = Wording(
     not_a_run="init={ref}: no such run directory (and not an MLflow run id)",
     no_store="init={ref}: no such run directory (and not an MLflow run id)",
     not_found="init={ref}: no run with this id in {uri}; pass the run directory, or tracking.uri=...",
+    doing="start from",
 )
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_ff", "max_len")
 """LMModelConfig fields that fix the shape of the weights."""
+NOT_CARRIED = ("id", "reward", "format_reward")
+"""``env.*`` fields a run from ``init`` does not take from the source: the task is the command line's (and must be
+the source's), the reward is what RL optimises (SFT trains on none)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,18 @@ def check_init(source: InitSource, env: TextEnvConfig, model: LMModelConfig, ini
         if src_model.get(key) != ours[key]:
             raise ConfigError(f"init={init}: the source has model.{key}={src_model.get(key)}, this run "
                               f"model.{key}={ours[key]}; set model.{key}={src_model.get(key)}")  # fmt: skip
+    puzzle = make_puzzle(env)
+    need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
+    if need > model.max_len:
+        sizes = " ".join(f"env.{key}={value}" for key, value in _task_sizes(env).items())
+        raise ConfigError(f"init={init}: env={env.id} with {sizes} needs model.max_len >= {need}; the weights of the "
+                          f"init run have model.max_len={model.max_len}")  # fmt: skip
+
+
+def _task_sizes(env: TextEnvConfig) -> dict[str, Any]:
+    """The fields a task adds to :class:`TextEnvConfig` (``n_digits``; countdown's three): its problems' size."""
+    base = {f.name for f in fields(TextEnvConfig)}
+    return {f.name: getattr(env, f.name) for f in fields(env) if f.name not in base}
 
 
 def check_init_overrides(overrides: list[str]) -> None:
@@ -144,3 +163,58 @@ def check_init_overrides(overrides: list[str]) -> None:
     if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, LMModelConfig):
         return
     check_init(locate_init(cfg.init, cfg.tracking), cfg.env, cfg.model, cfg.init)
+
+
+def init_overrides(overrides: list[str]) -> list[str]:
+    """The overrides ``pgcli train`` adds for ``init=<run>``: the source's task settings (``env.*`` but the task and
+    its reward) and model sizes (:data:`ARCHITECTURE`), each where it differs from what the command line composes to
+    and the command line does not set it; announced in one ``pgcli: note:`` line on stderr.
+
+    A 2-digit SFT model thus trains 2-digit addition unless ``env.n_digits`` is typed. The resulting config is checked
+    against the source (:func:`check_init`) and the world (:func:`pgcli.training.checks.check_world`) first, so a
+    setting the weights cannot take is one ConfigError and no note. Nothing is added for an ``init`` swept over
+    (each job checks its own) or under ``--from-run`` (the logged run's values stand).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from pgcli.config.compose import compose_train_config
+    from pgcli.training.checks import check_world
+    from pgcli.training.from_run import FROM_RUN_GROUP
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    typed = {o.key_or_group for o in parsed}
+    if not any(o.key_or_group == "init" and not o.is_sweep_override() for o in parsed) or FROM_RUN_GROUP in typed:
+        return []
+    lines = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
+    cfg = compose_train_config(lines)
+    if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, LMModelConfig):
+        return []
+    init = cfg.init
+    source = locate_init(init, cfg.tracking)
+    carried = _differing(source, cfg.env, cfg.model, typed)
+    if carried:
+        cfg = compose_train_config([*lines, *carried])
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # the same groups as above
+    check_init(source, cfg.env, cfg.model, init)
+    check_world(cfg, device=False)
+    if carried:
+        print(f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's task settings and model sizes; "
+              "a value on the command line wins)", file=sys.stderr, flush=True)  # fmt: skip
+    return carried
+
+
+def _differing(source: InitSource, env: TextEnvConfig, model: LMModelConfig, typed: set[str]) -> list[str]:
+    """``key=value`` for each of the source's task settings and model sizes that differs from ``env`` and ``model``
+    and is not among the ``typed`` keys."""
+    logged = source.spec.get("config", {})
+    ours = {"env": asdict(env), "model": asdict(model)}
+    wanted = {"env": set(ours["env"]) - set(NOT_CARRIED), "model": set(ARCHITECTURE)}
+    return [
+        f"{group}.{key}={value}"
+        for group in ("env", "model")
+        for key, value in logged.get(group, {}).items()
+        if key in wanted[group]
+        and f"{group}.{key}" not in typed
+        and isinstance(value, int)
+        and value != ours[group][key]
+    ]

@@ -16,7 +16,9 @@ every sweeper and launcher:
   (the basic sweeper re-raises the first failed job once the batch is done) or on Ctrl-C, so ``pgcli train``
   calls :func:`close_sweep` on those paths as well: the parent is never left RUNNING.
 
-The summary ends with one line naming the failed jobs; ``pgcli train -m`` then exits 1.
+The summary ends with one line naming the failed jobs; ``pgcli train -m`` then exits 1. A sweep stopped by Ctrl-C
+(or SIGTERM) calls its stopped jobs interrupted, not failed, and ends with the commands that finish it
+(:mod:`pgcli.sweeps.leftover`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
 from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
 
 if TYPE_CHECKING:
@@ -55,6 +58,8 @@ class SweepOutcome:
     """One description per failed job: '#<num> <overrides>: <error>'."""
     n_pruned: int = 0
     """Runs an Optuna pruner stopped (KILLED with tag pruned=true; not failures)."""
+    left: Leftover | None = None
+    """A stopped sweep's interrupted and never-started jobs, and the commands that finish it (not failures)."""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +80,7 @@ class SweepCallback(Callback):
         self.sweep_dir: Path | None = None
         self.torch_threads = 0
         self.outcome: SweepOutcome | None = None
+        self.plan: SweepPlan | None = None
         self._store: RunStore | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -109,6 +115,7 @@ class SweepCallback(Callback):
             artifact_root=target.artifact_root,
         )
         self.parent_run_id = parent.run_id
+        self.plan = SweepPlan.from_config(config)  # what a stopped sweep has left to run
         os.environ[PARENT_RUN_ENV] = parent.run_id
         _CURRENT = self
         self.store.log_params(parent.run_id, parent_params(config, overrides, self.sweep_dir))
@@ -161,21 +168,27 @@ class SweepCallback(Callback):
                         store.end(child.run_id, KILLED)
                 children = sorted(store.children(parent), key=_job_order)
             rows = drop_common_overrides([child_row(c, self.final_metric) for c in children])
-            failed = [_describe_failure(r) for r in rows if r["status"] not in ("FINISHED", "PRUNED")]
+            stopped = status == KILLED  # its KILLED jobs were interrupted, not failed (docs/sweeps.md)
+            ok = ("FINISHED", "PRUNED", KILLED) if stopped else ("FINISHED", "PRUNED")
+            failed = [_describe_failure(r) for r in rows if r["status"] not in ok]
             n_pruned = sum(r["status"] == "PRUNED" for r in rows)
             job_nums = {r["job"] for r in rows}
             missing = [n for n in sweep_job_numbers(self.sweep_dir) if str(n) not in job_nums]
-            failed += [f"#{n}: no MLflow run (the job failed before training started)" for n in missing]
-            n_jobs = len(job_nums | {str(n) for n in missing})
+            left = leftover(self.plan, children, missing) if stopped else None
+            if not stopped:
+                failed += [f"#{n}: no MLflow run (the job failed before training started)" for n in missing]
+            n_jobs = len(job_nums | {str(n) for n in missing}) + (left.not_started if left else 0)
             final = sweep_status(status, len(failed))
             self._log_summary(parent_id, rows, n_jobs, len(failed), n_pruned)
         except BaseException:
             store.end(parent_id, sweep_status(status, n_failed_jobs=1))
             raise
         store.end(parent_id, final)
-        self.outcome = SweepOutcome(parent_id, final, n_jobs, failed, n_pruned)
+        self.outcome = SweepOutcome(parent_id, final, n_jobs, failed, n_pruned, left)
         print(format_table(rows), file=sys.stderr)
         print(summary_line(self.outcome), file=sys.stderr)
+        if left is not None and left.commands:
+            print("pgcli: to finish the sweep: " + "; ".join(left.commands), file=sys.stderr)
         return self.outcome
 
     def _log_summary(
@@ -353,6 +366,8 @@ def format_table(rows: list[dict[str, str]]) -> str:
 def summary_line(outcome: SweepOutcome) -> str:
     """The line ``pgcli train -m`` ends with."""
     head = f"pgcli: sweep {outcome.status.lower()}: {outcome.n_jobs} job{'' if outcome.n_jobs == 1 else 's'}"
+    if outcome.left is not None:
+        return _stopped_line(head, outcome, outcome.left)
     if outcome.failed:
         return f"{head}, {len(outcome.failed)} failed: " + "; ".join(outcome.failed)
     if outcome.n_pruned and outcome.status == "FINISHED":
@@ -363,6 +378,16 @@ def summary_line(outcome: SweepOutcome) -> str:
     if outcome.status != "FINISHED":
         return f"{head} (parent run {outcome.parent_run_id} ended {outcome.status})"
     return f"{head}, all finished; compare them: pgcli compare --parent {outcome.parent_run_id}"
+
+
+def _stopped_line(head: str, outcome: SweepOutcome, left: Leftover) -> str:
+    """A stopped sweep's summary: how many jobs finished, failed, were interrupted or never started."""
+    n_failed, n_left = len(outcome.failed), left.interrupted + left.not_started
+    counts = [(outcome.n_jobs - n_failed - outcome.n_pruned - n_left, "finished"), (outcome.n_pruned, "pruned"),
+              (n_failed, "failed"), (left.interrupted, "interrupted"), (left.not_started, "not started")]  # fmt: skip
+    line = head + "".join(f", {n} {what}" for n, what in counts if n > 0)
+    line += f" (parent run {outcome.parent_run_id} ended {outcome.status})"
+    return line + ("; failed: " + "; ".join(outcome.failed) if outcome.failed else "")
 
 
 def round_overrides(overrides: str) -> str:

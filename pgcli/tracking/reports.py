@@ -1,17 +1,39 @@
 """The reports a training run leaves in its run directory: ``metrics.csv`` and ``learning_curve.png``.
 
-Both are written from the in-memory metric history (key -> ``(env step, value)`` points) that
-:class:`~pgcli.tracking.logger.RunLogger` keeps, so they exist with ``tracking=off`` too.
+Both are written from the in-memory metric history (key -> ``(step, value)`` points) that
+:class:`~pgcli.tracking.logger.RunLogger` keeps, so they exist with ``tracking=off`` too. The curve shows what the run
+logged: a control run's episode returns against env steps; a text run's held-out accuracy, its training reward or
+loss and its KL to the reference against sampled completions or demonstrations (docs/lm.md, "Evaluation"). Which
+series it drew is one line of the run's log (``train.log``).
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("pgcli")
+
+History = Mapping[str, list[tuple[int, float]]]
+TEXT_KEYS = ("eval/accuracy", "rollout/reward_mean", "train/teacher_forced_exact")
+"""Keys only a text run logs (docs/lm.md): its held-out accuracy, an RL run's sampled rewards, SFT's exact match."""
 
 
-def write_metrics_csv(history: Mapping[str, list[tuple[int, float]]], path: Path) -> Path:
+@dataclass(frozen=True)
+class Panel:
+    """One axes of a text run's curve: ``keys`` against the run's step unit."""
+
+    ylabel: str
+    keys: tuple[str, ...]
+    unit_interval: bool = False
+    """The y axis is [0, 1] (an accuracy)."""
+
+
+def write_metrics_csv(history: History, path: Path) -> Path:
     """Every point as one ``key,step,value`` row, keys in sorted order, each key's points as logged."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -21,16 +43,20 @@ def write_metrics_csv(history: Mapping[str, list[tuple[int, float]]], path: Path
     return path
 
 
-def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Path) -> Path | None:
+def plot_learning_curve(history: History, path: Path) -> Path | None:
+    """Write the run's learning curve to ``path`` (None when the run logged nothing it shows) and log which series
+    it drew: a text run's panels (:func:`text_panels`), else the training and evaluation returns."""
+    if any(key in history for key in TEXT_KEYS):
+        return _plot_text(history, path)
+    return _plot_control(history, path)
+
+
+def _plot_control(history: History, path: Path) -> Path | None:
     """Training return (rolling mean) and evaluation return (mean +- std) against env steps."""
     train, ev, ev_std = (history.get(k, []) for k in ("rollout/ep_return_mean", "eval/return_mean", "eval/return_std"))
     if not train and not ev:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if train:
         ax.plot(*zip(*train, strict=True), label="train (mean of last 100 episodes)", color="tab:blue", alpha=0.8)
@@ -46,6 +72,81 @@ def plot_learning_curve(history: Mapping[str, list[tuple[int, float]]], path: Pa
     ax.set_ylabel("episode return")
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
+    drawn = [k for k, points in (("rollout/ep_return_mean", train), ("eval/return_mean", ev)) if points]
+    log.info("learning_curve.png: x environment steps; episode return: %s", ", ".join(drawn))
+    return _save(plt, fig, path)
+
+
+def step_unit(history: History) -> str:
+    """What a text run's step counts: demonstrations (SFT) or sampled completions (RL)."""
+    return "demonstrations" if "train/teacher_forced_exact" in history else "sampled completions"
+
+
+def text_panels(history: History) -> list[Panel]:
+    """What a text run's curve shows, top to bottom, each where logged: held-out greedy accuracy and pass@k on [0, 1];
+    the training signal (an RL run's mean reward of its sampled completions, else SFT's loss); the KL to the
+    reference policy."""
+    pass_k = sorted((k for k in history if k.startswith("eval/pass_at_")), key=lambda k: int(k.rpartition("_")[2]))
+    accuracy = tuple(k for k in ("eval/accuracy", *pass_k) if history.get(k))
+    panels = [Panel("held-out accuracy", accuracy, unit_interval=True)] if accuracy else []
+    if history.get("rollout/reward_mean"):
+        panels.append(Panel("reward of sampled completions", ("rollout/reward_mean",)))
+    elif history.get("train/loss"):
+        panels.append(Panel("training loss", ("train/loss",)))
+    if history.get("train/kl_ref"):
+        panels.append(Panel("KL to the reference", ("train/kl_ref",)))
+    return panels
+
+
+SERIES_LABELS = {
+    "eval/accuracy": "greedy completion correct",
+    "rollout/reward_mean": "mean over each update's batch",
+    "train/loss": "NLL per answer token, each update",
+    "train/kl_ref": "k3 estimate, each update",
+}
+
+
+def _label(key: str) -> str:
+    """A series' legend entry: what it measures, and its key."""
+    if key.startswith("eval/pass_at_"):
+        k = key.removeprefix("eval/pass_at_")
+        return f"pass@{k}: one of {k} sampled correct ({key})"
+    return f"{SERIES_LABELS.get(key, key)} ({key})"
+
+
+def _plot_text(history: History, path: Path) -> Path | None:
+    panels = text_panels(history)
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False, figsize=(7, 1.2 + 2.4 * len(panels)), dpi=100)
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        for key in panel.keys:
+            steps, values = zip(*history[key], strict=True)
+            style: dict[str, Any] = {"marker": "o", "clip_on": False} if key.startswith("eval/") else {"alpha": 0.7}
+            ax.plot(steps, values, label=_label(key), **style)
+        if panel.unit_interval:
+            ax.set_ylim(0.0, 1.0)
+        ax.set_ylabel(panel.ylabel)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel(step_unit(history))
+    described = "; ".join(f"{p.ylabel}{' [0, 1]' if p.unit_interval else ''}: {', '.join(p.keys)}" for p in panels)
+    log.info("learning_curve.png: x %s; %s", step_unit(history), described)
+    return _save(plt, fig, path)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,18 +1,22 @@
 """The runs of a tracking store, read and annotated as plain values: :class:`RunStore` and :class:`RunRecord`.
 
 Every reader of stored runs goes through here: ``pgcli runs``, ``pgcli compare``, ``pgcli eval`` of a run id, resume,
-sweep parents (pgcli.sweeps.tree). A command that only reads a store first calls :func:`check_readable_store`, which
-uses the standard library only: MLflow creates and migrates a SQLite store the moment a client touches a path and
-answers a file that is not a database with a long SQLAlchemy traceback, so a folder without a store gets one line and
-nothing created, and a corrupt store file gets one line naming it.
+``--from-run``, ``init=``, sweep parents (pgcli.sweeps.tree). A command that only reads a store first calls
+:func:`check_readable_store`, which uses the standard library only: MLflow creates and migrates a SQLite store the
+moment a client touches a path (a :class:`RunStore` makes its client on first use) and answers a file that is not a
+database with a long SQLAlchemy traceback, so a folder without a store gets one line and nothing created, and a
+corrupt store file gets one line naming it. A command that writes to a store it did not create calls
+:func:`check_writable_store` first, so a read-only store is one line too.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +62,20 @@ class RunStore:
     """The runs of one tracking store, through ``MlflowClient`` (every call retried while SQLite is locked)."""
 
     def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    @cached_property
+    def client(self) -> Any:
+        """MLflow's client, made on first use: MLflow creates (and migrates) a SQLite store the moment it opens a
+        path, so a store named only to look a run up is checked first (:func:`check_readable_store`), not created."""
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs(uri)
-        self.uri = uri
+        quiet_mlflow_logs(self.uri)
         try:
-            self.client = MlflowClient(tracking_uri=uri)
+            return MlflowClient(tracking_uri=self.uri)
         except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
-            raise PgcliError(f"cannot open the run store {uri}: {str(exc).split('. ')[0]}") from None
+            raise PgcliError(f"cannot open the run store {self.uri}: {str(exc).split('. ')[0]}") from None
 
     def create_run(
         self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None
@@ -184,7 +193,7 @@ class RunStore:
 
 
 def open_run_store(cfg: TrackingSettings) -> RunStore | None:
-    """The run store ``cfg`` points at (None with ``tracking=off``)."""
+    """The run store ``cfg`` points at (None with ``tracking=off``); nothing is opened or created until it is used."""
     return RunStore(resolve_tracking_target(cfg).uri) if cfg.backend == "mlflow" else None
 
 
@@ -246,6 +255,35 @@ def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> No
             f"{path} is a SQLite database but not an MLflow store (no {', '.join(sorted(MLFLOW_TABLES - tables))} "
             "table); point tracking.uri at an MLflow store"
         )
+
+
+def check_writable_store(uri: str, *, doing: str, fix: str) -> None:
+    """Raise a one-line PgcliError (exit 1) when the SQLite store at ``uri`` cannot take writes, before a command
+    that writes to a store it did not create (``pgcli eval`` logging its run, ``pgcli runs --stale``) starts: MLflow
+    would fail at its first write with a SQLAlchemy traceback. Writes nothing.
+
+    SQLite writes a journal beside the file, so the file and its folder must both be writable (or, with no store yet,
+    the folder it would be created in). ``os.access`` answers for a read-only mount as for permissions, root
+    included. A server or another database answers for itself.
+
+    Args:
+        uri: the tracking URI the command writes to.
+        doing: what the command would write, for the message ("log the evaluation").
+        fix: what the user can do instead, for the message.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    path = Path(os.path.abspath(path.expanduser()))
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    for where in (path, folder) if path.exists() else (folder,):
+        if os.access(where, os.W_OK):
+            continue
+        why = "read-only file system" if os.statvfs(where).f_flag & os.ST_RDONLY else f"no write permission on {where}"
+        what = f"the run store {path} is read-only" if path.exists() else f"the run store {path} cannot be created"
+        raise PgcliError(f"cannot {doing}: {what} ({why}); {fix}")
 
 
 def _check_server(uri: str, timeout_s: float) -> None:

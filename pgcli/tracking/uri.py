@@ -1,11 +1,11 @@
 """Where runs are stored: the tracking URI and what can be learnt about its store without MLflow.
 
 One owner for each question every command asks of a store: which URI (:func:`resolve_tracking_target`), which
-database file or folder it names (:func:`sqlite_path`, :func:`file_store_path`), whether a SQLite file holds
-MLflow's tables (:data:`MLFLOW_TABLES`, :func:`sqlite_tables`) and whether a tracking server answers its ``/health``
-endpoint (:func:`probe_health`). The standard library only: ``pgcli train``'s preflight, ``pgcli ui`` and the
-read-only store check use these before (or instead of) importing MLflow, which creates and migrates a SQLite store
-the moment it touches a path.
+database file or folder it names (:func:`sqlite_path`, :func:`file_store_path`) and whether it is there
+(:func:`store_exists`), whether a SQLite file holds MLflow's tables (:data:`MLFLOW_TABLES`, :func:`sqlite_tables`) and
+whether a tracking server answers its ``/health`` endpoint (:func:`probe_health`). The standard library only:
+``pgcli train``'s preflight, ``pgcli ui`` and the read-only store check use these before (or instead of) importing
+MLflow, which creates and migrates a SQLite store the moment it touches a path.
 """
 
 from __future__ import annotations
@@ -104,6 +104,16 @@ def file_store_path(uri: str) -> Path | None:
     if uri.startswith("file:"):
         return Path(urlsplit(uri).path).resolve()
     return None if "://" in uri else Path(uri).resolve()
+
+
+def store_exists(uri: str) -> bool:
+    """Whether there is a local store where ``uri`` points (its SQLite file, or its folder); a server or another
+    database counts as there (it answers for itself when opened). Looking creates nothing."""
+    path = sqlite_path(uri)
+    if path is not None:
+        return path.expanduser().is_file()
+    folder = file_store_path(uri)
+    return folder is None or folder.exists()
 
 
 def sqlite_tables(path: Path, timeout_s: float = 5.0) -> set[str]:

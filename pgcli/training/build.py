@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -428,7 +428,8 @@ def start_from_init(cfg: TrainConfig, policy: TinyGPT) -> tuple[TinyGPT | None, 
 def text_monitor(
     cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: TinyGPT, device: torch.device
 ) -> TrainingMonitor:
-    """The monitor of a text run: held-out evaluations of ``policy`` on ``task``, samples tables under the run dir."""
+    """The monitor of a text run: held-out evaluations of ``policy`` on ``task`` (also at step 0 for a run from
+    ``init``: the model it starts from), samples tables under the run dir."""
     from pgcli.lm.evaluation import TextEvalSettings, TextEvaluator
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
@@ -437,7 +438,7 @@ def text_monitor(
                                 top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
     return TrainingMonitor(
         run.logger,
-        monitor_schedule(cfg),
+        replace(monitor_schedule(cfg), eval_at_start=cfg.init is not None),  # the init model's score at step 0
         evaluator=TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device),
         outputs=monitor_outputs(cfg, ctx.output_dir, samples=True),
         hooks=Hooks(stop=run.stop, on_eval=ctx.on_eval),
@@ -446,8 +447,10 @@ def text_monitor(
 
 
 def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> tuple[int, EvalResult | None]:
-    """Train inside ``run`` (control or text alike): learn, the final evaluation, then the model."""
+    """Train inside ``run`` (control or text alike): the step-0 evaluation where the schedule asks for one, learn,
+    the final evaluation, then the model."""
     run.start(trainer, monitor)
+    monitor.begin(trainer)
     steps = trainer.learn(total_steps, monitor)
     final = monitor.finish(steps, trainer)
     run.save_model(trainer)

@@ -37,6 +37,7 @@ FROM_RUN = Wording(
     not_a_run="--from-run {ref!r} is neither a directory nor an MLflow run id (32 hex digits)",
     no_store="tracking=off has no run store to find a run id in; pass --from-run <run dir>",
     not_found="no run {ref} in {uri}; pass tracking.uri=... for another store",
+    doing="re-run",
 )
 
 

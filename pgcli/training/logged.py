@@ -7,9 +7,9 @@ then :meth:`LoggedRun.config_dir` (or the ``hydra`` artifact, :meth:`LoggedRun.h
 :meth:`LoggedConfig.read` and typed by :func:`train_config_from_dict`, the one way a logged config (``.hydra/`` or
 ``agent.json``) becomes a :class:`~pgcli.config.TrainConfig` again.
 
-Locating reads only: it creates nothing itself, and opens a store (the caller's ``store()``, which may refuse a
-missing one) only for a run id. Each command keeps its own words for a reference that names no run
-(:class:`Wording`); the checks and their order are the same for all.
+Locating reads only and creates nothing: a run id is looked up only in a store that is there (a missing one is a
+one-line error naming it), and so is a run directory's record (:meth:`LoggedRun.find_in`). Each command keeps its own
+words for a reference that names no run (:class:`Wording`); the checks and their order are the same for all.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ class Wording:
     """A run id, but no store to look it up in (``tracking=off``)."""
     not_found: str
     """A run id the store does not have."""
+    doing: str = "look up"
+    """What the command would do with the run, for a run id and no store there to look it up in: ``no run store at
+    <file>: nothing to <doing>; ...`` (:func:`pgcli.tracking.store.check_readable_store`)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ class LoggedRun:
     def locate(cls, ref: str, *, store: Callable[[], RunStore | None], wording: Wording) -> LoggedRun:
         """The run ``ref`` names: an existing directory is taken as the run directory; anything else must be a run id
         in the store ``store()`` opens (called only then, so a run directory needs no store). Its run directory is
-        its ``output_dir`` tag when that directory exists here. Raises a one-line ConfigError in ``wording``."""
+        its ``output_dir`` tag when that directory exists here. Raises a one-line ConfigError in ``wording``; a store
+        that is not there, or is no MLflow store, is a one-line error before MLflow opens (and would create) it."""
+        from pgcli.tracking.store import check_readable_store
+
         path = Path(ref).expanduser()
         if path.is_dir():
             return cls(ref, path, None, None)
@@ -80,6 +86,7 @@ class LoggedRun:
         run_store = store()
         if run_store is None:
             raise ConfigError(wording.no_store.format(ref=ref))
+        check_readable_store(run_store.uri, doing=wording.doing)
         record = run_store.find(ref)
         if record is None:
             raise ConfigError(wording.not_found.format(ref=ref, uri=run_store.uri))
@@ -110,8 +117,11 @@ class LoggedRun:
 
     def find_in(self, store: RunStore | None) -> RunRecord | None:
         """This run's record in ``store``: by its run id, else (a run directory without ``run.json``) the one run
-        whose ``output_dir`` tag is this directory; None when the store has none (or there is no store)."""
-        if store is None:
+        whose ``output_dir`` tag is this directory; None when the store has none (or there is no store: a store
+        that is not there is not looked in, so looking creates none)."""
+        from pgcli.tracking.uri import store_exists
+
+        if store is None or not store_exists(store.uri):
             return None
         if self.record is not None and self.store is not None and self.store.uri == store.uri:
             return self.record

@@ -63,6 +63,9 @@ class Schedule:
     """Log rollout statistics at most this often (A2C updates every 40 env steps)."""
     window: int = 100
     """Episodes in the rolling ``rollout/ep_return_mean`` and ``rollout/ep_len_mean``."""
+    eval_at_start: bool = False
+    """Also evaluate at step 0, before the first update (:meth:`TrainingMonitor.begin`): a run from ``init=`` starts
+    its curves at the model it starts from (docs/lm.md, "Starting RL from SFT")."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,18 @@ class TrainingMonitor:
     def best_dir(self) -> Path | None:
         """Where the best evaluation's agent is kept (None: not kept); the run logs it as ``best_model``."""
         return self.outputs.best_model
+
+    def begin(self, agent: Agent) -> None:
+        """Before the first update: the step-0 evaluation of a schedule with ``eval_at_start``, logged as every other
+        one, but not reported to ``on_eval`` (it scores the starting model, not a search trial's settings). A resumed
+        run has logged it already."""
+        if not self.schedule.eval_at_start or self._start_step != 0 or self._last_eval_step is not None:
+            return
+        on_eval, self.on_eval = self.on_eval, None
+        try:
+            self.evaluate(0, agent)
+        finally:
+            self.on_eval = on_eval
 
     # -- called by trainers ------------------------------------------------------------------------------------------
     def episodes(self, step: int, info: Mapping[str, Any]) -> None:

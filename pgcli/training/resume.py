@@ -186,6 +186,17 @@ def _open_store(uri: str) -> RunStore:
     return RunStore(uri)
 
 
+def resume_tags(plan: ResumePlan) -> dict[str, str]:
+    """What the re-opened run is tagged with: where it resumed, with which overrides, and its budget now. MLflow
+    params cannot change, so the ``total_steps`` param keeps the budget the run started with; the ``total_steps``
+    tag is the one it trains to, and ``pgcli compare`` groups the run by it (docs/runs.md, "Resume")."""
+    return {
+        "resumed_from_step": str(plan.point.step),
+        "resume_overrides": " ".join(plan.resume_overrides),
+        "total_steps": str(plan.cfg.total_steps),
+    }
+
+
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
     from pgcli.console import print_summary
@@ -206,7 +217,7 @@ def resume_command(args: list[str]) -> int:
         output_dir=plan.output_dir,
         overrides=plan.overrides,
         parent_run_id=plan.parent_run_id,
-        extra_tags={"resumed_from_step": str(plan.point.step), "resume_overrides": " ".join(plan.resume_overrides)},
+        extra_tags=resume_tags(plan),
     )
     print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
           f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip

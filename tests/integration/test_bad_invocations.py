@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -360,3 +362,104 @@ def test_fault_is_one_line_with_its_exit_status_and_creates_nothing(case: Fault,
     assert "s3cr3t" not in proc.stderr + proc.stdout
     assert list(cwd.iterdir()) == []  # no outputs/, no run directory, no default store
     assert after == before  # the store files it was pointed at are untouched
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a command that reads a store to find a run: no store there, or a store it cannot write
+# --------------------------------------------------------------------------------------------------------------------
+
+RUN_ID = "0123456789abcdef0123456789abcdef"
+NO_STORE_CASES = [
+    (["eval", RUN_ID], "nothing to evaluate"),
+    (["eval", RUN_ID, "--no-log"], "nothing to evaluate"),
+    (["train", "--from-run", RUN_ID, "progress=false"], "nothing to re-run"),
+    (["sft", "env=addition", f"init={RUN_ID}", "progress=false"], "to look the run up in"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), NO_STORE_CASES, ids=[" ".join(a[:2]) for a, _ in NO_STORE_CASES])
+def test_a_run_id_without_a_store_is_one_line_and_creates_nothing(argv: list[str], fragment: str, tmp_path: Path):
+    proc = run_pgcli(argv, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    one_error_line(proc.stderr, proc.stdout, fragment)
+    assert f"{tmp_path.resolve()}/outputs/mlflow.db" in proc.stderr  # it names the store it looked in
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no mlflow.db
+
+
+def make_readonly(folder: Path) -> str:
+    """Make ``folder`` and the store file in it read-only: remounted read-only as root (a tmpfs mounted there before
+    the store was written), else ``chmod a-w``; '' on success, else why not."""
+    if os.geteuid() == 0:
+        proc = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True, text=True)
+        return "" if proc.returncode == 0 else f"mount -o remount,ro failed: {proc.stderr.strip()}"
+    (folder / "mlflow.db").chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").touch()
+    except PermissionError:
+        return ""
+    return "chmod a-w does not stop writes here"
+
+
+SEED_STORE = """
+import socket, subprocess, sys
+from pgcli.tracking.store import RunStore
+store = RunStore(sys.argv[1])
+done = store.create_run("cartpole", run_name="ppo-cartpole-s0", tags={})
+store.end(done.run_id, "FINISHED")
+gone = subprocess.Popen(["true"])
+gone.wait()
+store.create_run("cartpole", run_name="crashed", tags={"pid": str(gone.pid), "hostname": socket.gethostname()})
+print(done.run_id)
+"""
+"""A finished run and a RUNNING run of this host whose process is gone, written by another process (so that no
+connection of this one keeps the store open when its folder is made read-only)."""
+
+
+@pytest.fixture(scope="module")
+def readonly_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> Iterator[tuple[Path, str]]:
+    """A read-only store holding a finished run (its id comes along) and a stale RUNNING run."""
+    folder = tmp_path_factory.mktemp("readonly_store") / "store"
+    folder.mkdir()
+    why = try_mount_tmpfs(folder, "size=8m") if os.geteuid() == 0 else ""
+    try:
+        if why:
+            pytest.skip(f"cannot make a read-only store here: {why}")
+        shutil.copyfile(mlflow_schema_db, folder / "mlflow.db")
+        seeded = subprocess.run([sys.executable, "-c", SEED_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        why = make_readonly(folder)
+        if why:
+            pytest.skip(f"cannot make a read-only store here: {why}")
+        yield folder, seeded.stdout.split()[-1]
+    finally:
+        if os.path.ismount(folder):
+            subprocess.run(["umount", str(folder)], check=False)
+        elif folder.is_dir():
+            folder.chmod(0o755)
+
+
+READONLY_CASES = [
+    (["eval", "{run_id}"], "cannot log the evaluation: the run store {db} is read-only"),
+    (["runs", "--stale"], "cannot mark runs KILLED: the run store {db} is read-only"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), READONLY_CASES, ids=[" ".join(a) for a, _ in READONLY_CASES])
+def test_a_read_only_store_is_one_line_naming_it(
+    argv: list[str], fragment: str, readonly_store: tuple[Path, str], tmp_path: Path
+):
+    folder, run_id = readonly_store
+    before = snapshot(folder)
+    argv = [a.format(run_id=run_id) for a in argv]
+    proc = run_pgcli([*argv, f"tracking.uri=sqlite:///{folder / 'mlflow.db'}"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    one_error_line(proc.stderr, proc.stdout, fragment.format(db=folder / "mlflow.db"))
+    assert snapshot(folder) == before and list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_store_can_still_be_read(readonly_store: tuple[Path, str], tmp_path: Path):
+    folder, _ = readonly_store
+    proc = run_pgcli(["runs", "--stale", "--dry-run", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "crashed" in proc.stdout and "would mark 1 stale run(s) KILLED" in proc.stderr

@@ -81,6 +81,42 @@ def test_train_help_shows_the_config_the_given_overrides_compose_to(workdir: Pat
     assert "Traceback" not in bad.stderr and bad.stdout == ""
 
 
+def test_sft_help_is_headed_pgcli_sft_with_its_algo_task_and_model(workdir: Path):
+    # `pgcli sft` is `pgcli train algo=sft env=addition`: its page says so, not "pgcli train" and "ppo (default)"
+    proc = run_pgcli(["sft", "--help"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("pgcli sft") and "usage: pgcli sft " in out and "usage: pgcli train" not in out
+    groups = out.split("== Config (")[0]
+    assert "\nalgo: sft\n" in groups and "ppo (default)" not in groups
+    assert "\n  addition (default) " in groups and "\n  tiny_gpt (default) " in groups
+    assert "pgcli sft env=addition" in out.split("== Config (")[1]  # its own examples
+    assert "warmup_steps:" in out.split("== Config (")[1] and "pgcli train algo=a2c" not in out
+
+
+TINY_RUN = ["tracking=off", "total_steps=256", "eval.episodes=2", "eval.every=0", "progress=false",
+            "checkpoint_every=0"]  # fmt: skip
+
+
+def preset_notes(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("pgcli: note: preset")]
+
+
+def test_a_run_says_which_preset_it_starts_with_once(workdir: Path):
+    proc = run_pgcli(["train", *TINY_RUN], cwd=workdir)  # PPO on CartPole: the ppo_cartpole preset
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert preset_notes(proc.stderr) == [
+        "pgcli: note: preset ppo_cartpole applied (conf/preset/ppo_cartpole.yaml; ~preset trains without it)"
+    ]
+    # a sweep says it once, with the jobs it applies to (vpg has no CartPole preset)
+    proc = run_pgcli(["train", "-m", "algo=ppo,vpg", *TINY_RUN], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert preset_notes(proc.stderr) == [
+        "pgcli: note: preset ppo_cartpole applied to 1 of 2 jobs (conf/preset/ppo_cartpole.yaml; ~preset trains "
+        "without it)"
+    ]
+
+
 def test_train_cfg_job_prints_composed_config_and_runs_nothing(workdir: Path):
     heavy, proc = heavy_modules_imported(["train", "--cfg", "job", "algo=a2c", "env=pendulum", "seed=7"], workdir)
     assert proc.returncode == 0, proc.stderr

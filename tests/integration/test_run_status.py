@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.conftest import REPO, Store, cli_env, run_pgcli, wait_until
 
 
 @pytest.fixture
@@ -64,9 +64,14 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
                 proc.kill()
     err_text = stderr.read_text()
     assert returncode == 128 + signum, err_text[-3000:]  # 130, 143, 129: as a shell reports a signal
-    assert "stopping after this update" in err_text and "pgcli: interrupted" in err_text
-    assert "Traceback" not in err_text
+    assert "stopping after this update" in err_text and "Traceback" not in err_text
     (run,) = store.runs("cartpole")
+    # the last line says how the run continues (the store named as the command line named it)
+    assert err_text.splitlines()[-1] == (
+        f"pgcli: interrupted; continue the run with: pgcli train resume={run.info.run_id} tracking.uri={store.uri}"
+    )
+    if signum == signal.SIGINT:  # the run directory holds what docs/runs.md lists after its Ctrl-C
+        assert sorted(p.name for p in run_dir.iterdir()) == documented_run_dir(without={"best_model"})
     assert run.info.status == "KILLED" and run.info.end_time is not None
     client = store.client()
     sps = client.get_metric_history(run.info.run_id, "time/sps")
@@ -80,6 +85,61 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
     assert plan.point.step >= max(m.step for m in sps)  # the checkpoint of the last update, after the last log
     assert plan.point.checkpoint.name == f"step_{plan.point.step}"
     assert_never_running(store)
+
+
+def documented_run_dir(without: set[str]) -> list[str]:
+    """The names docs/runs.md's `ls -A` of an interrupted run lists (``without`` those this test does not make:
+    ``best_model`` needs an evaluation)."""
+    text = (REPO / "docs" / "runs.md").read_text()
+    listing = text.split("$ ls -A outputs/runs/demo_sigint\n", 1)[1].splitlines()[0]
+    return sorted(set(listing.split()) - without)
+
+
+SLOW_ENV = """
+import time
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+made = 0
+
+
+class SlowToMake(CartPoleEnv):
+    def __init__(self, **kwargs):
+        global made
+        made += 1
+        if made > 1:  # the first one is the throwaway that checks the spaces; the run's envs take long to build
+            time.sleep(120)
+        super().__init__(**kwargs)
+
+
+gym.register(id="SlowToMake-v0", entry_point=f"{__name__}:SlowToMake", max_episode_steps=500)
+"""
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(store: Store, workdir: Path):
+    (workdir / "slow_envs.py").write_text(SLOW_ENV)
+    run_dir = workdir / "run"
+    args = [str(Path(sys.executable).parent / "pgcli"), "train", "env.id=slow_envs:SlowToMake-v0", "env.n_envs=2",
+            f"tracking.uri={store.uri}", "progress=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(PYTHONPATH=str(workdir)),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    try:
+        # run.json is written when the MLflow run exists, before its envs are built
+        wait_until(lambda: (run_dir / "run.json").is_file(), "the run's creation", timeout=180, proc=proc)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    client = store.client()
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "KILLED"
+    assert stderr.splitlines()[-1] == (
+        f"pgcli: interrupted before the run's first checkpoint: nothing to resume (run {run.info.run_id} ended "
+        "KILLED); start it again"
+    )
 
 
 def test_env_failing_mid_training_ends_the_run_failed(store: Store, workdir: Path):

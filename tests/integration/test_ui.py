@@ -85,6 +85,17 @@ def pump(name: str, stream: IO[str], lines: queue.Queue[tuple[str, str]]) -> Non
 
 @pytest.fixture
 def sweep_store(migrated_store: Store) -> Store:
+    """The sweep's runs in 'cartpole', the experiment created first: 'pendulum', created after it, has an older run,
+    so the latest experiment pgcli ui links to is the one whose newest run started last, not the newest one."""
+    from pgcli.tracking.client import get_or_create_experiment
+    from pgcli.tracking.store import RunStore
+
+    runs = RunStore(migrated_store.uri)
+    artifacts = (migrated_store.root / "mlartifacts").as_uri()
+    get_or_create_experiment(runs.client, "cartpole", artifacts)
+    older = runs.create_run("pendulum", run_name="ppo-pendulum-s0", tags={}, artifact_root=artifacts)
+    runs.end(older.run_id, "FINISHED")
+    time.sleep(0.01)  # the sweep's runs start later, whatever the clock's resolution
     log_sweep(migrated_store)
     return migrated_store
 

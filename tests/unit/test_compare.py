@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pgcli.commands.compare import main
-from pgcli.compare.groups import Group, RunCurve, lookup, make_groups
+from pgcli.compare.groups import Group, RunCurve, check_keys, lookup, make_groups
 from pgcli.compare.report import figure, table_rows
 from pgcli.compare.stats import aggregate, bootstrap_ci, common_grid, curves_on_grid, iqm
 from pgcli.errors import ConfigError
@@ -133,6 +133,29 @@ def test_groups_split_budgets_and_env_ids_and_say_so() -> None:
     assert notes == [
         "split ppo | CartPole-v1: runs of different budgets (2 x 3000, 3 x 5000 env steps) are not averaged"
     ]
+
+
+def test_a_resumed_run_is_grouped_by_the_budget_it_was_resumed_to() -> None:
+    # resumed from 3000 to 5000 steps: its params (total_steps, planned_steps) keep 3000, its total_steps tag says 5000
+    resumed = curve("resumed", seed=0, steps=3000, planned_steps="3072")
+    resumed.tags["total_steps"] = "5000"
+    runs = [resumed, curve("s1", seed=1, steps=5000, planned_steps="5120")]
+    (group,), notes = make_groups(runs, ["algo", "env_id"])
+    assert group.budget == "5000" and [r.run_id for r in group.runs] == ["resumed", "s1"] and not notes
+    assert lookup(resumed, "total_steps") == "5000"
+
+
+def test_a_group_by_key_no_run_has_is_an_error_naming_the_keys() -> None:
+    runs = [curve("a", seed=0, **{"algo.learning_rate": "0.1"}), curve("b", seed=1)]
+    runs[1].tags["device"] = "cpu"
+    check_keys(runs, ["algo.learning_rate", "seed", "total_steps", "env_id", "device"])  # one run with it is enough
+    with pytest.raises(ConfigError) as raised:
+        check_keys(runs, ["learning_rate"])
+    message = str(raised.value)
+    assert message.startswith("--group-by: no compared run has 'learning_rate'; did you mean algo.learning_rate? ")
+    assert message.endswith("keys: algo, algo.learning_rate, env.id, env_id, seed, total_steps")
+    with pytest.raises(ConfigError, match="no compared run has 'trial'; keys: algo, "):
+        check_keys(runs, ["trial"])
 
 
 def test_a_seed_twice_in_a_group_counts_once_the_latest_run() -> None:

@@ -10,7 +10,7 @@ import torch
 from pgcli.agent import write_text_agent_files
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import ConfigError
-from pgcli.lm.init import check_init, locate_init
+from pgcli.lm.init import check_init, init_overrides, locate_init
 from pgcli.lm.model import load_policy, save_policy
 from pgcli.lm.tasks import make_task
 from pgcli.training.build import make_text_policy
@@ -61,3 +61,19 @@ def test_missing_sources_are_one_line_errors(tmp_path):
         locate_init(str(tmp_path), cfg.tracking)
     with pytest.raises(ConfigError, match=r"no tracking store at sqlite:///"):
         locate_init("b" * 32, cfg.tracking)
+
+
+def test_init_overrides_take_what_the_command_line_leaves_out(sft_run, capsys):
+    run_dir, _ = sft_run  # 4-digit addition on d_model=32, d_ff=64
+    args = ["algo=grpo", "env=addition", f"init={run_dir}"]
+    assert init_overrides([*args, "env.n_digits=3"]) == ["model.d_model=32", "model.d_ff=64"]
+    note = capsys.readouterr().err
+    assert note == (f"pgcli: note: init={run_dir} sets model.d_model=32 model.d_ff=64 (the init run's task settings "
+                    "and model sizes; a value on the command line wins)\n")  # fmt: skip
+    assert init_overrides([*args, "model.d_model=32", "model.d_ff=64"]) == [] and capsys.readouterr().err == ""
+    assert init_overrides(["algo=grpo", "env=addition", f"init={run_dir},{run_dir}"]) == []  # a sweep: each job
+    with pytest.raises(ConfigError, match=r"^init=\S+: env=addition with env.n_digits=12 needs model.max_len >= 41; "):
+        init_overrides([*args, "env.n_digits=12"])
+    with pytest.raises(ConfigError, match=r"^init=\S+: the source has model.d_ff=64, this run model.d_ff=32; set"):
+        init_overrides([*args, "model.d_ff=32"])
+    assert capsys.readouterr().err == ""  # no note before an error

@@ -24,7 +24,7 @@ class FakeStore:
     """The two reads the locator makes: find by id, search by output_dir."""
 
     def __init__(self, *records: Any) -> None:
-        self.uri = "sqlite:///fake.db"
+        self.uri = "postgresql://db.example/fake"  # a database: no file to check
         self.records = {r.run_id: r for r in records}
 
     def find(self, run_id: str) -> Any:
@@ -64,8 +64,22 @@ def test_a_reference_that_names_no_run_gets_the_commands_words(tmp_path: Path) -
     assert calls == []  # a reference that is no run id opens no store
     with pytest.raises(ConfigError, match=f"^no store for {RUN_ID}$"):
         LoggedRun.locate(RUN_ID, store=no_store, wording=WORDING)
-    with pytest.raises(ConfigError, match=f"^no {RUN_ID} in sqlite:///fake.db$"):
+    with pytest.raises(ConfigError, match=f"^no {RUN_ID} in postgresql://db.example/fake$"):
         LoggedRun.locate(RUN_ID, store=FakeStore, wording=WORDING)
+
+
+def test_a_run_id_is_looked_up_only_in_a_store_that_is_there_and_nothing_is_created(tmp_path: Path) -> None:
+    from pgcli.tracking.store import RunStore
+
+    db = tmp_path / "outputs" / "mlflow.db"
+    words = Wording(not_a_run="bad {ref!r}", no_store="no store for {ref}", not_found="no {ref}", doing="evaluate")
+    with pytest.raises(ConfigError, match=f"^no run store at {db}: nothing to evaluate; run `pgcli train` first"):
+        LoggedRun.locate(RUN_ID, store=lambda: RunStore(f"sqlite:///{db}"), wording=words)
+    run_dir = logged_run_dir(tmp_path / "run")
+    (run_dir / "run.json").write_text(json.dumps({"run_id": RUN_ID}))
+    run = LoggedRun.locate(str(run_dir), store=lambda: None, wording=words)
+    assert run.find_in(RunStore(f"sqlite:///{db}")) is None  # a run directory's run, in no store
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no outputs/, no mlflow.db
 
 
 def test_a_run_id_finds_its_run_dir_only_when_it_is_here(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from pgcli.config import TrackingConfig
 from pgcli.tracking.backend import MLflowBackend
 from pgcli.tracking.client import MLFLOW_BATCH_LIMIT
 from pgcli.tracking.logger import RunLogger, flatten
+from pgcli.tracking.reports import Panel, plot_learning_curve, step_unit, text_panels
 from pgcli.tracking.uri import TrackingTarget, resolve_tracking_target
 
 
@@ -78,6 +80,47 @@ def test_run_logger_writes_csv_and_learning_curve(tmp_path: Path):
     assert len(rows) == 1 + 3 + 3 + 2
     png = (tmp_path / "run" / "learning_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 1000
+
+
+def test_a_control_curve_logs_its_series(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    history = {"rollout/ep_return_mean": [(100, 1.0), (200, 2.0)], "eval/return_mean": [(200, 3.0)],
+               "eval/return_std": [(200, 0.5)]}  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="pgcli"):
+        assert plot_learning_curve(history, tmp_path / "c.png") == tmp_path / "c.png"
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    assert caplog.messages == [
+        "learning_curve.png: x environment steps; episode return: rollout/ep_return_mean, eval/return_mean"
+    ]
+
+
+def test_a_sft_curve_shows_accuracy_on_0_1_and_the_loss_against_demonstrations(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    # one evaluation, returns whose std band would pass 1.0: the curve is still accuracy and loss, not a dot
+    history = {"train/loss": [(32, 2.0), (64, 1.5)], "train/teacher_forced_exact": [(32, 0.0), (64, 0.1)],
+               "eval/accuracy": [(64, 0.5)], "eval/pass_at_10": [(64, 0.9)], "eval/pass_at_2": [(64, 0.7)],
+               "eval/return_mean": [(64, 0.5)], "eval/return_std": [(64, 0.5)]}  # fmt: skip
+    assert step_unit(history) == "demonstrations"
+    assert text_panels(history) == [
+        Panel("held-out accuracy", ("eval/accuracy", "eval/pass_at_2", "eval/pass_at_10"), unit_interval=True),
+        Panel("training loss", ("train/loss",)),
+    ]
+    with caplog.at_level(logging.INFO, logger="pgcli"):
+        assert plot_learning_curve(history, tmp_path / "sft.png") == tmp_path / "sft.png"
+    assert (tmp_path / "sft.png").read_bytes().startswith(b"\x89PNG")
+    assert caplog.messages == [
+        "learning_curve.png: x demonstrations; held-out accuracy [0, 1]: eval/accuracy, eval/pass_at_2, "
+        "eval/pass_at_10; training loss: train/loss"
+    ]
+
+
+def test_an_rl_text_curve_shows_reward_and_kl_against_sampled_completions(tmp_path: Path):
+    history = {"rollout/reward_mean": [(16, 0.2), (32, 0.4)], "train/loss": [(16, 0.1), (32, 0.0)],
+               "train/kl_ref": [(16, 0.0), (32, 0.01)], "eval/accuracy": [(0, 0.3), (32, 0.4)]}  # fmt: skip
+    assert step_unit(history) == "sampled completions"
+    assert [p.keys for p in text_panels(history)] == [("eval/accuracy",), ("rollout/reward_mean",), ("train/kl_ref",)]
+    assert plot_learning_curve(history, tmp_path / "rl.png") == tmp_path / "rl.png"
+    assert plot_learning_curve({"train/teacher_forced_exact": []}, tmp_path / "none.png") is None
 
 
 def test_no_png_without_return_metrics(tmp_path: Path):
