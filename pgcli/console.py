@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pgcli.config import TrainConfig
+from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.redact import redact_text
 from pgcli.training.run import RUN_FILE, latest_checkpoint
 from pgcli.training.summary import TrainSummary
@@ -50,14 +50,23 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
 
 
 def print_budget_note(cfg: TrainConfig) -> None:
-    """Say up front when ``total_steps`` is not a whole number of rollouts: training stops at the next boundary."""
-    planned = cfg.planned_steps
-    if planned is None or planned == cfg.total_steps:
+    """Say up front when training will run past ``total_steps``, and which option avoids it: on-policy trainers stop
+    at the next whole rollout, GRPO on a control task after the update that reaches it (an update plays whole
+    episodes)."""
+    planned, per = cfg.planned_steps, cfg.steps_per_rollout
+    if isinstance(cfg.algo, GRPOConfig) and not isinstance(cfg.env, TextEnvConfig):
+        episodes = f"algo.n_groups {cfg.algo.n_groups} x algo.group_size {cfg.algo.group_size}"
+        note = (f"pgcli: note: algo=grpo updates on whole episodes ({episodes} per update), so training runs past "
+                f"total_steps={cfg.total_steps} to the end of the update that reaches it; fewer episodes per update "
+                "(smaller algo.n_groups or algo.group_size) overshoot less")  # fmt: skip
+    elif planned is None or per is None or planned == cfg.total_steps:
         return
-    n_steps = getattr(cfg.algo, "n_steps", 0)
-    rollout = f"algo.n_steps {n_steps} x env.n_envs {cfg.env.n_envs} = {cfg.steps_per_rollout}"
-    note = f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): "
-    note += f"training stops at {planned:,} env steps"
+    else:
+        rollout = f"algo.n_steps {getattr(cfg.algo, 'n_steps', 0)} x env.n_envs {cfg.env.n_envs} = {per}"
+        multiples = " or ".join(str(n) for n in (planned - per, planned) if n > 0)
+        note = (f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): training "
+                f"stops at {planned:,} env steps; set total_steps to a multiple of {per} "
+                f"(e.g. total_steps={multiples}) to train exactly that many")  # fmt: skip
     print(note, file=sys.stderr, flush=True)
     log.info(note.removeprefix("pgcli: "))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from pgcli.agent import RawPolicy
@@ -33,12 +34,36 @@ class AgentPyfunc:
         self.policy = RawPolicy(model_dir)
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
-        """Actions for a batch of raw observations: [B] int64 (discrete) or [B, A] float32 (continuous)."""
+        """Actions for a batch of raw observations: [B] int64 (discrete) or [B, A] float32 (continuous).
+
+        An empty batch gives an empty array of actions; an observation with a NaN or an infinity is refused with a
+        ValueError naming its rows (a policy maps it to NaN or to an arbitrary action, which nothing downstream
+        would notice).
+        """
         import pandas as pd  # installed with MLflow, the only caller
 
         if isinstance(model_input, pd.DataFrame):  # one row per observation, one column per dimension
             model_input = model_input.to_numpy()
-        return self.policy(np.asarray(model_input))
+        obs = np.asarray(model_input, dtype=np.float64)
+        if obs.ndim >= 1 and len(obs) == 0:  # the shapes and dtypes RawPolicy returns for a batch
+            space = self.policy.env_space
+            if isinstance(space, gym.spaces.Discrete):
+                return np.empty(0, dtype=np.int64)
+            return np.empty((0, *(space.shape or ())), dtype=space.dtype)
+        check_finite(obs, single=obs.shape == self.policy.obs_shape)
+        return self.policy(obs)
+
+
+def check_finite(obs: np.ndarray, *, single: bool) -> None:
+    """Raise a one-line ValueError naming the observations (rows of a batch) that hold a NaN or an infinity."""
+    if obs.ndim == 0 or np.isfinite(obs).all():
+        return
+    if single:
+        raise ValueError("observations must be finite: the observation holds NaN or inf")
+    rows = np.flatnonzero(~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1))
+    shown = ", ".join(str(r) for r in rows[:10]) + (f", ... ({len(rows)} rows)" if len(rows) > 10 else "")
+    raise ValueError(f"observations must be finite: row{'s' if len(rows) > 1 else ''} {shown} "
+                     f"hold{'' if len(rows) > 1 else 's'} NaN or inf")  # fmt: skip
 
 
 class TextPyfunc:

@@ -77,11 +77,41 @@ def first_frame(env: VectorEnv) -> np.ndarray:
         raise _render_error(env_id(env), exc) from None
 
 
+MUJOCO_GL_BACKENDS = {
+    "egl": "libegl1: headless, a GPU driver or Mesa",
+    "osmesa": "libosmesa6: software",
+    "glfw": "libglfw3 and a display",
+}
+"""The values of ``MUJOCO_GL`` gymnasium's MuJoCo renderer takes, with what each needs (docs/evaluation.md)."""
+
+
 def _render_error(env_name: str, exc: BaseException) -> RenderError:
     backend = os.environ.get("MUJOCO_GL", "default")
     text = str(exc).strip().splitlines()
-    detail = text[0] if text else ""
-    return RenderError(f"cannot render {env_name} (MUJOCO_GL={backend}): {type(exc).__name__}: {detail}")
+    detail = f"{type(exc).__name__}: {text[0][:160] if text else ''}"
+    if not _uses_mujoco(env_name):
+        return RenderError(f"cannot render {env_name} (MUJOCO_GL={backend}): {detail}")
+    if backend not in MUJOCO_GL_BACKENDS:  # MuJoCo's import or gymnasium's renderer refused the value
+        *first, last = (f"{name} ({needs})" for name, needs in MUJOCO_GL_BACKENDS.items())
+        choices = f"{', '.join(first)} or {last}"
+        return RenderError(f"cannot render {env_name} (MUJOCO_GL={backend}): set MUJOCO_GL to one of {choices}")
+    # a known backend whose GL library is missing fails deep in PyOpenGL ('NoneType' object has no attribute ...)
+    others = " or ".join(f"{name} ({needs})" for name, needs in MUJOCO_GL_BACKENDS.items() if name != backend)
+    return RenderError(
+        f"cannot render {env_name} (MUJOCO_GL={backend}): its GL library did not load ({detail}); install what "
+        f"{backend} needs ({MUJOCO_GL_BACKENDS[backend]}) or set MUJOCO_GL={others}"
+    )
+
+
+def _uses_mujoco(env_name: str) -> bool:
+    """Whether gymnasium's registry builds ``env_name`` from its MuJoCo envs (which render through ``MUJOCO_GL``)."""
+    import gymnasium as gym
+
+    try:
+        entry_point = gym.spec(env_name).entry_point
+    except Exception:  # not registered (a custom env): not ours to name
+        return False
+    return "mujoco" in str(entry_point).lower()
 
 
 def env_id(env: VectorEnv) -> str:

@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, RunCurve, check_keys, make_groups
-from pgcli.compare.report import FEW_RUNS, html_table, markdown_table, plot_curves, table_header, table_rows
+from pgcli.compare.report import (
+    FEW_RUNS,
+    html_table,
+    markdown_table,
+    plot_curves,
+    selection_label,
+    table_header,
+    table_rows,
+)
 from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
 
@@ -87,7 +95,10 @@ def main(args: list[str]) -> int:
         )
 
     out = ns.out or default_out_dir(parent)
-    md = write_report(out, groups, stats, keys, ns.metric, notes, sweep=parent.name if parent else None)
+    selection = selection_label(
+        sweep=parent.name if parent else None, experiments=ns.experiment, filter_string=ns.filter
+    )
+    md = write_report(out, groups, stats, keys, ns.metric, notes, selection=selection)
     if parent is not None:
         for name in ("compare.md", "compare.html", "compare.png"):
             store.log_artifact(parent.run_id, out / name, "compare")
@@ -138,7 +149,7 @@ def write_report(
     metric: str,
     notes: Sequence[str],
     *,
-    sweep: str | None,
+    selection: str,
 ) -> str:
     """Write ``compare.md``, ``compare.html`` and ``compare.png`` into ``out``; returns the markdown table."""
     out.mkdir(parents=True, exist_ok=True)
@@ -147,12 +158,12 @@ def write_report(
     md = markdown_table(header, rows)
     notes_md = "".join(f"- {n}\n" for n in notes)
     title = f"pgcli compare: {sum(s.n_runs for s in stats)} runs in {len(groups)} group(s)"
-    title += f", sweep {sweep}" if sweep else ""
+    title += f", {selection}" if selection else ""  # compare.png carries it too
     (out / "compare.md").write_text(
         f"# {title}\n\n{md}\n\n" + (f"{notes_md}\n" if notes else "") + "![learning curves](compare.png)\n"
     )
     (out / "compare.html").write_text(html_table(header, rows, title, notes))
-    plot_curves(groups, stats, list(keys), metric, out / "compare.png")
+    plot_curves(groups, stats, list(keys), metric, out / "compare.png", title=title)
     return md
 
 

@@ -3,8 +3,10 @@
 A run records its process as tags (``pid``, ``hostname``, ``pid_start``). A process killed with SIGKILL (or a
 machine that lost power) cannot end its run, so the run stays RUNNING; ``pgcli runs --stale`` finds the RUNNING runs
 of this host whose process no longer exists and ends them KILLED (``--dry-run`` only lists them). Runs of other hosts
-are never touched: their processes cannot be checked from here. ``pgcli train resume=<run id>`` continues such a run
-from its last checkpoint.
+are never touched: their processes cannot be checked from here, and neither are runs that ended while their tracking
+server was unreachable: their end waits in their run directory's spool, and ``pgcli sync`` delivers it
+(docs/tracking.md, "When the tracking server goes away"). ``pgcli train resume=<run id>`` continues a stale run from
+its last checkpoint.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import CommandParser, ConfigError
-from pgcli.training.run import find_stale_runs, mark_killed
+from pgcli.training.run import StaleRun, find_stale_runs, mark_killed
+
+if TYPE_CHECKING:
+    from pgcli.tracking.store import RunStore
 
 
 def main(args: list[str]) -> int:
@@ -56,6 +63,7 @@ def main(args: list[str]) -> int:
 
     if ns.stale:
         stale, unknown = find_stale_runs(store, experiment_ids)
+        stale, offline = _without_offline_ends(store, stale)
         if stale and not ns.dry_run:
             check_writable_store(uri, doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
         for run in stale:
@@ -64,6 +72,7 @@ def main(args: list[str]) -> int:
             mark_killed(store, stale)
         done = "would mark" if ns.dry_run else "marked"
         note = f"; {unknown} RUNNING run(s) of other hosts or without a pid tag left alone" if unknown else ""
+        note += f"; {offline} that ended offline left for pgcli sync" if offline else ""
         print(f"pgcli: {done} {len(stale)} stale run(s) KILLED{note}", file=sys.stderr)
         return 0
 
@@ -74,3 +83,20 @@ def main(args: list[str]) -> int:
         print(f"{record.run_id:32}  {record.status:8}  {started:16}  {record.name}")
     print(f"pgcli: {min(len(runs), ns.limit)} of {len(runs)} runs in {uri}", file=sys.stderr)
     return 0
+
+
+def _without_offline_ends(store: RunStore, stale: list[StaleRun]) -> tuple[list[StaleRun], int]:
+    """The stale runs less those that ended during a tracking outage (their end waits in their spool: one line each
+    says how to deliver it), and how many those were."""
+    from pgcli.tracking.spool import ended_offline
+
+    left = []
+    for run in stale:
+        run_dir = store.get(run.run_id).tags.get("output_dir")
+        spool = ended_offline(Path(run_dir), run.run_id) if run_dir else None
+        if spool is None:
+            left.append(run)
+        else:
+            print(f"pgcli: run {run.run_id} ended {spool.end_status()} while its tracking server was unreachable: "
+                  f"`pgcli sync {spool.path.parent}` delivers it", file=sys.stderr)  # fmt: skip
+    return left, len(stale) - len(left)

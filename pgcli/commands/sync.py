@@ -26,6 +26,10 @@ def main(args: list[str]) -> int:
                         "credentials are never stored in the spool, so pass them here or in MLFLOW_TRACKING_USERNAME/"
                         "MLFLOW_TRACKING_PASSWORD)")  # fmt: skip
     ns = parser.parse_args(args)
+    if ns.uri is not None:  # the checks of pgcli train (docs/tracking.md), before MLflow touches the store
+        from pgcli.training.preflight import check_tracking_uri
+
+        check_tracking_uri(ns.uri, reach=False)  # an unreachable server: sync_run_dir says the spool stays
     from pgcli.tracking.sync import sync_run_dir
 
     run_id, n, status = sync_run_dir(ns.run_dir, ns.uri)

@@ -71,9 +71,22 @@ def html_table(header: list[str], rows: list[list[str]], title: str, notes: Sequ
     )
 
 
-def figure(groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str) -> Any:
+def selection_label(*, sweep: str | None, experiments: Sequence[str] | None, filter_string: str) -> str:
+    """Which runs a comparison selected, for its titles: the sweep, else the experiments, and the filter."""
+    parts = [f"sweep {sweep}"] if sweep else []
+    if not sweep and experiments:
+        parts.append(f"experiment{'s' if len(experiments) > 1 else ''} {', '.join(experiments)}")
+    if filter_string:
+        parts.append(f"filter {filter_string}")
+    return ", ".join(parts)
+
+
+def figure(
+    groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str, *, title: str = ""
+) -> Any:
     """The learning-curve figure: one panel per env id, each with its own y-axis (returns between envs are not on
-    one scale); in it, each group's mean curve and, when it has 2+ runs, its bootstrap band."""
+    one scale); in it, each group's mean curve and, when it has 2+ runs, its bootstrap band; ``title`` (the
+    selection, :func:`selection_label`) on top."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,18 +124,25 @@ def figure(groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    fig.suptitle("mean over seeds, 95% bootstrap CI band (none for n=1)", fontsize="medium")
+    band = "mean over seeds, 95% bootstrap CI band (none for n=1)"
+    fig.suptitle(f"{title}\n{band}" if title else band, fontsize="medium")
     fig.tight_layout()
     return fig
 
 
 def plot_curves(
-    groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str, path: Path
+    groups: Sequence[Group],
+    stats: Sequence[GroupStats],
+    keys: Sequence[str],
+    metric: str,
+    path: Path,
+    *,
+    title: str = "",
 ) -> Path:
     """Save :func:`figure` as ``path``."""
     import matplotlib.pyplot as plt
 
-    fig = figure(groups, stats, keys, metric)
+    fig = figure(groups, stats, keys, metric, title=title)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -35,7 +35,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
-from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, process_tags, sweep_status
+from pgcli.training.owner import process_tags
+from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, sweep_status
 
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunRecord, RunStore

@@ -23,6 +23,7 @@ from pgcli.tracking.client import (
     with_retry,
 )
 from pgcli.tracking.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
+from pgcli.tracking.store import ensure_store
 from pgcli.tracking.sync import apply_operation, deliver_spool
 from pgcli.tracking.uri import TrackingTarget, probe_health
 
@@ -60,6 +61,7 @@ class MLflowBackend:
         quiet_mlflow_logs(target.uri)
         if is_remote(target.uri):
             quick_http_failures()
+        ensure_store(target.uri)  # a new SQLite store is created once, also by runs started together
         self.client = MlflowClient(tracking_uri=target.uri)
         self.uri = target.uri
         run_tags = redact_mapping(tags)  # docs/tracking.md, "Credentials and secrets"
@@ -143,7 +145,7 @@ class MLflowBackend:
         try:
             self.flush()
         finally:
-            self._write({"op": "end", "status": status})
+            self._write({"op": "end", "status": status, "end_time": int(time.time() * 1000)})
         if self._offline and self.spool is not None:
             n = len(self.spool.operations())
             print(f"pgcli: warning: tracking server {strip_credentials(self.uri)} is still unreachable: run "

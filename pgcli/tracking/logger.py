@@ -60,6 +60,8 @@ class RunLogger:
         self.closed = False
         self.skip_through: dict[str, int] = {}
         """key -> last step already stored (resume): points at or before it are dropped, never logged twice."""
+        self.title = ""
+        """The learning curve's title: the run's algo, env id and seed (``trpo on Hopper-v5, seed 1``)."""
 
     @property
     def run_id(self) -> str | None:
@@ -107,7 +109,7 @@ class RunLogger:
         """Write ``metrics.csv`` and ``learning_curve.png`` into the run directory; returns their paths."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
         paths = [write_metrics_csv(self.history, self.output_dir / "metrics.csv")]
-        png = plot_learning_curve(self.history, self.output_dir / "learning_curve.png")
+        png = plot_learning_curve(self.history, self.output_dir / "learning_curve.png", title=self.title)
         if png:
             paths.append(png)
         return paths

@@ -43,21 +43,38 @@ def write_metrics_csv(history: History, path: Path) -> Path:
     return path
 
 
-def plot_learning_curve(history: History, path: Path) -> Path | None:
-    """Write the run's learning curve to ``path`` (None when the run logged nothing it shows) and log which series
-    it drew: a text run's panels (:func:`text_panels`), else the training and evaluation returns."""
-    if any(key in history for key in TEXT_KEYS):
-        return _plot_text(history, path)
-    return _plot_control(history, path)
+def plot_learning_curve(history: History, path: Path, *, title: str = "") -> Path | None:
+    """Write the run's learning curve to ``path`` (None when the run logged nothing it shows), titled ``title`` (the
+    run's algo, env and seed: ``trpo on Hopper-v5, seed 1``), and log which series it drew."""
+    fig = learning_curve_figure(history, title)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
-def _plot_control(history: History, path: Path) -> Path | None:
-    """Training return (rolling mean) and evaluation return (mean +- std) against env steps."""
+def learning_curve_figure(history: History, title: str = "") -> Any:
+    """The learning curve's figure (None when the run logged nothing it shows): a text run's panels
+    (:func:`text_panels`), else the training and evaluation returns; ``title`` on top."""
+    fig, drawn = _plot_text(history) if any(key in history for key in TEXT_KEYS) else _plot_control(history)
+    if fig is not None:
+        if title:
+            fig.suptitle(title)
+            log.info("learning_curve.png title: %s", title)
+        log.info("learning_curve.png: %s", drawn)
+    return fig
+
+
+def _plot_control(history: History) -> tuple[Any, str]:
+    """Training return (rolling mean) and evaluation return (mean +- std) against env steps; and what it drew."""
     train, ev, ev_std = (history.get(k, []) for k in ("rollout/ep_return_mean", "eval/return_mean", "eval/return_std"))
     if not train and not ev:
-        return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+        return None, ""
+    fig, ax = _pyplot().subplots(figsize=(7, 4), dpi=100)
     if train:
         ax.plot(*zip(*train, strict=True), label="train (mean of last 100 episodes)", color="tab:blue", alpha=0.8)
     if ev:
@@ -73,8 +90,7 @@ def _plot_control(history: History, path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     drawn = [k for k, points in (("rollout/ep_return_mean", train), ("eval/return_mean", ev)) if points]
-    log.info("learning_curve.png: x environment steps; episode return: %s", ", ".join(drawn))
-    return _save(plt, fig, path)
+    return fig, f"x environment steps; episode return: {', '.join(drawn)}"
 
 
 def step_unit(history: History) -> str:
@@ -114,12 +130,14 @@ def _label(key: str) -> str:
     return f"{SERIES_LABELS.get(key, key)} ({key})"
 
 
-def _plot_text(history: History, path: Path) -> Path | None:
+def _plot_text(history: History) -> tuple[Any, str]:
+    """A text run's panels (:func:`text_panels`) against its step unit; and what it drew."""
     panels = text_panels(history)
     if not panels:
-        return None
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False, figsize=(7, 1.2 + 2.4 * len(panels)), dpi=100)
+        return None, ""
+    fig, axes = _pyplot().subplots(
+        len(panels), 1, sharex=True, squeeze=False, figsize=(7, 1.2 + 2.4 * len(panels)), dpi=100
+    )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         for key in panel.keys:
             steps, values = zip(*history[key], strict=True)
@@ -133,8 +151,7 @@ def _plot_text(history: History, path: Path) -> Path | None:
         ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel(step_unit(history))
     described = "; ".join(f"{p.ylabel}{' [0, 1]' if p.unit_interval else ''}: {', '.join(p.keys)}" for p in panels)
-    log.info("learning_curve.png: x %s; %s", step_unit(history), described)
-    return _save(plt, fig, path)
+    return fig, f"x {step_unit(history)}; {described}"
 
 
 def _pyplot() -> Any:
@@ -144,10 +161,3 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path

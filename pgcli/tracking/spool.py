@@ -57,6 +57,32 @@ def is_outage(exc: BaseException) -> bool:
     return any(m in text for m in markers)
 
 
+def ended_offline(run_dir: Path, run_id: str) -> Spool | None:
+    """The spool in ``run_dir`` when it holds run ``run_id``'s final status, not yet delivered: the run ended during
+    an outage and shows RUNNING in its store until ``pgcli sync`` (its process is gone, but it is not stale)."""
+    spool = Spool(run_dir / SPOOL_FILE)
+    try:
+        if spool.path.is_file() and spool.header().get("run_id") == run_id and spool.end_status() is not None:
+            return spool
+    except (OSError, ValueError, KeyError):
+        pass  # unreadable: judge the run by its process alone
+    return None
+
+
+def not_spooled(paths: list[Path], run_dir: Path) -> list[Path]:
+    """Those of ``paths`` the spool in ``run_dir`` does not have to deliver any more: all of them without a spool,
+    none when it cannot be read. The spool names files, not copies, so ``checkpoint_keep`` deletes a checkpoint only
+    once it was delivered (docs/tracking.md, "When the tracking server goes away")."""
+    spool = Spool(run_dir / SPOOL_FILE)
+    if not spool.path.is_file():
+        return list(paths)
+    try:
+        waiting = spool.pending_paths()
+    except (OSError, ValueError, KeyError):
+        return []
+    return [path for path in paths if path.resolve() not in waiting]
+
+
 @dataclass
 class Spool:
     """An append-only JSON-lines file of tracking operations for one run.
@@ -92,6 +118,14 @@ class Spool:
         """Every operation after the header, in the order they were made."""
         ops = list(self._lines())
         return [op for op in ops[1:] if op.get("op") != "run"]
+
+    def end_status(self) -> str | None:
+        """The final status the run spooled (its ``end`` operation), or None while it has not ended there."""
+        return next((op["status"] for op in reversed(self.operations()) if op["op"] == "end"), None)
+
+    def pending_paths(self) -> set[Path]:
+        """The local files and folders the spool still has to deliver (artifacts, models), resolved."""
+        return {Path(op["path"]).resolve() for op in self.operations() if op["op"] in ("artifact", "model")}
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -6,15 +6,18 @@ Every reader of stored runs goes through here: ``pgcli runs``, ``pgcli compare``
 moment a client touches a path (a :class:`RunStore` makes its client on first use) and answers a file that is not a
 database with a long SQLAlchemy traceback, so a folder without a store gets one line and nothing created, and a
 corrupt store file gets one line naming it. A command that writes to a store it did not create calls
-:func:`check_writable_store` first, so a read-only store is one line too.
+:func:`check_writable_store` first, so a read-only store is one line too. Every MLflow client pgcli makes on a SQLite
+store is made after :func:`ensure_store`, so a new store is created once even when several processes start together.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +34,7 @@ from pgcli.tracking.client import (
 )
 from pgcli.tracking.uri import (
     MLFLOW_TABLES,
+    SQLITE_PREFIX,
     TrackingSettings,
     file_store_path,
     hide_password,
@@ -73,6 +77,7 @@ class RunStore:
 
         quiet_mlflow_logs(self.uri)
         try:
+            ensure_store(self.uri)
             return MlflowClient(tracking_uri=self.uri)
         except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
             raise PgcliError(f"cannot open the run store {self.uri}: {str(exc).split('. ')[0]}") from None
@@ -209,6 +214,68 @@ def _record(run: Any) -> RunRecord:
         metrics=dict(run.data.metrics),
         end_time=int(run.info.end_time or 0),
     )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a new SQLite store, created once
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def ensure_store(uri: str) -> None:
+    """Create the SQLite store at ``uri`` with MLflow's schema if it is not there yet, once across processes.
+
+    MLflow creates and migrates a new SQLite store in every process that opens it; two or three ``pgcli train``
+    started together on a new store race those migrations, fail, and can leave the store unusable (docs/tracking.md,
+    "Embedded store"). Here the first process builds the store in a temporary file beside it, under an exclusive
+    ``flock`` on ``<store>.lock``, and renames it into place, so the others find a complete store (and a reader never
+    sees half a schema). An existing store (or a file that is no store: MLflow and the preflight answer for it) is
+    left alone without taking the lock, so a read-only store stays readable. Other URIs are not touched: a server or
+    another database creates its own schema.
+    """
+    path = sqlite_path(uri)
+    if path is None or _tables(path := Path(os.path.abspath(path.expanduser()))) != set():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path.with_name(path.name + ".lock")):
+        if _tables(path) != set():  # another process made it while this one waited for the lock
+            return
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            _create_schema(f"{SQLITE_PREFIX}{tmp}")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _tables(path: Path) -> set[str] | None:
+    """The tables of a SQLite file (an empty set for no file, an empty file or an empty database); None when it is
+    not readable as SQLite."""
+    if not path.is_file():
+        return set()
+    try:
+        return sqlite_tables(path)
+    except sqlite3.Error:
+        return None
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (created if needed; it is released when the file is closed, also
+    when the process dies)."""
+    with lock_path.open("a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def _create_schema(uri: str) -> None:
+    """Let MLflow create a store at ``uri`` as its client would (its tables, migrations, default experiment), then
+    close the connections it opened, so the file can be renamed."""
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    quiet_mlflow_logs()
+    store = _get_sqlalchemy_store(uri, None)
+    store.engine.dispose()
+    getattr(type(store), "_engine_map", {}).pop(uri, None)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -17,12 +17,14 @@ from pgcli.errors import ConfigError, PgcliError
 from pgcli.tracking.client import (
     MLFLOW_BATCH_LIMIT,
     PARAM_BATCH_LIMIT,
+    STALE_MARK,
     quick_http_failures,
     quiet_mlflow_logs,
     with_retry,
 )
 from pgcli.tracking.models import save_pyfunc_model
 from pgcli.tracking.spool import SPOOL_FILE, Spool, is_remote, strip_credentials
+from pgcli.tracking.store import ensure_store
 from pgcli.tracking.uri import probe_health
 
 
@@ -72,7 +74,8 @@ def _write_model(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
 
 
 def _write_end(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
-    with_retry(client.set_terminated, run_id, status=op["status"])
+    # end_time: when the run ended, not when its spool was delivered (absent in spools of older pgcli versions)
+    with_retry(client.set_terminated, run_id, status=op["status"], end_time=op.get("end_time"))
 
 
 _WRITERS: dict[str, Callable[[Any, str, Mapping[str, Any]], None]] = {
@@ -120,6 +123,24 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
             raise PgcliError(f"tracking server {strip_credentials(target)} is unreachable; nothing was delivered "
                              f"(the {len(ops)} writes stay in {spool.path})")  # fmt: skip
     quiet_mlflow_logs()
-    status = next((op["status"] for op in reversed(ops) if op["op"] == "end"), None)
-    n = deliver_spool(MlflowClient(tracking_uri=target), spool)
+    ensure_store(target)
+    status = spool.end_status()
+    client = MlflowClient(tracking_uri=target)
+    if status is not None:
+        _clear_stale_mark(client, header["run_id"])
+    n = deliver_spool(client, spool)
     return header["run_id"], n, status
+
+
+def _clear_stale_mark(client: Any, run_id: str) -> None:
+    """A run that ended during an outage shows RUNNING until its spool is delivered; ``pgcli runs --stale`` of an
+    older pgcli (or one that could not see the run directory) may have ended it KILLED meanwhile. Its spooled end is
+    the true one (delivered last), so the mark's ``error`` tag goes; a FAILED run's spool sets its own."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = with_retry(client.get_run, run_id)
+    except MlflowException:
+        return  # no such run: delivering says so
+    if run.data.tags.get("error", "").startswith(STALE_MARK):
+        with_retry(client.delete_tag, run_id, "error")

@@ -23,6 +23,9 @@ MLFLOW_TABLES = frozenset({"experiments", "runs", "alembic_version"})
 """Tables every MLflow SQL store has (created by its alembic migrations; alembic_version: its schema version)."""
 TRACKING_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 """MLflow's built-in tracking-store schemes (mlflow.tracking._tracking_service.utils); plugins add theirs."""
+FILE_STORE_OPT_IN = "MLFLOW_ALLOW_FILE_STORE"
+"""MLflow refuses its file store (a folder: ``./mlruns``, ``file:///...``) unless this environment variable is true
+(mlflow.store.tracking.file_store: the folder store is in maintenance mode)."""
 
 
 class TrackingSettings(Protocol):
@@ -80,6 +83,19 @@ def supported_schemes() -> tuple[str, ...]:
     """MLflow's tracking schemes plus those of installed tracking-store plugins (entry point mlflow.tracking_store)."""
     plugins = tuple(ep.name for ep in entry_points(group="mlflow.tracking_store"))
     return TRACKING_SCHEMES + tuple(p for p in plugins if p not in TRACKING_SCHEMES)
+
+
+def suggest_scheme(scheme: str) -> str | None:
+    """The supported scheme ``scheme`` is most likely a typo of (``htp`` -> ``http``), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(scheme.lower(), supported_schemes(), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def file_store_allowed() -> bool:
+    """Whether the user opted in to MLflow's folder store (``MLFLOW_ALLOW_FILE_STORE``, read as MLflow reads it)."""
+    return os.environ.get(FILE_STORE_OPT_IN, "").strip().lower() in ("true", "1")
 
 
 # --------------------------------------------------------------------------------------------------------------------

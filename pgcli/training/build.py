@@ -283,7 +283,7 @@ def new_run(
     is created, or re-opened for ``resume``, when the ``with`` block starts."""
     from pgcli.training.run import Run
 
-    return Run(
+    run = Run(
         ctx.output_dir,
         lambda run_id: open_backend(cfg, ctx, tags, run_id),
         params=config_params(cfg, ctx),
@@ -291,6 +291,8 @@ def new_run(
         log_model=cfg.tracking.log_model,
         describe_model=describe_model,
     )
+    run.logger.title = f"{ctx.algo_name} on {cfg.env.id}, seed {cfg.seed}"  # learning_curve.png's title
+    return run
 
 
 def monitor_schedule(cfg: TrainConfig) -> Schedule:
@@ -452,6 +454,7 @@ def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> t
     run.start(trainer, monitor)
     monitor.begin(trainer)
     steps = trainer.learn(total_steps, monitor)
+    run.finishing()  # a stop signal in the final evaluation ends the run KILLED, as one during training does
     final = monitor.finish(steps, trainer)
     run.save_model(trainer)
     return steps, final

@@ -82,7 +82,10 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
                 "(start a new run with pgcli train instead)"
             )
     tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]
-    run = LoggedRun.locate(source, store=lambda: store_for(tracking), wording=FROM_RUN)
+    # tracking=off turns off the new run's logging, not the lookup: a run id is found in the store the other tracking
+    # overrides (or the defaults) name (docs/evaluation.md, "pgcli train --from-run")
+    lookup = [o for o in tracking if o.lstrip("+~") not in ("tracking=off", "tracking.backend=off")]
+    run = LoggedRun.locate(source, store=lambda: store_for(lookup), wording=FROM_RUN)
     with run.hydra_dir() as found:
         if found is None and run.record is None:
             raise ConfigError(f"{source} is not a run directory (no .hydra/config.yaml and hydra.yaml)")

@@ -114,4 +114,4 @@ def store_plan(cfg: TrainConfig, run_dir: Path, output_key: str) -> StorePlan:
     if cfg.tracking.backend != "mlflow":
         return StorePlan(None, None, run_dir, output_key)
     target = resolve_tracking_target(cfg.tracking)
-    return StorePlan(target.uri, target.artifact_root, run_dir, output_key)
+    return StorePlan(target.uri, target.artifact_root, run_dir, output_key, experiment=cfg.experiment)

@@ -40,6 +40,7 @@ from pgcli.algo.base import Agent, EvalResult
 from pgcli.envs.episodes import finished_episodes
 from pgcli.errors import DivergenceError, PgcliError
 from pgcli.tracking.logger import MetricLogger
+from pgcli.tracking.spool import not_spooled
 from pgcli.training.evaluation import Evaluator, EvaluatorLike
 from pgcli.training.run import StopRequest
 
@@ -459,7 +460,9 @@ class TrainingMonitor:
     def _advance_bar(self, step: int, sps: float | None) -> None:
         if self._bar is None:
             return
-        self._bar.update(max(0, min(step, self.schedule.total_steps) - self._bar.n))
+        if step > self._bar.total:  # the last update ends past total_steps (whole rollouts or episodes): show them
+            self._bar.total = step
+        self._bar.update(max(0, step - self._bar.n))
         postfix = {}
         if sps is not None:
             postfix["sps"] = f"{sps:,.0f}"
@@ -479,7 +482,7 @@ def checkpoint_step(path: Path) -> int | None:
 def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step_<n>`` checkpoints, and temporary directories a crash left behind."""
     steps = sorted((step, p) for p in checkpoint_dir.iterdir() if (step := checkpoint_step(p)) is not None)
-    for _, path in steps[:-keep]:
+    for path in not_spooled([path for _, path in steps[:-keep]], checkpoint_dir.parent):  # kept until delivered
         rmtree(path, ignore_errors=True)
     for leftover in [*checkpoint_dir.glob(".step_*.tmp-*"), *checkpoint_dir.glob(".step_*.staged")]:
         rmtree(leftover, ignore_errors=True)

@@ -4,10 +4,11 @@
 Config validation (:mod:`pgcli.config`) decides whether the *values* are right; this module decides whether the
 *places* they name can be used: the tracking store (a URI scheme MLflow supports, a server that answers within
 :data:`SERVER_TIMEOUT_S`, a SQLite file that is an MLflow store or empty, a directory that can be written with some
-free space) and the run or sweep directory. Each failure is one line naming the thing and the fix:
+free space), the experiment name MLflow stores and files artifacts under, and the run or sweep directory. Each failure
+is one line naming the thing and the fix:
 
 - :class:`~pgcli.errors.ConfigError` (exit 2) when what was typed is wrong on its own: a malformed URI, an unsupported
-  scheme;
+  scheme, a folder store MLflow refuses, an experiment name MLflow refuses or that leaves the artifact root;
 - :class:`~pgcli.errors.PgcliError` (exit 1) for a fault of the environment: a server that does not answer, a file
   that is not an MLflow store, a directory that cannot be written or is full.
 
@@ -32,12 +33,16 @@ from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError, PgcliError
 from pgcli.redact import redact_text
 from pgcli.tracking.uri import (
+    FILE_STORE_OPT_IN,
     MLFLOW_TABLES,
     SQLITE_PREFIX,
+    file_store_allowed,
+    file_store_path,
     probe_health,
     resolve_tracking_target,
     sqlite_path,
     sqlite_tables,
+    suggest_scheme,
     supported_schemes,
 )
 
@@ -46,6 +51,9 @@ SERVER_TIMEOUT_S = 10.0
 MIN_FREE_BYTES = 16 * 1024 * 1024
 """Free space a store or run directory needs: a short run writes a few MB (metrics, model, plot, checkpoints)."""
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_FORM = "a SQLite store is sqlite:///<relative path> or sqlite:////<absolute path>"
+MAX_EXPERIMENT_NAME_LENGTH = 500
+"""MLflow refuses longer experiment names (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class StorePlan:
     artifact_root: str | None
     output_dir: Path
     output_key: str = "hydra.run.dir"
+    experiment: str | None = None
+    """The ``experiment`` the run was given (None: the env's name, always a valid one)."""
 
 
 def check_train_environment(plan: StorePlan) -> None:
@@ -63,6 +73,8 @@ def check_train_environment(plan: StorePlan) -> None:
     check_writable_dir(plan.output_dir, what=plan.output_key)
     if plan.tracking_uri is not None:
         check_tracking_uri(plan.tracking_uri)
+        if plan.experiment:
+            check_experiment_name(plan.experiment)
     if plan.artifact_root and plan.artifact_root.startswith("file:"):
         root = Path(urllib.request.url2pathname(urllib.parse.urlparse(plan.artifact_root).path))
         check_writable_dir(root, what="the MLflow artifact directory")
@@ -73,33 +85,68 @@ def check_train_environment(plan: StorePlan) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_tracking_uri(uri: str) -> None:
-    """A URI MLflow can track to and that answers: raise ConfigError (malformed) or PgcliError (unusable)."""
+def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
+    """A URI MLflow can track to and that answers: raise ConfigError (malformed) or PgcliError (unusable).
+
+    ``reach=False`` leaves out asking a server whether it answers (``pgcli sync`` says that in its own words).
+    """
     shown = redact_text(uri)
     if "://" not in uri:
-        if ":" in uri.split("/", 1)[0] and len(uri.split(":", 1)[0]) > 1:  # 'http:host', 'sqlite:x.db'
-            raise ConfigError(f"tracking.uri {shown!r} is malformed: expected <scheme>://..., e.g. http://host:5000")
-        check_writable_dir(Path(uri).expanduser(), what="the MLflow file store")  # a plain path: MLflow's file store
+        scheme = uri.split(":", 1)[0] if ":" in uri.split("/", 1)[0] else ""
+        if len(scheme) > 1:  # 'http:host', 'sqlite:/x.db' (one letter is a Windows drive)
+            example = SQLITE_FORM if scheme.lower() == "sqlite" else "expected <scheme>://..., e.g. http://host:5000"
+            raise ConfigError(f"tracking.uri {shown!r} is malformed: {example}")
+        check_file_store(uri)  # a plain path: MLflow's file store
         return
     scheme = uri.split("://", 1)[0].lower()
     base = scheme.split("+", 1)[0]  # postgresql+psycopg2://
     schemes = supported_schemes()
     if base not in schemes:
+        typo = suggest_scheme(base)
+        hint = f"did you mean {typo}://?; " if typo else ""
         raise ConfigError(
-            f"tracking.uri {shown!r}: MLflow cannot track to scheme '{scheme}' (supported: {', '.join(schemes)}); "
-            "e.g. http://127.0.0.1:5000 or sqlite:///outputs/mlflow.db"
+            f"tracking.uri {shown!r}: MLflow cannot track to scheme '{scheme}' ({hint}supported: "
+            f"{', '.join(schemes)}); e.g. http://127.0.0.1:5000 or sqlite:///outputs/mlflow.db"
         )
     if base in ("http", "https"):
-        check_server(uri)
+        check_server(uri, reach=reach)
     elif base == "sqlite":
         check_sqlite_store(uri)
     elif base == "file":
-        path = urllib.request.url2pathname(urllib.parse.urlparse(uri).path)
-        check_writable_dir(Path(path), what="the MLflow file store")
+        check_file_store(uri)
 
 
-def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
-    """The tracking server at ``uri`` answers an HTTP request within ``timeout_s`` (any HTTP status counts)."""
+def check_file_store(uri: str) -> None:
+    """A folder store (a plain path or ``file:``): refused unless the user opted in as MLflow asks, since MLflow
+    itself refuses it -- after pgcli had made the run directory (docs/tracking.md, "Checked before a run starts")."""
+    folder = file_store_path(uri)
+    assert folder is not None  # a plain path or file: URI, by the caller
+    if not file_store_allowed():
+        typed = os.path.normpath(urllib.request.url2pathname(urllib.parse.urlsplit(uri).path) if "://" in uri else uri)
+        raise ConfigError(
+            f"tracking.uri {redact_text(uri)!r} is a folder (MLflow's file store, which MLflow refuses unless "
+            f"{FILE_STORE_OPT_IN}=true): use e.g. tracking.uri=sqlite:///{typed}/mlflow.db or a tracking server "
+            "(http://host:5000); mlflow migrate-filestore moves an existing folder store"
+        )
+    check_writable_dir(folder.expanduser(), what="the MLflow file store")
+
+
+def check_experiment_name(name: str) -> None:
+    """A name MLflow accepts, whose artifact folder (``<artifact root>/<name>``) stays inside the artifact root."""
+    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
+        raise ConfigError(
+            f"experiment must be at most {MAX_EXPERIMENT_NAME_LENGTH} characters (MLflow's limit; got {len(name)})"
+        )
+    if ".." in name.replace("\\", "/").split("/"):
+        raise ConfigError(
+            f"experiment {name!r} must not contain '..' (its artifacts go to <artifact root>/<experiment>, and '..' "
+            "would put them outside it); e.g. experiment=hopper-ablation or team/hopper"
+        )
+
+
+def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S, *, reach: bool = True) -> None:
+    """The tracking server at ``uri`` answers an HTTP request within ``timeout_s`` (any HTTP status counts);
+    with ``reach=False`` only that the URI names a host and a port."""
     shown = redact_text(uri)
     try:
         parts = urllib.parse.urlsplit(uri)
@@ -108,6 +155,8 @@ def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
         raise ConfigError(f"tracking.uri {shown!r} is malformed ({exc}); e.g. http://127.0.0.1:5000") from None
     if not parts.hostname:
         raise ConfigError(f"tracking.uri {shown!r} has no host; e.g. http://127.0.0.1:5000")
+    if not reach:
+        return
     health = probe_health(uri, timeout_s)
     if health.status is not None:
         return  # it answered (401 behind an auth proxy, 404 on an older server): reachable
@@ -130,10 +179,7 @@ def check_sqlite_store(uri: str) -> None:
     """
     # sqlite:// is SQLAlchemy's in-memory database; anything else but sqlite:///<path> is a typo
     if not uri.lower().startswith(SQLITE_PREFIX) and uri.lower().rstrip("/") != "sqlite:":
-        raise ConfigError(
-            f"tracking.uri {redact_text(uri)!r} is malformed: a SQLite store is sqlite:///<relative path> or "
-            "sqlite:////<absolute path>"
-        )
+        raise ConfigError(f"tracking.uri {redact_text(uri)!r} is malformed: {SQLITE_FORM}")
     path = sqlite_path(uri)
     if path is None:
         return
@@ -238,4 +284,7 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
     if tracking.backend != "mlflow":
         return StorePlan(None, None, Path(str(output)), key)
     target = resolve_tracking_target(tracking)
-    return StorePlan(target.uri, target.artifact_root, Path(str(output)), key)
+    experiment = cfg.get("experiment")
+    return StorePlan(
+        target.uri, target.artifact_root, Path(str(output)), key, None if experiment is None else str(experiment)
+    )

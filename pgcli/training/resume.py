@@ -21,10 +21,11 @@ from pgcli.config.labels import applied_preset, env_label
 from pgcli.errors import ConfigError
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
-from pgcli.training.run import RUN_FILE, ResumePoint, latest_checkpoint, process_alive
+from pgcli.training.owner import check_one_writer, claim_run, release_run
+from pgcli.training.run import RUN_FILE, ResumePoint, latest_checkpoint
 
 if TYPE_CHECKING:
-    from pgcli.tracking.store import RunRecord, RunStore
+    from pgcli.tracking.store import RunStore
 
 RESUME_OVERRIDES = ("total_steps", "progress", "checkpoint_every", "checkpoint_keep", "hardware.torch_threads",
                     "tracking.flush_every_s")  # fmt: skip
@@ -146,10 +147,11 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
         raise ConfigError(
             f"resume: the run directory of {target} is not on this machine: {run.record.tags['output_dir']}"
         )
-    if run.record is not None:
-        _refuse_running(run.record)
     assert run.run_dir is not None
-    return replace(run, run_dir=run.run_dir.resolve())
+    run_dir = run.run_dir.resolve()
+    # one writer per run (docs/runs.md): not while a live process writes it, here or on another host
+    check_one_writer(run_dir, f"resume: run {run.run_id or run_dir}", run.record)
+    return replace(run, run_dir=run_dir)
 
 
 def _with_own_record(run: LoggedRun) -> LoggedRun:
@@ -165,17 +167,6 @@ def _with_own_record(run: LoggedRun) -> LoggedRun:
     if record is None:
         raise ConfigError(f"resume: run {run_id} of {run.run_dir} is not in its store {uri}")
     return replace(run, record=record, store=store)
-
-
-def _refuse_running(record: RunRecord) -> None:
-    """A RUNNING run whose process is alive on this host cannot be resumed; a stale one (SIGKILL) can."""
-    import socket
-
-    if record.status != "RUNNING":
-        return
-    pid, host = record.tags.get("pid", ""), record.tags.get("hostname")
-    if pid.isdigit() and host == socket.gethostname() and process_alive(int(pid), record.tags.get("pid_start", "")):
-        raise ConfigError(f"resume: run {record.run_id} is still running (pid {pid}); stop it first")
 
 
 def _open_store(uri: str) -> RunStore:
@@ -219,8 +210,13 @@ def resume_command(args: list[str]) -> int:
         parent_run_id=plan.parent_run_id,
         extra_tags=resume_tags(plan),
     )
-    print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
-          f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip
-    summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)
+    # claimed before the first line: a second resume of the run started at the same time is refused in one line
+    claim_run(plan.output_dir, f"resume: run {plan.point.run_id or plan.output_dir}")
+    try:
+        print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
+              f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip
+        summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)
+    finally:
+        release_run(plan.output_dir)
     print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=plan.cfg.seed)
     return 0

@@ -2,12 +2,14 @@
 
 :class:`Run` is the context manager around one training job (``pgcli.training.build.train``):
 
-- on entry it creates the MLflow run (or, when resuming, nothing yet: :meth:`Run.start` re-opens the old run only
-  once its checkpoint has loaded, so a bad checkpoint changes nothing in the store) and records who runs it
-  (``pid``, ``hostname``, ``pid_start`` tags and ``<run dir>/run.json``);
+- on entry it claims the run directory for this process (``<run dir>/.owner``, :func:`pgcli.training.owner.claim_run`:
+  one writer per run, released when the run ends), then creates the MLflow run (or, when resuming, nothing yet:
+  :meth:`Run.start` re-opens the old run only once its checkpoint has loaded, so a bad checkpoint changes nothing in
+  the store) and records who runs it (``pid``, ``hostname``, ``pid_start`` tags and ``<run dir>/run.json``);
 - SIGINT, SIGTERM and SIGHUP end the run KILLED. During training the first one asks for a clean stop: the monitor
   finishes the current update, saves a checkpoint, and the run saves its model before it ends; a second signal (or
-  one outside training) stops at once;
+  one outside training) stops at once. Once training is done (:meth:`Run.finishing`: the final evaluation) a signal
+  stops at once and the model, complete, is still saved;
 - on exit the final status is decided here and nowhere else (:func:`final_status`): an interrupt is KILLED, an
   exception FAILED (with an ``error`` tag), otherwise FINISHED, unless some metric or report could not be written:
   then FAILED, with the reason in the ``error`` tag and the missing pieces listed in ``run.json``.
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
 from pgcli.tracking.spool import strip_credentials
+from pgcli.training.owner import claim_run, process_alive, process_tags, release_run
 
 if TYPE_CHECKING:
     from pgcli.algo.base import Learner
@@ -150,33 +153,8 @@ def _say(line: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Who runs a run: pid, host, process start time (so a reused pid is not mistaken for the run's process)
+# Stale runs: RUNNING in the store, their process gone (pgcli.training.owner says who runs a run)
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def process_start_time(pid: int) -> str:
-    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``); '' where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]  # field 22; the command name in (...) may contain spaces
-
-
-def process_tags() -> dict[str, str]:
-    pid = os.getpid()
-    return {"pid": str(pid), "hostname": socket.gethostname(), "pid_start": process_start_time(pid)}
-
-
-def process_alive(pid: int, start: str = "") -> bool:
-    """Whether process ``pid`` (started at ``start``, when known) still runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        pass
-    return not start or process_start_time(pid) in ("", start)
 
 
 def stale_reason(record: RunRecord, host: str | None = None) -> str | None:
@@ -323,6 +301,7 @@ class Run:
         self.logger: RunLogger = RunLogger(output_dir)
         """What the trainer and monitor log through; its MLflow backend is attached when the run opens."""
         self._opened = False
+        self._claimed = False
         self.stop = StopRequest()
         self.trainer: Learner | None = None
         self.monitor: RunMonitor | None = None
@@ -333,7 +312,9 @@ class Run:
     def __enter__(self) -> Run:
         self._signals.enter_context(stop_signals(self.stop))
         try:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
+            # one writer per run (docs/runs.md): claimed before anything is written, released when the run ends
+            claim_run(self.output_dir, f"the run in {self.output_dir}")
+            self._claimed = True
             if self.resume is None:
                 # A new run exists before the env and trainer are built, so a job whose env fails at make time (one
                 # bad job of a sweep) still leaves a FAILED run that says why (docs/sweeps.md, "Failure isolation").
@@ -343,8 +324,11 @@ class Run:
                 if hydra_dir.is_dir():  # logged now, so a killed run keeps its config too
                     self.logger.log_artifact(hydra_dir, "hydra")
         except BaseException as exc:
-            self._end(exc)
-            self._signals.close()
+            try:
+                self._end(exc)
+            finally:
+                self._release()
+                self._signals.close()
             raise
         return self
 
@@ -370,6 +354,13 @@ class Run:
             monitor.load_state(checkpoint, self.resume.step)
             self._open(self.resume.run_id)
         self.stop.armed = True
+
+    def finishing(self) -> None:
+        """Training is done: from here (the final evaluation, the model, the reports) a stop signal stops at once,
+        since there is no update left to wait for; the agent is whole, so the model is still saved on the way out, and
+        the run ends KILLED with 128 + the signal's number (docs/runs.md, "Signals: a clean stop")."""
+        self.stop.armed = False
+        self.stop.clean = True
 
     def save_model(self, trainer: Learner) -> Path:
         """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as MLflow Models."""
@@ -400,7 +391,13 @@ class Run:
                 try:
                     self._end(exc)
                 finally:
+                    self._release()
                     self._signals.close()
+
+    def _release(self) -> None:
+        if self._claimed:
+            self._claimed = False
+            release_run(self.output_dir)
 
     def _open(self, run_id: str | None) -> None:
         self.logger.backend = self._open_backend(run_id)

@@ -104,6 +104,16 @@ CONFIG_CASES: list[tuple[str, str]] = [
     ("tracking.uri=http://127.0.0.1:notaport", "is malformed"),
     ("tracking.uri=sqlite://relative.db", "a SQLite store is sqlite:///<relative path>"),
     ("tracking.uri=http:127.0.0.1:5000", "is malformed: expected <scheme>://"),
+    ("tracking.uri=sqlite:/x.db", "is malformed: a SQLite store is sqlite:///<relative path>"),
+    ("tracking.uri=htp://127.0.0.1:5000", "scheme 'htp' (did you mean http://?"),
+    # a folder is MLflow's file store, which MLflow 3 refuses (after pgcli made the run directory)
+    ("tracking.uri=./mlruns", "tracking.uri './mlruns' is a folder (MLflow's file store"),
+    ("tracking.uri=mlruns", "use e.g. tracking.uri=sqlite:///mlruns/mlflow.db"),
+    ("tracking.uri=file:///tmp/pgcli-no-such-store", "is a folder (MLflow's file store"),
+    # experiment names MLflow refuses, or whose artifacts would land outside the artifact root
+    (f"experiment={'x' * 501}", "experiment must be at most 500 characters (MLflow's limit; got 501)"),
+    ("experiment=../../x", "experiment '../../x' must not contain '..'"),
+    ("experiment=a/../../x", "must not contain '..'"),
     ("-m seed=0,1 env.n_envs=8,0", "env.n_envs must be >= 1"),
     ("seed=0,1 -m env.n_envs=8,0", "env.n_envs must be >= 1"),  # a flag after the overrides is still a flag
     # Hydra's flags: an unknown one, or a bad value, is one line (not Hydra's whole usage)
@@ -122,7 +132,9 @@ def one_error_line(err: str, out: str, fragment: str) -> None:
     assert out == ""
 
 
-@pytest.mark.parametrize(("args", "fragment"), CONFIG_CASES, ids=[a for a, _ in CONFIG_CASES])
+@pytest.mark.parametrize(
+    ("args", "fragment"), CONFIG_CASES, ids=[a if len(a) < 80 else f"{a[:40]}..." for a, _ in CONFIG_CASES]
+)
 def test_bad_input_exits_2_with_one_line_and_creates_nothing(
     args: str, fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
@@ -324,6 +336,11 @@ FAULTS = [
     Fault("non-finite (subprocess)", lambda p: ["algo=trpo", "algo.cg_damping=nan"], 2, "must be a finite number"),
     Fault("SB3 constraint (subprocess)", lambda p: ["algo.batch_size=1"], 2, "algo.batch_size must be > 1"),
     Fault("bad scheme (subprocess)", lambda p: ["tracking.uri=mongodb://127.0.0.1/x"], 2, "scheme 'mongodb'"),
+    Fault(
+        "file store (subprocess)", lambda p: [f"tracking.uri={p.root}/mlruns"], 2, "is a folder (MLflow's file store"
+    ),
+    Fault("experiment escapes (subprocess)", lambda p: ["experiment=../../x"], 2, "must not contain '..'"),
+    Fault("experiment too long (subprocess)", lambda p: [f"experiment={'x' * 501}"], 2, "at most 500 characters"),
 ]
 
 
@@ -463,3 +480,79 @@ def test_a_read_only_store_can_still_be_read(readonly_store: tuple[Path, str], t
     proc = run_pgcli(["runs", "--stale", "--dry-run", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "crashed" in proc.stdout and "would mark 1 stale run(s) KILLED" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# pgcli sync --uri: the URI checks of pgcli train, before anything is delivered
+# --------------------------------------------------------------------------------------------------------------------
+
+SYNC_CASES = [
+    ("./mlruns", 2, "is a folder (MLflow's file store"),
+    ("sqlite:/x.db", 2, "a SQLite store is sqlite:///<relative path>"),
+    ("htp://127.0.0.1:5000", 2, "did you mean http://?"),
+    ("sqlite:///{root}/other_app.db", 1, "another application's SQLite database (tables: invoices)"),
+]
+
+
+@pytest.mark.parametrize(("uri", "code", "fragment"), SYNC_CASES, ids=[u for u, _, _ in SYNC_CASES])
+def test_sync_checks_its_uri_before_delivering(
+    uri: str, code: int, fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    from pgcli.tracking.spool import SPOOL_FILE, Spool
+
+    root = tmp_path / "files"
+    root.mkdir()
+    con = sqlite3.connect(root / "other_app.db")
+    con.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    con.commit()
+    con.close()
+    spool = Spool(root / "run" / SPOOL_FILE)
+    spool.start("0123456789abcdef0123456789abcdef", "http://127.0.0.1:5000")
+    spool.append({"op": "metrics", "metrics": [["loss", 1.0, 0, 0]]})
+    before = snapshot(root)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["sync", str(root / "run"), "--uri", uri.format(root=root)]) == code
+    captured = capsys.readouterr()
+    one_error_line(captured.err, captured.out, fragment)
+    assert snapshot(root) == before and list(work.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# pgcli eval --video where MuJoCo cannot render: one line naming MUJOCO_GL and the fix
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hopper_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny TRPO run on Hopper-v5 (MuJoCo), tracking off: its run directory."""
+    work = tmp_path_factory.mktemp("hopper")
+    proc = run_pgcli(["train", "algo=trpo", "env=hopper", "total_steps=256", "algo.n_steps=64", "env.n_envs=4",
+                      "algo.batch_size=64", "env.max_episode_steps=20", "eval.every=0", "eval.episodes=1",
+                      "tracking=off", "progress=false"], cwd=work, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (model,) = (work / "outputs" / "runs").rglob("model")
+    return model.parent
+
+
+def osmesa_missing() -> str:
+    import ctypes.util
+
+    return "" if ctypes.util.find_library("OSMesa") is None else "libOSMesa is installed here: osmesa renders"
+
+
+@pytest.mark.parametrize(
+    ("gl", "fragment", "skip"),
+    [
+        ("bogus", "(MUJOCO_GL=bogus): set MUJOCO_GL to one of egl (libegl1", ""),
+        ("osmesa", "(MUJOCO_GL=osmesa): its GL library did not load (", osmesa_missing()),
+    ],
+)
+def test_eval_video_without_a_gl_backend_names_mujoco_gl(hopper_run_dir: Path, gl: str, fragment: str, skip: str):
+    if skip:
+        pytest.skip(skip)
+    proc = run_pgcli(["eval", str(hopper_run_dir), "--video", "--no-log"], cwd=hopper_run_dir, MUJOCO_GL=gl)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    one_error_line(proc.stderr, proc.stdout, fragment)
+    assert "or glfw (libglfw3 and a display)" in proc.stderr

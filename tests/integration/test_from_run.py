@@ -86,6 +86,20 @@ def test_from_run_as_a_sweep_over_seeds(source):
     assert histories(store, children[0].info.run_id) != histories(store, children[1].info.run_id)  # seeds differ
 
 
+def test_from_run_id_with_tracking_off_finds_the_run_and_logs_nothing(source, tmp_path: Path):
+    """docs/evaluation.md: ``tracking=off`` replaces the logged tracking section; the run id is still looked up in the
+    store it names (here tracking.uri), and the re-run writes its metrics.csv only."""
+    store, _, run = source
+    n_runs = len(store.client().search_runs([run.info.experiment_id]))
+    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "tracking=off",
+                      "total_steps=256", "eval.every=0", "progress=false"], cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(store.client().search_runs([run.info.experiment_id])) == n_runs  # nothing logged
+    (csv,) = (tmp_path / "outputs" / "runs").rglob("metrics.csv")
+    assert "rollout/ep_return" in csv.read_text()
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

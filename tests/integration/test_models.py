@@ -76,6 +76,29 @@ def test_pyfunc_model_maps_raw_observations_to_env_actions(runs, case, env_id, a
     assert replayed == pytest.approx(last(store, run.info.run_id, "eval/return_mean"), rel=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("case", "n_obs", "action_shape", "dtype"),
+    [("ppo-cartpole", 4, (), np.int64), ("trpo-pendulum", 3, (1,), np.float32)],
+)
+def test_pyfunc_model_refuses_non_finite_observations_and_takes_an_empty_batch(runs, case, n_obs, action_shape, dtype):
+    import mlflow
+
+    store, run = runs[case]
+    mlflow.set_tracking_uri(store.uri)
+    model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    obs = np.zeros((5, n_obs))
+    obs[1, 0], obs[3, -1] = np.nan, -np.inf
+    for batch in (obs, pd.DataFrame(obs), obs.tolist()):
+        with pytest.raises(ValueError, match=r"^observations must be finite: rows 1, 3 hold NaN or inf") as info:
+            model.predict(batch)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="observations must be finite: the observation holds NaN or inf"):
+        model.predict(obs[1])  # a single observation
+    for empty in (np.empty((0, n_obs)), pd.DataFrame(np.empty((0, n_obs))), []):
+        actions = model.predict(empty)
+        assert actions.shape == (0, *action_shape) and actions.dtype == dtype
+
+
 def test_registered_model_loads_by_name(runs):
     import mlflow
 

@@ -87,6 +87,36 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
     assert_never_running(store)
 
 
+def test_sigterm_during_the_final_evaluation_ends_the_run_killed(store: Store, workdir: Path):
+    # training is done (its last update saved step_256), then the final evaluation plays many episodes: a `kill` there
+    # stops it like one during training, KILLED with exit 143, not swallowed into a FINISHED run with exit 0
+    import time
+
+    run_dir, stderr = workdir / "run", workdir / "stderr.txt"
+    args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "algo.n_steps=64", "env.n_envs=2",
+            "algo.batch_size=64", "total_steps=256", "checkpoint_every=256", "eval.every=0", "eval.episodes=100000",
+            f"tracking.uri={store.uri}", "progress=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    try:
+        wait_until(lambda: (run_dir / "checkpoints" / "step_256" / "monitor.json").is_file(), "the last update",
+                   timeout=180, proc=proc, stderr=stderr)  # fmt: skip
+        time.sleep(1.0)  # past the checkpoint's upload: the final evaluation (100,000 episodes) runs now
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err_text = stderr.read_text()
+    assert returncode == 143, err_text[-3000:]
+    assert "Traceback" not in err_text and err_text.splitlines()[-1].startswith("pgcli: interrupted")
+    (run,) = store.runs("cartpole")
+    assert run.info.status == "KILLED"
+    assert (run_dir / "model").is_dir()  # training was complete: its agent is saved
+    assert "eval/return_mean" not in run.data.metrics  # the final evaluation was abandoned
+    assert not (run_dir / ".owner").exists()
+
+
 def documented_run_dir(without: set[str]) -> list[str]:
     """The names docs/runs.md's `ls -A` of an interrupted run lists (``without`` those this test does not make:
     ``best_model`` needs an evaluation)."""

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from pgcli.tracking.backend import MLflowBackend
+from pgcli.tracking.spool import SPOOL_FILE, Spool
 from pgcli.tracking.uri import TrackingTarget
-from pgcli.training.run import process_start_time
+from pgcli.training.owner import process_start_time
 from tests.conftest import Store, run_pgcli
 
 
@@ -64,3 +65,32 @@ def test_runs_without_a_store_is_one_line_and_creates_nothing(workdir: Path):
         "first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
     ]
     assert not (workdir / "outputs").exists()
+
+
+def test_a_run_that_ended_offline_is_not_stale_and_sync_delivers_its_end(migrated_store: Store, workdir: Path):
+    """A run that ended while its tracking server was down shows RUNNING with its process gone; its end waits in the
+    run directory's spool (docs/tracking.md, "When the tracking server goes away"), so it is not stale."""
+    store, host = migrated_store, socket.gethostname()
+    run_dir = workdir / "outputs" / "runs" / "offline"
+    run_id = running_run(store, "offline", {"pid": str(gone_pid()), "hostname": host, "output_dir": str(run_dir)})
+    spool = Spool(run_dir / SPOOL_FILE)
+    spool.start(run_id, store.uri)  # a spool written against a server names it; sync delivers to any store
+    spool.append({"op": "metrics", "metrics": [["rollout/ep_return", 9.0, 1_000, 64]]})
+    spool.append({"op": "end", "status": "FINISHED", "end_time": 2_000})
+
+    proc = run_pgcli(["runs", "--stale", f"tracking.uri={store.uri}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and f"`pgcli sync {run_dir}` delivers it" in proc.stderr
+    assert "marked 0 stale run(s) KILLED; 1 that ended offline left for pgcli sync" in proc.stderr
+    assert store.client().get_run(run_id).info.status == "RUNNING"
+
+    # a mark made anyway (an older pgcli, a run directory it could not see) is undone by delivering the spool
+    backend = MLflowBackend(TrackingTarget(store.uri, None), experiment="cartpole", run_name="x", tags={},
+                            run_id=run_id)  # fmt: skip
+    backend.set_tags({"error": "marked KILLED by pgcli runs --stale: process 1 is gone"})
+    backend.end("KILLED")
+    sync = run_pgcli(["sync", str(run_dir)], cwd=workdir)
+    assert sync.returncode == 0, sync.stderr
+    assert sync.stdout.strip() == f"pgcli: delivered 2 writes to run {run_id}; run ended FINISHED"
+    run = store.client().get_run(run_id)
+    assert (run.info.status, run.info.end_time, "error" in run.data.tags) == ("FINISHED", 2_000, False)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pgcli.tracking.spool import SPOOL_FILE, Spool
 from tests.conftest import Store, cli_env, run_pgcli, wait_until
 
 
@@ -137,7 +138,7 @@ def test_server_dies_mid_run_and_comes_back(server: Server, workdir: Path, tmp_p
 
 def test_server_down_at_the_end_then_pgcli_sync(server: Server, workdir: Path, tmp_path: Path) -> None:
     stderr = tmp_path / "train.stderr"
-    proc = start_training(server, workdir, stderr, "total_steps=12000")
+    proc = start_training(server, workdir, stderr, "total_steps=12000", "checkpoint_every=2000", "checkpoint_keep=1")
     try:
         run = wait_until(
             lambda: (r := the_run(server.store)) is not None and r.data.metrics and r,
@@ -160,7 +161,16 @@ def test_server_down_at_the_end_then_pgcli_sync(server: Server, workdir: Path, t
     down = run_pgcli(["sync", str(run_dir)], cwd=workdir)
     assert down.returncode == 1 and down.stderr.count("\n") == 1 and "unreachable" in down.stderr, down.stderr
 
+    # checkpoint_keep=1 keeps every checkpoint the spool still has to deliver
+    spooled = [op["artifact_path"] for op in Spool(run_dir / SPOOL_FILE).operations()
+               if op["op"] == "artifact" and str(op["artifact_path"]).startswith("checkpoints/")]  # fmt: skip
+    assert len(spooled) >= 2 and all((run_dir / path).is_dir() for path in spooled), spooled
+
     server.start()
+    assert server.store.client().get_run(run.info.run_id).info.status == "RUNNING"
+    # its process is gone, but the run is not stale: its end waits in the spool
+    stale = run_pgcli(["runs", "--stale", f"tracking.uri={server.uri}"], cwd=workdir)
+    assert stale.returncode == 0 and stale.stdout == "" and f"`pgcli sync {run_dir}`" in stale.stderr, stale.stderr
     assert server.store.client().get_run(run.info.run_id).info.status == "RUNNING"
     sync = run_pgcli(["sync", str(run_dir)], cwd=workdir)
     assert sync.returncode == 0, sync.stderr
@@ -172,5 +182,7 @@ def test_server_down_at_the_end_then_pgcli_sync(server: Server, workdir: Path, t
 
     artifacts = {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}  # served by the server
     assert {"metrics.csv", "model"} <= artifacts
+    delivered = {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id, "checkpoints")}
+    assert set(spooled) <= delivered
     again = run_pgcli(["sync", str(run_dir)], cwd=workdir)
     assert again.returncode == 2 and "nothing to deliver" in again.stderr

@@ -299,6 +299,7 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
     assert rows[5] in printed.out and notes[2] in printed.out  # the terminal gets the table and the notes
     assert "1 unfinished run(s) left out" in printed.err
     assert (out / "compare.png").stat().st_size > 1000 and "duplicate seeds" in (out / "compare.html").read_text()
+    assert report.splitlines()[0] == "# pgcli compare: 16 runs in 7 group(s), experiment cartpole"
 
 
 def test_the_plot_has_one_panel_per_env_each_with_its_own_y_axis(mixed_store: Store) -> None:
@@ -314,7 +315,11 @@ def test_the_plot_has_one_panel_per_env_each_with_its_own_y_axis(mixed_store: St
             runs.append(RunCurve(rec.run_id, rec.params, rec.tags, np.array(steps, float), np.array(values)))
     keys = ["algo", "env_id", "trial"]
     groups, _ = make_groups(runs, keys)
-    fig = figure(groups, [aggregate([(r.steps, r.values) for r in g.runs]) for g in groups], keys, "eval/return_mean")
+    stats = [aggregate([(r.steps, r.values) for r in g.runs]) for g in groups]
+    fig = figure(
+        groups, stats, keys, "eval/return_mean", title="pgcli compare: 16 runs in 7 group(s), experiment cartpole"
+    )
+    assert fig.get_suptitle().splitlines()[0] == "pgcli compare: 16 runs in 7 group(s), experiment cartpole"
     panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
     assert sorted(panels) == ["Acrobot-v1", "CartPole-v1", "Pendulum-v1"]
     acrobot, cartpole = panels["Acrobot-v1"], panels["CartPole-v1"]

@@ -3,7 +3,8 @@ only when it was saved."""
 
 from pathlib import Path
 
-from pgcli.console import print_summary
+from pgcli.config.compose import compose_train_config
+from pgcli.console import print_budget_note, print_summary
 from pgcli.training.summary import TrainSummary
 
 
@@ -25,3 +26,16 @@ def test_the_best_evaluation_is_reported_when_it_beats_the_final_one(tmp_path: P
     print_summary(summary(tmp_path, final=10.0, best=30.0), algo="ppo", env="cartpole", seed=0)
     line = next(x for x in capsys.readouterr().out.splitlines() if "best eval return" in x)
     assert line.endswith(f"at step 500 ({tmp_path / 'best_model'})")
+
+
+def test_the_rollout_rounding_note_names_the_option_that_avoids_it(capsys):
+    cfg = compose_train_config(["algo=vpg", "env=cartpole", "total_steps=300", "algo.n_steps=64", "env.n_envs=2",
+                                "tracking=off"])  # fmt: skip
+    print_budget_note(cfg)
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith("pgcli: note: total_steps=300 is not a whole number of rollouts")
+    assert "training stops at 384 env steps" in note and "a multiple of 128 (e.g. total_steps=256 or 384)" in note
+
+    print_budget_note(compose_train_config(["algo=vpg", "env=cartpole", "total_steps=384", "algo.n_steps=64",
+                                            "env.n_envs=2", "tracking=off"]))  # fmt: skip
+    assert capsys.readouterr().err == ""

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.training.preflight import check_sqlite_store, check_tracking_uri, check_writable_dir, existing_ancestor
+from pgcli.training.preflight import (
+    check_experiment_name,
+    check_sqlite_store,
+    check_tracking_uri,
+    check_writable_dir,
+    existing_ancestor,
+)
 
 
 def test_a_new_or_empty_sqlite_file_is_accepted_and_not_created(tmp_path: Path):
@@ -57,10 +63,36 @@ def test_malformed_or_unsupported_uris_are_bad_input(uri: str, error: type, frag
     assert type(info.value) is error
 
 
-def test_plugin_free_schemes_that_mlflow_supports_pass_the_scheme_check(tmp_path: Path):
-    check_tracking_uri(f"file://{tmp_path}/mlruns")  # a writable local directory
+def test_plugin_free_schemes_that_mlflow_supports_pass_the_scheme_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     check_tracking_uri("sqlite://")  # in memory
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow's opt-in to its folder store
+    check_tracking_uri(f"file://{tmp_path}/mlruns")  # a writable local directory
     check_tracking_uri(str(tmp_path / "mlruns"))  # a plain path is MLflow's file store
+
+
+@pytest.mark.parametrize("uri", ["mlruns", "./mlruns", "/tmp/x", "file:///tmp/x"])
+def test_a_folder_store_is_bad_input_unless_mlflow_allows_it(uri: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ConfigError, match=r"is a folder \(MLflow's file store.*MLFLOW_ALLOW_FILE_STORE=true"):
+        check_tracking_uri(uri)
+
+
+def test_experiment_names_mlflow_refuses_or_that_leave_the_artifact_root():
+    check_experiment_name("team/hopper-ablation")
+    check_experiment_name("x" * 500)
+    with pytest.raises(ConfigError, match="at most 500 characters"):
+        check_experiment_name("x" * 501)
+    for name in ("..", "../x", "a/../../x", "a\\..\\x"):
+        with pytest.raises(ConfigError, match=r"must not contain '\.\.'"):
+            check_experiment_name(name)
+
+
+def test_sync_checks_the_form_of_a_server_uri_without_asking_it():
+    check_tracking_uri("http://127.0.0.1:1", reach=False)  # nothing listens there; not asked
+    with pytest.raises(ConfigError, match="did you mean http://"):
+        check_tracking_uri("htp://127.0.0.1:1", reach=False)
 
 
 def test_directory_checks_walk_up_to_what_exists(tmp_path: Path):

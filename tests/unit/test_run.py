@@ -12,15 +12,8 @@ from pathlib import Path
 import pytest
 
 from pgcli.tracking.store import RunRecord
-from pgcli.training.run import (
-    Interrupted,
-    final_status,
-    latest_checkpoint,
-    process_alive,
-    process_start_time,
-    stale_reason,
-    sweep_status,
-)
+from pgcli.training.owner import process_alive, process_start_time
+from pgcli.training.run import Interrupted, final_status, latest_checkpoint, stale_reason, sweep_status
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,11 @@ from pgcli.config import TrackingConfig
 from pgcli.tracking.backend import MLflowBackend
 from pgcli.tracking.client import MLFLOW_BATCH_LIMIT
 from pgcli.tracking.logger import RunLogger, flatten
-from pgcli.tracking.reports import Panel, plot_learning_curve, step_unit, text_panels
-from pgcli.tracking.uri import TrackingTarget, resolve_tracking_target
+from pgcli.tracking.reports import Panel, learning_curve_figure, plot_learning_curve, step_unit, text_panels
+from pgcli.tracking.spool import SPOOL_FILE, Spool
+from pgcli.tracking.store import ensure_store
+from pgcli.tracking.uri import MLFLOW_TABLES, TrackingTarget, resolve_tracking_target, sqlite_tables
+from pgcli.training.monitor import prune_checkpoints
 
 
 def test_flatten_nests_with_dots_and_keeps_lists():
@@ -263,3 +266,51 @@ def test_ctrl_c_during_a_flush_loses_no_metrics(target: TrackingTarget, after_wr
     backend.end("KILLED")  # flushes what is left
     assert history(backend, "time/sps") == [(s, 100.0 + s) for s in range(10)]  # every point, once
     assert backend.client.get_run(backend.run_id).info.status == "KILLED"
+
+
+def test_the_curve_is_titled_with_algo_env_and_seed(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    control = {"rollout/ep_return_mean": [(100, 1.0), (200, 2.0)], "eval/return_mean": [(200, 3.0)]}
+    text = {"rollout/reward_mean": [(16, 0.2)], "eval/accuracy": [(16, 0.3)]}
+    for history, title in ((control, "trpo on Hopper-v5, seed 1"), (text, "grpo on addition, seed 0")):
+        fig = learning_curve_figure(history, title)
+        assert fig is not None and fig.get_suptitle() == title
+    assert learning_curve_figure({}, "x") is None
+    with caplog.at_level(logging.INFO, logger="pgcli"):
+        plot_learning_curve(control, tmp_path / "c.png", title="trpo on Hopper-v5, seed 1")
+    assert caplog.messages[:2] == ["learning_curve.png title: trpo on Hopper-v5, seed 1",
+                                   "learning_curve.png: x environment steps; episode return: rollout/ep_return_mean, "
+                                   "eval/return_mean"]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a new SQLite store (ensure_store) and checkpoints waiting in an outage spool
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_ensure_store_makes_a_whole_store_once_and_leaves_other_files_alone(tmp_path: Path):
+    db = tmp_path / "new" / "mlflow.db"
+    ensure_store(f"sqlite:///{db}")
+    assert sqlite_tables(db) >= MLFLOW_TABLES
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db", "mlflow.db.lock"]  # no temporary store left
+    before = db.stat().st_mtime_ns
+    ensure_store(f"sqlite:///{db}")
+    assert db.stat().st_mtime_ns == before
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database")
+    ensure_store(f"sqlite:///{text}")  # MLflow (and pgcli train's preflight) answer for it
+    assert text.read_text() == "not a database" and not (tmp_path / "notes.txt.lock").exists()
+    ensure_store("http://127.0.0.1:1")  # a server creates its own schema: nothing is contacted
+
+
+def test_checkpoints_waiting_in_the_spool_are_not_pruned(tmp_path: Path):
+    checkpoints = tmp_path / "checkpoints"
+    for step in (100, 200, 300):
+        (checkpoints / f"step_{step}").mkdir(parents=True)
+    spool = Spool(tmp_path / SPOOL_FILE)
+    spool.start("r1", "http://127.0.0.1:5000")
+    spool.append({"op": "artifact", "path": str(checkpoints / "step_100"), "artifact_path": "checkpoints/step_100"})
+    prune_checkpoints(checkpoints, 1)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_100", "step_300"]
+    spool.clear()  # delivered: the next checkpoint prunes it
+    prune_checkpoints(checkpoints, 1)
+    assert [p.name for p in checkpoints.iterdir()] == ["step_300"]
