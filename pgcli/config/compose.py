@@ -11,8 +11,10 @@ Heavy modules (torch, SB3, MLflow) are never imported here.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,17 @@ def hydra_compose(overrides: list[str], *, hydra_node: bool = False) -> DictConf
     Raises:
         ConfigError: composition failed (an unknown option or key, a wrong type), in one line.
     """
+    if hydra_node:  # the checks before a run ask for the same one several times (store plan, presets): ~0.25 s each
+        return copy.deepcopy(_compose_with_hydra_node(tuple(overrides)))
+    return _compose(overrides, hydra_node=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _compose_with_hydra_node(overrides: tuple[str, ...]) -> DictConfig:
+    return _compose(list(overrides), hydra_node=True)
+
+
+def _compose(overrides: list[str], *, hydra_node: bool) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     register_configs()

@@ -175,6 +175,8 @@ def init_overrides(overrides: list[str]) -> list[str]:
     setting the weights cannot take is one ConfigError and no note. Nothing is added for an ``init`` swept over
     (each job checks its own) or under ``--from-run`` (the logged run's values stand).
     """
+    if not any(o.split("=", 1)[0].lstrip("+") == "init" for o in overrides):
+        return []  # no init= typed: nothing to parse or import (every `pgcli train` passes here)
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from pgcli.config.compose import compose_train_config
