@@ -36,6 +36,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
+from pgcli.tracking.client import STALE_MARK
 from pgcli.tracking.spool import strip_credentials
 from pgcli.training.owner import claim_run, process_alive, process_tags, release_run
 
@@ -195,7 +196,7 @@ def find_stale_runs(store: RunStore, experiment_ids: list[str] | None = None) ->
 def mark_killed(store: RunStore, runs: Sequence[StaleRun]) -> None:
     """End stale runs KILLED, with the reason in their ``error`` tag."""
     for run in runs:
-        store.set_tags(run.run_id, {"error": f"marked KILLED by pgcli runs --stale: {run.reason}"})
+        store.set_tags(run.run_id, {"error": f"{STALE_MARK}: {run.reason}"})
         store.end(run.run_id, KILLED)
 
 
