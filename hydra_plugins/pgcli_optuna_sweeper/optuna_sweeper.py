@@ -14,8 +14,10 @@ cannot prune (the trial never reaches the job). This one, per batch of ``n_jobs`
    :class:`pgcli.sweeps.study.TrialPruned`, FAIL otherwise.
 
 The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``;
-:func:`pgcli.sweeps.study.check_budget`).
-At the end, ``optimization_results.yaml`` in the sweep directory holds the best trial of the whole study.
+:func:`pgcli.sweeps.study.check_budget`). Each trial records its sweep's base overrides (user attr ``base_overrides``),
+so the best trial can be re-run from any later sweep of the study.
+At the end, the sweep directory holds ``optimization_results.yaml`` (the best trial of the whole study and the command
+that re-runs it), ``optuna_history.png`` and ``optuna_importance.png`` (:mod:`pgcli.sweeps.results`).
 Optuna is imported only when a sweep runs, so Hydra's plugin scan stays cheap.
 """
 
@@ -23,6 +25,7 @@ Optuna is imported only when a sweep runs, so Hydra's plugin scan stays cheap.
 # dataclasses with string annotations (the settings dataclass itself lives in pgcli.sweeps.study).
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from pgcli.redact import redact_text
+from pgcli.sweeps.results import BASE_ATTR, DUPLICATE_ATTR, RESULTS_FILE, save_results
 from pgcli.sweeps.study import (
     OptunaSearchConfig,
     SearchSpace,
@@ -100,15 +105,7 @@ class OptunaSweeper(Sweeper):
 
         job_idx, n_run = 0, 0
         while n_run < cfg.n_trials:
-            trials = []
-            for _ in range(min(cfg.n_jobs, cfg.n_trials - n_run)):
-                trial = self._ask(study, space)
-                if trial is None:
-                    break
-                trials.append(trial)
-            if self.n_duplicates:
-                log.info(f"{self.n_duplicates} samples repeated earlier trials: recorded as pruned copies, not run")
-                self.n_duplicates = 0
+            trials = self._ask_batch(study, space, min(cfg.n_jobs, cfg.n_trials - n_run))
             if not trials:
                 log.warning("The search space is exhausted: every new sample repeats a trial of the study")
                 break
@@ -129,9 +126,24 @@ class OptunaSweeper(Sweeper):
             if failed and len(failed) / len(returns) > cfg.max_failure_rate:
                 log.error(f"{len(failed)} of {len(returns)} trials failed (max_failure_rate={cfg.max_failure_rate})")
                 failed[0].return_value  # noqa: B018  (re-raises the first failed job's exception)
-        self._save_results(study)
+        self._save_results(study, space.fixed)
 
     # ---------------------------------------------------------------------------------------------------------------
+
+    def _ask_batch(self, study: Any, space: SearchSpace, n: int) -> list[Any]:
+        """Up to ``n`` new trials (fewer once the space is exhausted), each recording its sweep's base overrides:
+        what re-runs it besides its parameters (:func:`pgcli.sweeps.results.best_overrides`)."""
+        trials = []
+        for _ in range(n):
+            trial = self._ask(study, space)
+            if trial is None:
+                break
+            trial.set_user_attr(BASE_ATTR, [redact_text(o) for o in space.fixed])  # no credentials in the storage
+            trials.append(trial)
+        if self.n_duplicates:
+            log.info(f"{self.n_duplicates} samples repeated earlier trials: recorded as pruned copies, not run")
+            self.n_duplicates = 0
+        return trials
 
     def _ask(self, study: Any, space: SearchSpace) -> Any:
         """A new trial whose parameters no trial of the study ran or is running; None once the space is exhausted.
@@ -148,7 +160,7 @@ class OptunaSweeper(Sweeper):
             ran = {
                 t.number: t.params
                 for t in study.get_trials(deepcopy=False, states=states)
-                if "duplicate_of" not in t.user_attrs
+                if DUPLICATE_ATTR not in t.user_attrs
             }
             size = space.size()
             if size is not None and len({_key(p) for p in ran.values()}) >= size:
@@ -157,7 +169,7 @@ class OptunaSweeper(Sweeper):
             original = next((n for n, params in ran.items() if params == trial.params), None)
             if original is None:
                 return trial
-            trial.set_user_attr("duplicate_of", original)
+            trial.set_user_attr(DUPLICATE_ATTR, original)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             log.debug(f"Trial {trial.number} repeats trial {original}'s parameters: recorded, not run")
             self.n_duplicates += 1
@@ -188,30 +200,16 @@ class OptunaSweeper(Sweeper):
         study.tell(trial, value)
         return True
 
-    def _save_results(self, study: Any) -> None:
-        """``optimization_results.yaml``: the study's best trial (over all its sweeps: they share one budget)."""
-        import optuna
-
+    def _save_results(self, study: Any, fixed: Sequence[str]) -> None:
+        """The study's best trial (over all its sweeps: they share one budget), its re-run command and the plots, in
+        the sweep directory; the sweep's summary prints them (pgcli.sweeps.tree)."""
         assert self.config is not None
-        trials = study.get_trials(deepcopy=False)
-        ran = [t.state for t in trials if "duplicate_of" not in t.user_attrs]
-        results: dict[str, Any] = {
-            "name": "optuna",
-            "study_name": study.study_name,
-            "n_trials": len(ran),
-            "n_complete": ran.count(optuna.trial.TrialState.COMPLETE),
-            "n_pruned": ran.count(optuna.trial.TrialState.PRUNED),
-            "n_failed": ran.count(optuna.trial.TrialState.FAIL),
-            "n_duplicates": len(trials) - len(ran),
-        }
-        if results["n_complete"]:
-            best = study.best_trial
-            results |= {"best_trial": best.number, "best_params": dict(best.params), "best_value": best.value}
-            shown = " ".join(f"{k}={_rounded(v)}" for k, v in best.params.items())
-            log.info(f"Best trial {best.number}: value {best.value:.2f}, {shown}")
         out = Path(str(self.config.hydra.sweep.dir))
-        out.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(OmegaConf.create(results), out / "optimization_results.yaml")
+        results = save_results(study, fixed, out)
+        if "best_params" in results:
+            shown = " ".join(f"{k}={_rounded(v)}" for k, v in results["best_params"].items())
+            log.info(f"Best trial {results['best_trial']}: value {results['best_value']:.2f}, {shown}")
+        log.info(f"Results, plots and the best trial's re-run command: {out / RESULTS_FILE}")
 
 
 def _rounded(value: Any) -> Any:

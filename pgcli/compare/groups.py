@@ -6,7 +6,9 @@
   per budget, and runs whose configs differ in anything else than the seed (a grid sweep over
   ``algo.learning_rate``) into one group per setting; the notes say which runs were split and why;
 - two runs with the same seed in one group (the same sweep run twice) are never both averaged: the latest run of
-  each seed is used and the others are reported as left out.
+  each seed is used and the others are reported as left out;
+- each Optuna trial's group carries the values it was run with, as a grid sweep's groups do: the config values that
+  differ between the trials of one algo, env and budget (its sampled parameters).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def make_groups(runs: Sequence[RunCurve], keys: Sequence[str]) -> tuple[list[Gro
     for run in runs:
         by_key.setdefault(tuple(lookup(run, k) for k in keys), []).append(run)
     groups: list[Group] = []
-    for key, key_runs in sorted(by_key.items()):
+    for key, key_runs in sorted(by_key.items(), key=lambda item: _natural(item[0])):
         by_budget: dict[str, list[RunCurve]] = {}
         for run in key_runs:
             by_budget.setdefault(lookup(run, "total_steps"), []).append(run)
@@ -129,7 +131,42 @@ def make_groups(runs: Sequence[RunCurve], keys: Sequence[str]) -> tuple[list[Gro
         for budget, budget_runs in sorted(by_budget.items(), key=_budget_order):
             for group in _split_by_config(key, budget, budget_runs, notes):
                 groups.append(_one_run_per_seed(group, notes))
+    name_trial_params(groups, keys)
     return groups, notes
+
+
+def _natural(key: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
+    """Sort order of group keys: numbers by value (trial 2 before trial 10), then the rest as text."""
+    return tuple((0, int(v), "") if v.isdigit() else (1, 0, v) for v in key)
+
+
+def name_trial_params(groups: Sequence[Group], keys: Sequence[str]) -> None:
+    """Give each Optuna trial's group the values it was run with (its ``setting``, the table's ``config`` column):
+    the config values that differ between the trials of one algo, env and budget, floats to 4 significant digits as
+    the sweep's summary shows them. Keys of their own in ``keys`` are left to their column."""
+    if TRIAL_KEY not in keys:
+        return
+    at, base = keys.index(TRIAL_KEY), [keys.index(k) for k in BASE_KEYS if k in keys]
+    searches: dict[tuple[str, ...], list[Group]] = {}
+    for group in groups:
+        if group.key[at] != NOT_SET[TRIAL_KEY]:
+            searches.setdefault((*(group.key[i] for i in base), group.budget), []).append(group)
+    for trials in searches.values():
+        configs = [config_of(g.runs[0]) for g in trials]
+        varying = [k for k in sorted({k for c in configs for k in c}) if len({c.get(k, "") for c in configs}) > 1]
+        for group, config in zip(trials, configs, strict=True):
+            params = {k: _shown(config.get(k, "")) for k in varying if k not in keys}
+            group.setting = params | group.setting
+
+
+def _shown(value: str) -> str:
+    """A float with 4 significant digits (``0.000312345678`` -> ``0.0003123``); anything else as it is."""
+    if not any(c in value for c in ".eE"):
+        return value
+    try:
+        return f"{float(value):.4g}"
+    except ValueError:
+        return value
 
 
 def _budget_order(item: tuple[str, Any]) -> tuple[int, str]:

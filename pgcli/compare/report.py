@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pgcli.compare.groups import BASE_KEYS, Group, setting_text
+from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, setting_text
 from pgcli.compare.stats import GroupStats
 
 FEW_RUNS = 3
@@ -103,7 +103,9 @@ def figure(
         ax = axes.flat[envs.index(g.key[env_index])]
         extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
         label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
-        label += setting_text(g.setting) + f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
+        trial = TRIAL_KEY in keys and g.key[keys.index(TRIAL_KEY)] != "-"
+        label += "" if trial else setting_text(g.setting)  # a trial's parameters are in the table, not the legend
+        label += f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
         if not s.steps.size:  # the runs share no steps: draw each run rather than hide the group
             color = None
             for run in g.runs:

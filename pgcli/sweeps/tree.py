@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
+from pgcli.sweeps.results import search_summary
 from pgcli.training.owner import process_tags
 from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, sweep_status
 
@@ -188,6 +189,8 @@ class SweepCallback(Callback):
         self.outcome = SweepOutcome(parent_id, final, n_jobs, failed, n_pruned, left)
         print(format_table(rows), file=sys.stderr)
         print(summary_line(self.outcome), file=sys.stderr)
+        for line in search_summary(self.sweep_dir):  # an Optuna search's best trial, its re-run command, the plots
+            print(line, file=sys.stderr)
         if left is not None and left.commands:
             print("pgcli: to finish the sweep: " + "; ".join(left.commands), file=sys.stderr)
         return self.outcome
@@ -215,6 +218,8 @@ class SweepCallback(Callback):
                 store.log_params(parent_id, {f"best.{k}": v for k, v in result["best_params"].items()})
                 metrics["best_value"] = float(result["best_value"])
             store.log_artifact(parent_id, optuna)
+            for name in result.get("plots", []):  # optuna_history.png, optuna_importance.png
+                store.log_artifact(parent_id, out / name)
         store.log_metrics(parent_id, metrics)
         for name in ("children.md", "children.csv", "multirun.yaml"):
             if (out / name).is_file():

@@ -1,15 +1,18 @@
 """Real `pgcli train -m hydra/sweeper=optuna` searches: a study resumed without repeating a parameter set, a second
 budget refused, a bad trial pruned on its periodic evaluation (reported from a joblib worker process), and trial
-runs named and tagged by trial number. The study (SQLite) and the MLflow store are read back; learning quality is
-not asserted."""
+runs named and tagged by trial number. What a search leaves: the history and importance plots (in the sweep directory
+and on the parent run), the best trial's re-run command (run here), and `pgcli compare` naming each trial's
+parameters. The study (SQLite) and the MLflow store are read back; learning quality is not asserted."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import Store, run_pgcli
 
@@ -39,15 +42,23 @@ def runs(store: Store) -> list[Any]:
     return [r for r in store.runs("pendulum") if r.data.tags.get("pgcli_role") != "sweep"]
 
 
+def parent_run(store: Store, proc: Any) -> Any:
+    """The sweep's parent run, from the id its first line names."""
+    found = re.search(r"pgcli: sweep parent run (\w+)", proc.stderr)
+    assert found, proc.stderr[-3000:]
+    return store.client().get_run(found.group(1))
+
+
 def test_a_resumed_study_runs_new_parameter_sets_and_refuses_another_budget(store: Store, workdir: Path) -> None:
     # 8 points; 3 trials, then 3 more on resume. Sampling with replacement would repeat one of them with
     # probability 1 - 8*7*6*5*4*3/8**6 = 0.92 (and the former preset's fixed sampler seed replayed all three).
     space = ["algo.gamma=choice(0.9,0.95,0.99,0.999)", "algo.gae_lambda=choice(0.9,0.95)"]
     settings = ["total_steps=128", "eval.every=0", "hydra.sweeper.sampler=random", "hydra.sweeper.seed=0",
                 "hydra.sweeper.n_trials=3"]  # fmt: skip
-    for _ in range(2):
-        proc = search(store, workdir, "resume", *settings, *space)
+    procs = [search(store, workdir, "resume", *settings, *space) for _ in range(2)]
+    for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
+    check_plots(store, procs)
 
     study = load(workdir, "resume")
     ran = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
@@ -76,6 +87,62 @@ def test_a_resumed_study_runs_new_parameter_sets_and_refuses_another_budget(stor
         "together; use the study's budget or another study (hydra.sweeper.study_name=resume_2)"
     ]
     assert len(load(workdir, "resume").trials) == n_trials and len(store.runs("pendulum")) == n_runs
+
+    check_compare_names_the_trials_parameters(store, workdir, parent_run(store, procs[1]), study)
+    check_rerun_of_the_best_trial(store, workdir, procs[1], study)
+
+
+def check_plots(store: Store, procs: list[Any]) -> None:
+    """The first sweep (3 complete trials) draws the history but not yet the importance (too few trials, said so);
+    the second (6 in the study) draws both; each sweep's plots are in its directory and on its parent run."""
+    expected = [["optuna_history.png"], ["optuna_history.png", "optuna_importance.png"]]
+    for proc, names in zip(procs, expected, strict=True):
+        parent = parent_run(store, proc)
+        sweep_dir = Path(parent.data.tags["sweep_dir"])
+        assert sorted(p.name for p in sweep_dir.glob("optuna_*.png")) == names
+        assert all((sweep_dir / name).stat().st_size > 5000 for name in names)
+        logged = {a.path for a in store.client().list_artifacts(parent.info.run_id)}
+        assert set(names) <= logged, logged
+        results = OmegaConf.load(sweep_dir / "optimization_results.yaml")
+        assert list(results.plots) == names
+    assert "pgcli: no importance plot: fANOVA needs 5 complete trials, the study has 3" in procs[0].stderr
+    assert "no importance plot" not in procs[1].stderr
+    assert "pgcli: Optuna plots: " in procs[1].stderr and "optuna_importance.png" in procs[1].stderr
+
+
+def check_compare_names_the_trials_parameters(store: Store, workdir: Path, parent: Any, study: Any) -> None:
+    """`pgcli compare` on the second sweep: one row per trial, its sampled values in the config column."""
+    proc = run_pgcli(["compare", "--parent", parent.info.run_id, f"tracking.uri={store.uri}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| algo | env_id | trial | budget | config | n |" in proc.stdout
+    trials = [t for t in study.trials if "duplicate_of" not in t.user_attrs][3:]
+    for t in trials:
+        gamma, gae_lambda = (f"{float(t.params[k]):.4g}" for k in ("algo.gamma", "algo.gae_lambda"))
+        row = f"| ppo | Pendulum-v1 | {t.number} | 128 | algo.gae_lambda={gae_lambda}, algo.gamma={gamma} | 1 |"
+        assert row in proc.stdout, proc.stdout
+
+
+def check_rerun_of_the_best_trial(store: Store, workdir: Path, proc: Any, study: Any) -> None:
+    """The summary names the best trial and prints one `pgcli train` command (also in optimization_results.yaml)
+    that trains it again: the same parameters, the same seed, so the same return."""
+    best = study.best_trial
+    shown = " ".join(f"{k}={v}" for k, v in best.params.items())
+    assert f"pgcli: best trial {best.number} of study 'resume': value {best.value:.2f} with {shown}" in proc.stderr
+    found = re.search(r"^pgcli: re-run the best trial: (pgcli train .*)$", proc.stderr, re.MULTILINE)
+    assert found, proc.stderr[-3000:]
+    command = found.group(1)
+    sweep_dir = Path(parent_run(store, proc).data.tags["sweep_dir"])
+    assert OmegaConf.load(sweep_dir / "optimization_results.yaml").rerun == command
+    args = shlex.split(command)
+    assert args[:2] == ["pgcli", "train"] and "-m" not in args and not any(a.startswith("hydra") for a in args)
+    before = {r.info.run_id for r in runs(store)}
+    rerun = run_pgcli(args[1:], cwd=workdir)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (new,) = [r for r in runs(store) if r.info.run_id not in before]
+    assert "trial" not in new.data.tags and "mlflow.parentRunId" not in new.data.tags
+    for key, value in best.params.items():
+        assert float(new.data.params[key]) == float(value)
+    assert new.data.metrics["eval/return_mean"] == pytest.approx(best.value)
 
 
 def test_a_trial_whose_evaluation_is_bad_is_pruned(store: Store, workdir: Path) -> None:
@@ -110,3 +177,10 @@ def test_a_trial_whose_evaluation_is_bad_is_pruned(store: Store, workdir: Path) 
     assert re.search(r"\| 1 \| 1 \| ppo-pendulum-t1-s0 \| PRUNED \|", proc.stderr)
     assert "pgcli: sweep finished: 2 jobs, 1 pruned, the others finished" in proc.stderr
     assert "Error executing job" not in proc.stderr
+
+    # what the search leaves: the history (the pruned trial marked), no importance from one complete trial (said
+    # why), and the command that re-runs the best trial
+    sweep_dir = Path(parent_run(store, proc).data.tags["sweep_dir"])
+    assert [p.name for p in sweep_dir.glob("optuna_*.png")] == ["optuna_history.png"]
+    assert "pgcli: no importance plot: fANOVA needs 5 complete trials, the study has 1" in proc.stderr
+    assert re.search(r"^pgcli: re-run the best trial: pgcli train .* env.max_episode_steps=50$", proc.stderr, re.M)

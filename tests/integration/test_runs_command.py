@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from pgcli.tracking.backend import MLflowBackend
 from pgcli.tracking.spool import SPOOL_FILE, Spool
+from pgcli.tracking.store import RunStore
 from pgcli.tracking.uri import TrackingTarget
 from pgcli.training.owner import process_start_time
 from tests.conftest import Store, run_pgcli
@@ -53,8 +55,8 @@ def test_stale_runs_are_found_and_marked_killed(migrated_store: Store, workdir: 
     listing = run_pgcli(["runs", f"tracking.uri={store.uri}"], cwd=workdir)
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
-    assert lines[0].split() == ["run", "id", "status", "started", "name"] and len(lines) == 1 + 5
-    assert any(line.startswith(stale) and "KILLED" in line for line in lines)
+    assert lines[0].split()[:2] == ["id", "status"] and len(lines) == 1 + 5
+    assert any(line.startswith(stale[:8]) and "KILLED" in line for line in lines)
 
 
 def test_runs_without_a_store_is_one_line_and_creates_nothing(workdir: Path):
@@ -94,3 +96,60 @@ def test_a_run_that_ended_offline_is_not_stale_and_sync_delivers_its_end(migrate
     assert sync.stdout.strip() == f"pgcli: delivered 2 writes to run {run_id}; run ended FINISHED"
     run = store.client().get_run(run_id)
     assert (run.info.status, run.info.end_time, "error" in run.data.tags) == ("FINISHED", 2_000, False)
+
+
+def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrated_store: Store, workdir: Path):
+    """A real training run and a real `pgcli eval` of it, plus two runs written straight to the store: one killed
+    after a resume raised its budget (its `total_steps` tag; docs/runs.md, "Resume"), one text run (accuracy)."""
+    store, uri = migrated_store, f"tracking.uri={migrated_store.uri}"
+    train = run_pgcli(["train", "total_steps=256", "eval.episodes=2", "progress=false", uri], cwd=workdir)
+    assert train.returncode == 0, train.stderr[-3000:]
+    (trained,) = store.runs("cartpole")
+    evaluated = run_pgcli(["eval", trained.info.run_id, "--episodes", "2", uri], cwd=workdir)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (ev,) = [r for r in store.runs("cartpole") if r.info.run_id != trained.info.run_id]
+
+    runs = RunStore(store.uri)
+    resumed = runs.create_run("cartpole", run_name="trpo-resumed-" + "x" * 80, tags={"algo": "trpo",
+                              "env_id": "CartPole-v1", "total_steps": "3000"})  # fmt: skip
+    runs.log_params(resumed.run_id, {"total_steps": 500, "algo": "trpo"})
+    runs.log_metrics(resumed.run_id, {"rollout/ep_return_mean": 20.0, "eval/return_mean": 31.5}, step=1000)
+    runs.end(resumed.run_id, "KILLED")
+    text = runs.create_run("countdown", run_name="grpo-countdown-s0", tags={"algo": "grpo", "env_id": "countdown"})
+    runs.log_params(text.run_id, {"total_steps": 64})
+    runs.log_metrics(text.run_id, {"eval/return_mean": 0.5, "eval/accuracy": 0.75}, step=64)
+    runs.end(text.run_id, "FINISHED")
+
+    proc = run_pgcli(["runs", uri], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line) <= 120 for line in lines), max(lines, key=len)
+    header = ["id", "status", "experiment", "algo", "env", "steps", "duration", "return", "started", "name"]
+    assert lines[0].split() == header
+    split = lines.index("")  # the training runs, a blank line, then the eval runs
+    rows = {line.split()[0]: line.split() for line in lines[1:split]}
+    assert set(rows) == {trained.info.run_id[:8], resumed.run_id[:8], text.run_id[:8]}  # no eval run among them
+
+    final = trained.data.metrics["eval/return_mean"]
+    row = rows[trained.info.run_id[:8]]
+    assert row[1:6] == ["FINISHED", "cartpole", "ppo", "CartPole-v1", "256"]
+    assert re.fullmatch(r"\d+s", row[6]) and row[7] == f"{final:.1f}" and row[-1] == "ppo-cartpole-s0"
+    row = rows[resumed.run_id[:8]]
+    assert row[1:8] == ["KILLED", "cartpole", "trpo", "CartPole-v1", "1k/3k", "0s", "31.5"]  # 1000 of its new 3000
+    assert row[-1].startswith("trpo-resumed-xxx") and row[-1].endswith("…")  # a long name is cut to fit
+    assert rows[text.run_id[:8]][1:9] == ["FINISHED", "countdown", "grpo", "countdown", "64", "0s", "acc", "0.750"]
+
+    assert lines[split + 1] == "eval runs (pgcli eval)"
+    assert lines[split + 2].split() == ["id", "status", "experiment", "algo", "env", "model", "episodes", "return",
+                                        "started", "name"]  # fmt: skip
+    (eval_row,) = [line.split() for line in lines[split + 3 :]]
+    ev_return = ev.data.metrics["eval/return_mean"]
+    assert eval_row[:8] == [ev.info.run_id[:8], "FINISHED", "cartpole", "ppo", "CartPole-v1", "final", "2",
+                            f"{ev_return:.1f}"]  # fmt: skip
+    assert eval_row[-1] == "eval-ppo-cartpole-s0"
+    assert f"pgcli: 3 of 3 runs, 1 of 1 eval runs in {store.uri}" in proc.stderr
+
+    only = run_pgcli(["runs", "--experiment", "countdown", "--limit", "1", uri], cwd=workdir)
+    assert only.returncode == 0, only.stderr
+    assert [line.split()[0] for line in only.stdout.splitlines()] == ["id", text.run_id[:8]]
+    assert f"pgcli: 1 of 1 runs in {store.uri}" in only.stderr

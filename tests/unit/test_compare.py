@@ -283,8 +283,11 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
         # sweep B's seed 2 (300) replaced sweep A's (999); the device does not split; the FAILED run is left out
         "| ppo | CartPole-v1 | - | 5000 | - | 3 | 200.0 ± 100.0 | 200.0 | [100.0, 300.0] | - |",
         "| ppo | CartPole-v1 | - | 20000 | - | 1 | 500.0 | 500.0 | - | n=1: no spread, no CI |",
-        "| ppo | Pendulum-v1 | 0 | 5000 | - | 2 | -199.5 ± 0.7 | -199.5 | [-200.0, -199.0] | n<3: CI unreliable |",
-        "| ppo | Pendulum-v1 | 1 | 5000 | - | 2 | -149.5 ± 0.7 | -149.5 | [-150.0, -149.0] | n<3: CI unreliable |",
+        # each Optuna trial with the values it was sampled (what differs between the trials)
+        "| ppo | Pendulum-v1 | 0 | 5000 | algo.learning_rate=0.001 | 2 | "
+        "-199.5 ± 0.7 | -199.5 | [-200.0, -199.0] | n<3: CI unreliable |",
+        "| ppo | Pendulum-v1 | 1 | 5000 | algo.learning_rate=0.002 | 2 | "
+        "-149.5 ± 0.7 | -149.5 | [-150.0, -149.0] | n<3: CI unreliable |",
     ]
     notes = [line[2:] for line in report.splitlines() if line.startswith("- ")]
     assert notes[0].startswith("split a2c | CartPole-v1 | 5000 steps: runs differ in algo.learning_rate")
