@@ -1,4 +1,9 @@
-"""What a user reads in the terminal at the end of a run, and the command that continues an interrupted one."""
+"""What a user reads in the terminal at the end of a run, and the command that continues an interrupted one.
+
+A job of a parallel sweep (joblib, Ray) shares the terminal with the other jobs: its summary names the job and is
+written as one block, and the launchers' lines about their own machinery stay off the terminal (docs/sweeps.md,
+"Launchers"; the progress display is :mod:`pgcli.training.progress`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pathlib import Path
 
 from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.redact import redact_text
+from pgcli.training.progress import parallel_job, write_line
 from pgcli.training.run import RUN_FILE, latest_checkpoint
 from pgcli.training.summary import TrainSummary
 
@@ -25,8 +31,11 @@ def _relative(path: Path) -> str:
 
 
 def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> None:
-    """A short end-of-run report: final evaluation, run id, output dir, and how to look at it."""
-    lines = [f"\n{algo} on {env} (seed {seed}): {summary.steps:,} {summary.step_unit} in {summary.wall_time_s:.1f} s"]
+    """A short end-of-run report: final evaluation, run id, output dir, and how to look at it; written at once, so
+    that the jobs of a parallel sweep print whole blocks, each naming its job."""
+    job = parallel_job()
+    which = f"seed {seed}" if job is None else f"seed {seed}, job {job}"
+    lines = [f"\n{algo} on {env} ({which}): {summary.steps:,} {summary.step_unit} in {summary.wall_time_s:.1f} s"]
     if not math.isnan(summary.final_return):
         solved = ""
         if summary.reward_threshold is not None:
@@ -44,7 +53,7 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
     lines.append(f"  output dir         {_relative(summary.output_dir)}")
     if summary.run_id:
         lines.append("  compare in the UI  pgcli ui")
-    print("\n".join(lines), file=sys.stdout, flush=True)
+    write_line(sys.stdout, "\n".join(lines))
     for line in lines:
         log.info(line.strip())
 
@@ -67,8 +76,21 @@ def print_budget_note(cfg: TrainConfig) -> None:
         note = (f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): training "
                 f"stops at {planned:,} env steps; set total_steps to a multiple of {per} "
                 f"(e.g. total_steps={multiples}) to train exactly that many")  # fmt: skip
-    print(note, file=sys.stderr, flush=True)
+    write_line(sys.stderr, note)
     log.info(note.removeprefix("pgcli: "))
+
+
+LAUNCHER_INTERNALS = ("Joblib.Parallel(",)
+"""How the launcher lines that describe the launcher's machinery, not the sweep, start (joblib's
+``Joblib.Parallel(n_jobs=2,backend=loky,prefer=processes,...) is launching 4 jobs``)."""
+
+
+class HideLauncherInternals(logging.Filter):
+    """Keeps the :data:`LAUNCHER_INTERNALS` lines off the terminal (``conf/hydra/hydra_logging/pgcli.yaml``); the
+    lines that say which job runs which overrides stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LAUNCHER_INTERNALS)
 
 
 LOOKUP_KEYS = ("tracking.uri", "tracking.store_dir")

@@ -9,7 +9,10 @@ with Ray's own vendored cloudpickle, so it adds no pin, and it carries what a pg
   every task through its Ray ``runtime_env`` (a worker started by ``ray start`` inherits nothing from the driver);
 - the working directory: a worker changes to the driver's directory when it exists there (same machine or shared
   filesystem), so relative paths (``outputs/``, the sweep dir, the default SQLite store) mean the same thing;
-- a job that crashes its worker comes back as a failed ``JobReturn`` rather than aborting the sweep.
+- a job that crashes its worker comes back as a failed ``JobReturn`` rather than aborting the sweep;
+- the terminal: each line a job prints reaches the driver's terminal as the job prints it, prefixed
+  ``(job #<n> pid=<pid>)`` by Ray, without Ray's deduplication (which delays repeated lines past the sweep's end)
+  or colour codes in a pipe or file.
 
 Ray is imported only when a sweep launches, so Hydra's plugin scan stays cheap.
 """
@@ -18,6 +21,7 @@ Ray is imported only when a sweep launches, so Hydra's plugin scan stays cheap.
 # dataclasses with string annotations.
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,12 +147,13 @@ class RayLauncher(Launcher):
             f"Ray launcher: {len(job_overrides)} jobs on {ray.get_runtime_context().gcs_address}, sweep dir {sweep_dir}"
         )
 
-        run_remote = ray.remote(_run_job_in_worker).options(
-            num_cpus=self.num_cpus_per_job,
-            num_gpus=self.num_gpus_per_job,
-            max_retries=0,
-            runtime_env={"env_vars": worker_env(self.env_vars)},
-        )
+        run_remote = ray.remote(_run_job_in_worker)
+        options = {
+            "num_cpus": self.num_cpus_per_job,
+            "num_gpus": self.num_gpus_per_job,
+            "max_retries": 0,
+            "runtime_env": {"env_vars": worker_env(self.env_vars)},
+        }
         pending = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
@@ -156,7 +161,8 @@ class RayLauncher(Launcher):
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = f"ray_{idx}"
                 sweep_config.hydra.job.num = idx
-            ref = run_remote.remote(
+            # Ray prefixes each line a job prints with the task's name: "(job #0 pid=...)"
+            ref = run_remote.options(name=f"job #{idx}", **options).remote(
                 self.hydra_context, sweep_config, self.task_function, Singleton.get_state(), os.getcwd()
             )
             pending.append((list(overrides), ref))
@@ -168,6 +174,11 @@ class RayLauncher(Launcher):
         if self.auth_mode:
             os.environ.setdefault("RAY_AUTH_MODE", self.auth_mode)
         os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
+        # The jobs' lines as they come: Ray's deduplication holds back a line that another job printed too (the
+        # same note from every job) and prints it late, after the sweep's summary, with a hint about Ray's settings.
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        if not sys.stderr.isatty():
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # no colour codes in a log file or a pipe
         import ray
 
         if not ray.is_initialized():

@@ -76,6 +76,38 @@ def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store,
     assert proc.stderr.count("a parallel sweep job runs in one process") == 4
 
 
+def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store: Store, workdir: Path) -> None:
+    # Two jobs at once with the progress display on (docs/sweeps.md, "Launchers"): no live bars redrawing one line
+    # in turn, no joblib machinery, each job's summary a block of its own that names the job
+    args = ["train", "-m", f"tracking.uri={store.uri}", *TINY, "progress=true", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", "algo=ppo", "env=cartpole", "seed=0,1"]  # fmt: skip
+    # bytes, not text: text mode would turn a bar's carriage returns into line ends
+    proc = subprocess.run([str(Path(sys.executable).parent / "pgcli"), *args], cwd=workdir, capture_output=True,
+                          env=cli_env(), timeout=400)  # fmt: skip
+    stdout, stderr = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "\r" not in stdout + stderr and "step/s" not in stderr, "a live progress bar in a parallel sweep"
+    assert "Joblib.Parallel(" not in stderr and "loky" not in stderr
+    assert "\t#0 : " in stderr and "\t#1 : " in stderr  # which job runs which overrides
+    lines = stdout.splitlines()
+    for job in (0, 1):
+        (start,) = [i for i, ln in enumerate(lines) if ln.startswith(f"ppo on cartpole (seed {job}, job #{job}): ")]
+        block = lines[start : start + 5]
+        assert [ln.split()[0] for ln in block[1:]] == ["final", "MLflow", "output", "compare"], stdout
+        assert block[3].endswith(f"/{job}_ppo_cartpole_s{job}")
+
+
+def test_a_parallel_jobs_progress_is_a_line_now_and_then_naming_the_job(capsys) -> None:
+    from pgcli.training.progress import JobProgress
+
+    progress = JobProgress("#1", total=1000, every_s=0.0)
+    progress.set_postfix({"sps": "3,120", "return": "87.5"}, refresh=False)
+    progress.update(400)
+    progress.update(600)  # the end: the job's summary follows
+    progress.close()
+    assert capsys.readouterr().err == "pgcli: job #1: 400/1,000 steps (40%), sps 3,120, return 87.5\n"
+
+
 def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, workdir: Path) -> None:
     # env.kwargs go to gymnasium.make: the last job's kwarg passes validation but CartPole rejects it at make time.
     # The basic launcher (one process, no worker start-up) keeps this test short; the joblib launcher stores a job's
@@ -144,8 +176,10 @@ def test_make_ray_up_on_a_fresh_home_then_a_ray_sweep(store: Store, workdir: Pat
     assert parent.info.status == "FINISHED" and parent.data.tags["launcher"] == "RayLauncher"
     assert sorted(c.data.tags["seed"] for c in children) == ["0", "1"]
     assert all(c.info.status == "FINISHED" for c in children)
-    # the jobs ran in Ray workers, not in the driver, and still found their parent
-    assert "_run_job_in_worker pid=" in proc.stdout + proc.stderr
+    # the jobs ran in Ray workers, not in the driver, and still found their parent; Ray names each job's lines
+    out = proc.stdout + proc.stderr
+    assert "(job #0 pid=" in out and "(job #1 pid=" in out
+    assert "\x1b[" not in out and "deduplicates logs" not in out  # no colour codes in a pipe, no late repeats
 
 
 def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdir: Path) -> None:
