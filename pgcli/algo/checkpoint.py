@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,6 +141,37 @@ def read_file(file: Path, reader: Callable[[Path], T]) -> T:
         reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]  # the first sentence
         raise PgcliError(f"cannot read checkpoint file {file}: truncated or corrupt ({type(exc).__name__}: "
                          f"{reason})") from exc  # fmt: skip
+
+
+def verify_checkpoint(path: Path) -> int | None:
+    """Raise the one-line PgcliError a load would raise when a file of checkpoint ``path`` is missing, unreadable or
+    damaged, without loading anything: ``state.json`` and a model file exist, every ``.json`` parses, and every
+    ``.pt``, ``.zip`` and ``.npz`` is a zip archive whose members match their CRCs (``torch.save``, SB3 and
+    ``np.savez`` all write zip archives). ``pgcli train resume=`` passes over a checkpoint that fails this
+    (docs/runs.md, "Resume").
+
+    Returns:
+        The trainer's step count ``state.json`` records (None where the trainer keeps it elsewhere: SB3's zip).
+    """
+    state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+    files = sorted(path.iterdir())
+    if not any(f.suffix in (".pt", ".zip") for f in files):
+        raise PgcliError(f"checkpoint file {path / MODEL_FILE} is missing; is {path} a complete pgcli checkpoint?")
+    for file in files:
+        if file.suffix in (".pt", ".zip", ".npz"):
+            read_file(file, _check_zip)
+        elif file.suffix == ".json" and file.name != STATE_FILE:
+            read_file(file, lambda f: json.loads(f.read_text()))
+    values = state.get("trainer", state) if isinstance(state, dict) else None  # pgcli.lm.sft keeps them at the top
+    steps = values.get("steps") if isinstance(values, dict) else None
+    return steps if isinstance(steps, int) else None
+
+
+def _check_zip(file: Path) -> None:
+    with zipfile.ZipFile(file) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise zipfile.BadZipFile(f"member {bad} does not match its CRC")
 
 
 def _read_npz(file: Path) -> dict[str, np.ndarray]:

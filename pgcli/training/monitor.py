@@ -38,16 +38,15 @@ import numpy as np
 
 from pgcli.algo.base import Agent, EvalResult
 from pgcli.envs.episodes import finished_episodes
-from pgcli.errors import DivergenceError, PgcliError
+from pgcli.errors import DivergenceError
 from pgcli.tracking.logger import MetricLogger
 from pgcli.tracking.spool import not_spooled
 from pgcli.training.evaluation import Evaluator, EvaluatorLike
+from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
+from pgcli.training.progress import progress_bar
 from pgcli.training.run import StopRequest
 
 log = logging.getLogger("pgcli")
-
-MONITOR_STATE_FILE = "monitor.json"
-"""Written into each checkpoint: what the monitor needs to continue the run's curves on resume."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +138,8 @@ class TrainingMonitor:
         self.last_checkpoint: Path | None = None
         """The newest complete checkpoint (named by DivergenceError as the last good one)."""
         self._last_ckpt_step: int | None = None
+        self._step = 0
+        """The step of the last update (:meth:`save_state` writes the state at it)."""
         # rates and progress
         self._waited = (self.env_wait(), time.perf_counter()) if self.env_wait is not None else (0.0, 0.0)
         self._eval_seconds = 0.0
@@ -187,7 +188,7 @@ class TrainingMonitor:
 
         Rollout statistics are logged at most every ``log_every_steps`` env steps (A2C updates every 40 steps).
         """
-        schedule = self.schedule
+        schedule, self._step = self.schedule, step
         self.collect_evaluation(wait=False)
         if self._last_logged_step is None or step - self._last_logged_step >= schedule.log_every_steps:
             self._log_rollout_stats(step)
@@ -236,7 +237,7 @@ class TrainingMonitor:
             self._pending_ckpt = (step, staged, self.state_dict(step))
             return None
         self.collect_evaluation(wait=True)  # the monitor state saved below includes it
-        path = agent.save(checkpoints / f"step_{step}")
+        path = agent.save(checkpoints / f".step_{step}.staged")  # named step_<step> once monitor.json is in it
         return self._complete_checkpoint(step, path, self.state_dict(step))
 
     def _complete_checkpoint(self, step: int, path: Path, state: dict[str, Any]) -> Path:
@@ -244,9 +245,7 @@ class TrainingMonitor:
         checkpoints = self.outputs.checkpoints
         assert checkpoints is not None  # only called once a checkpoint was saved there
         self.logger.flush()
-        tmp = path / f".{MONITOR_STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, path / MONITOR_STATE_FILE)
+        write_monitor_state(path, state)
         final = checkpoints / f"step_{step}"
         if path != final:
             rmtree(final, ignore_errors=True)
@@ -378,6 +377,7 @@ class TrainingMonitor:
 
     def finish(self, step: int, agent: Agent) -> EvalResult | None:
         """Final evaluation (unless one just ran at this step) and close the progress bar."""
+        self._step = step
         self._stop_if_requested(step, agent)
         if self._last_logged_step != step:
             self._log_rollout_stats(step)
@@ -415,16 +415,16 @@ class TrainingMonitor:
             "best_lengths": best.lengths.tolist() if best is not None else None,
         }
 
+    def save_state(self, path: Path) -> None:
+        """Write the state at the last update into ``path`` (the final ``model/``: resumable like a checkpoint)."""
+        write_monitor_state(path, self.state_dict(self._step))
+
     def load_state(self, checkpoint: Path, step: int) -> None:
         """Continue from a checkpoint at ``step``: episode counters, the return window, the best evaluation, the next
         evaluation and checkpoint steps, and SPS counted from ``step``. A checkpoint without ``monitor.json`` (an
         older run) continues with the counters derived from ``step`` alone."""
-        try:
-            state = json.loads((checkpoint / MONITOR_STATE_FILE).read_text())
-        except FileNotFoundError:
-            state = {}
-        except ValueError as exc:
-            raise PgcliError(f"corrupt checkpoint file {checkpoint / MONITOR_STATE_FILE}: {exc}") from None
+        state = read_monitor_state(checkpoint, step) or {}  # validated: pgcli.training.monitor_state
+        self._step = step
         every, ckpt_every = self.schedule.eval_every, self.schedule.checkpoint_every
         self._next_eval = state.get("next_eval") or ((step // every + 1) * every if every > 0 else None)
         # checkpoint_every may change on resume: the next one is the next multiple of the current interval
@@ -462,7 +462,6 @@ class TrainingMonitor:
             return
         if step > self._bar.total:  # the last update ends past total_steps (whole rollouts or episodes): show them
             self._bar.total = step
-        self._bar.update(max(0, step - self._bar.n))
         postfix = {}
         if sps is not None:
             postfix["sps"] = f"{sps:,.0f}"
@@ -470,7 +469,8 @@ class TrainingMonitor:
             postfix["return"] = f"{np.mean(self.recent_returns):.1f}"
         if self.last_eval is not None:
             postfix["eval"] = f"{self.last_eval.mean:.1f}"
-        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.set_postfix(postfix, refresh=False)  # shown with this step's count by the update below
+        self._bar.update(max(0, step - self._bar.n))
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -489,9 +489,7 @@ def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
 
 
 def _progress_bar(total: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, mininterval=0.5, leave=True)
+    return progress_bar(total)  # a live bar, or progress lines in a parallel sweep
 
 
 def _first_due(every: int) -> int | None:

@@ -4,11 +4,12 @@
 Config validation (:mod:`pgcli.config`) decides whether the *values* are right; this module decides whether the
 *places* they name can be used: the tracking store (a URI scheme MLflow supports, a server that answers within
 :data:`SERVER_TIMEOUT_S`, a SQLite file that is an MLflow store or empty, a directory that can be written with some
-free space), the experiment name MLflow stores and files artifacts under, and the run or sweep directory. Each failure
-is one line naming the thing and the fix:
+free space), the experiment name MLflow stores and files artifacts under, and the run or sweep directory (writable,
+and no live process writing a run there). Each failure is one line naming the thing and the fix:
 
 - :class:`~pgcli.errors.ConfigError` (exit 2) when what was typed is wrong on its own: a malformed URI, an unsupported
-  scheme, a folder store MLflow refuses, an experiment name MLflow refuses or that leaves the artifact root;
+  scheme, a folder store MLflow refuses, an experiment name MLflow refuses or that leaves the artifact root, a run
+  directory a live process writes;
 - :class:`~pgcli.errors.PgcliError` (exit 1) for a fault of the environment: a server that does not answer, a file
   that is not an MLflow store, a directory that cannot be written or is full.
 
@@ -45,6 +46,7 @@ from pgcli.tracking.uri import (
     suggest_scheme,
     supported_schemes,
 )
+from pgcli.training.owner import check_one_writer
 
 SERVER_TIMEOUT_S = 10.0
 """A tracking server must answer an HTTP request within this (MLflow itself retries for minutes)."""
@@ -71,6 +73,7 @@ class StorePlan:
 def check_train_environment(plan: StorePlan) -> None:
     """Raise a one-line ConfigError / PgcliError if the store or the output directory cannot be used."""
     check_writable_dir(plan.output_dir, what=plan.output_key)
+    check_no_writer(plan.output_dir)  # before Hydra writes .hydra/ there
     if plan.tracking_uri is not None:
         check_tracking_uri(plan.tracking_uri)
         if plan.experiment:
@@ -216,6 +219,14 @@ def check_sqlite_store(uri: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # directories
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def check_no_writer(output_dir: Path) -> None:
+    """Refuse (one-line ConfigError) a new run into a directory that a live process writes (its ``.owner``; for an
+    ``n_seeds`` job, that of one of its ``seed<k>`` runs) before Hydra writes ``.hydra/`` there: the run that
+    process writes keeps its files (docs/runs.md, "One writer per run"). Reads only."""
+    for run_dir in [output_dir, *sorted(output_dir.glob("seed*"))]:
+        check_one_writer(run_dir, f"the run in {run_dir}")
 
 
 def existing_ancestor(path: Path) -> Path:

@@ -3,7 +3,8 @@
 Everything is checked before anything changes (docs/runs.md, "Resume"): the run is found
 (:class:`pgcli.training.logged.LoggedRun`: in the store named by ``tracking.uri`` / ``tracking.store_dir`` for a run
 id, or through ``<run dir>/run.json``), its config is read back from ``<run dir>/.hydra/``, the overrides are checked
-against :data:`RESUME_OVERRIDES`, and the last checkpoint (``<run dir>/checkpoints/step_<N>``) is located.
+against :data:`RESUME_OVERRIDES`, and the newest good checkpoint is chosen (:func:`resume_point`: a
+``<run dir>/checkpoints/step_<N>``, or the final ``model/`` when it is newer; damaged ones are passed over).
 :class:`pgcli.training.run.Run` then loads the checkpoint and only then re-opens the MLflow run (RUNNING again, then
 FINISHED / FAILED / KILLED like any run).
 """
@@ -11,6 +12,7 @@ FINISHED / FAILED / KILLED like any run).
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,11 +20,12 @@ from typing import TYPE_CHECKING
 from pgcli.config import TrainConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.config.labels import applied_preset, env_label
-from pgcli.errors import ConfigError
+from pgcli.errors import ConfigError, PgcliError
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
+from pgcli.training.monitor_state import read_monitor_state
 from pgcli.training.owner import check_one_writer, claim_run, release_run
-from pgcli.training.run import RUN_FILE, ResumePoint, latest_checkpoint
+from pgcli.training.run import RUN_FILE, ResumePoint
 
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunStore
@@ -39,6 +42,7 @@ RESUME = Wording(
     no_store="resume: tracking=off has no run store to find '{ref}' in; pass its run directory",
     not_found="resume: no run '{ref}' in {uri}; a run from another store needs tracking.uri=<that store> (or pass "
     "its run directory)",
+    doing="resume",
 )
 
 
@@ -108,22 +112,72 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
 
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
-    """Where the run continues: its newest checkpoint, which must be short of ``cfg.total_steps``."""
+    """Where the run continues: its newest checkpoint that passes :func:`checkpoint_fault`, which must be short of
+    ``cfg.total_steps``. The newer ones that do not pass are named in :attr:`ResumePoint.skipped`; when none passes,
+    a one-line PgcliError names the newest and why."""
     assert run.run_dir is not None
-    found = latest_checkpoint(run.run_dir / "checkpoints")
-    if found is None:
+    candidates = checkpoint_candidates(run.run_dir)
+    if not candidates:
         raise ConfigError(
             f"resume: run {run.run_id or run.run_dir} has no checkpoint in {run.run_dir / 'checkpoints'} "
             f"(checkpoint_every={cfg.checkpoint_every}, and it ended before a checkpoint or a clean stop saved one); "
             "nothing to continue from"
         )
-    step, checkpoint = found
+    skipped: list[tuple[Path, str]] = []
+    for step, checkpoint, fault in candidates:
+        fault = fault or checkpoint_fault(checkpoint, step)
+        if fault is None and step is not None:
+            break
+        skipped.append((checkpoint, str(fault)))
+    else:
+        raise PgcliError(f"resume: no checkpoint of {run.run_dir} can be loaded; the newest: {skipped[0][1]}")
     if step >= cfg.total_steps:
         raise ConfigError(
             f"resume: the last checkpoint is at step {step:,} and the run asks for total_steps={cfg.total_steps:,}; "
             f"pass total_steps=<more> to train further"
         )
-    return ResumePoint(run_id=run.run_id, checkpoint=checkpoint, step=step)
+    skipped_lines = tuple(f"{path}: {fault}" for path, fault in skipped)
+    return ResumePoint(run_id=run.run_id, checkpoint=checkpoint, step=step, skipped=skipped_lines)
+
+
+def checkpoint_candidates(run_dir: Path) -> list[tuple[int | None, Path, str | None]]:
+    """``(step, dir, fault)`` of the run's checkpoints, newest first: each ``checkpoints/step_<N>``, and the final
+    ``model/`` at the step of its monitor state (after a ``step_<N>`` of the same step; first when that state cannot
+    be read, its step unknown). A ``model/`` without monitor state (saved by an older pgcli) is none."""
+    found: list[tuple[int | None, Path, str | None]] = []
+    with suppress(OSError):  # no checkpoints/ yet
+        for path in (run_dir / "checkpoints").iterdir():
+            name = path.name.removeprefix("step_")
+            if path.name.startswith("step_") and name.isdigit() and path.is_dir():
+                found.append((int(name), path, None))
+    model = run_dir / "model"
+    try:
+        state = read_monitor_state(model)
+    except PgcliError as exc:
+        return [(None, model, str(exc)), *sorted(found, key=lambda c: -(c[0] or 0))]
+    if state is not None:
+        found.append((int(state["step"]), model, None))
+    # newest first; at one step the checkpoint before the model
+    return sorted(found, key=lambda c: (-(c[0] or 0), c[1].name == "model"))
+
+
+def checkpoint_fault(checkpoint: Path, step: int | None) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (one line naming the file), or None: a file missing, unreadable or
+    damaged (:func:`pgcli.algo.checkpoint.verify_checkpoint`), or its monitor state missing (the checkpoint was not
+    completed), invalid or of another step than ``step``."""
+    from pgcli.algo.checkpoint import verify_checkpoint
+
+    try:
+        steps = verify_checkpoint(checkpoint)
+        if read_monitor_state(checkpoint, step) is None:
+            return f"{checkpoint} has no monitor.json: its process ended before the checkpoint was complete"
+        if steps is not None and steps != step:  # the final model/ is named for no step: its files must agree
+            return f"checkpoint file {checkpoint / 'monitor.json'} is for step {step}, but state.json for step {steps}"
+    except PgcliError as exc:
+        return str(exc)
+    except OSError as exc:  # the directory itself went away or cannot be listed
+        return f"cannot read {checkpoint} ({exc.strerror or type(exc).__name__})"
+    return None
 
 
 def locate_run(target: str, lookup: list[str]) -> LoggedRun:
@@ -133,10 +187,11 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
     A run id is looked up in the store ``lookup`` names; a run directory's record is the one its ``run.json`` names,
     in the store ``run.json`` names.
     """
+    from pgcli.tracking.store import RunStore
     from pgcli.tracking.uri import resolve_tracking_target
 
     def lookup_store() -> RunStore:
-        return _open_store(resolve_tracking_target(compose_train_config(lookup).tracking).uri)
+        return RunStore(resolve_tracking_target(compose_train_config(lookup).tracking).uri)  # checked by locate
 
     run = LoggedRun.locate(target, store=lookup_store, wording=RESUME)
     if run.record is None:
@@ -156,25 +211,20 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
 
 def _with_own_record(run: LoggedRun) -> LoggedRun:
     """A run directory's run: the one its ``run.json`` names, in the store ``run.json`` names."""
+    from pgcli.tracking.store import RunStore, check_readable_store
+
     info = run.run_file()
     if info is None:
         raise ConfigError(f"resume: {run.run_dir} is not a pgcli run directory (no readable {RUN_FILE})")
     run_id, uri = info.get("run_id"), info.get("tracking_uri")
     if run_id is None:
         return run  # trained with tracking=off
-    store = _open_store(str(uri))
+    check_readable_store(str(uri), doing="resume")  # a one-line error before MLflow opens (and creates) a store
+    store = RunStore(str(uri))
     record = store.find(str(run_id))
     if record is None:
         raise ConfigError(f"resume: run {run_id} of {run.run_dir} is not in its store {uri}")
     return replace(run, record=record, store=store)
-
-
-def _open_store(uri: str) -> RunStore:
-    from pgcli.tracking.store import RunStore
-
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ConfigError(f"resume: no tracking store at {uri}")
-    return RunStore(uri)
 
 
 def resume_tags(plan: ResumePlan) -> dict[str, str]:
@@ -213,6 +263,8 @@ def resume_command(args: list[str]) -> int:
     # claimed before the first line: a second resume of the run started at the same time is refused in one line
     claim_run(plan.output_dir, f"resume: run {plan.point.run_id or plan.output_dir}")
     try:
+        for skipped in plan.point.skipped:
+            print(f"pgcli: note: skipped checkpoint {skipped}", file=sys.stderr)
         print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
               f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip
         summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)

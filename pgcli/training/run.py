@@ -207,11 +207,14 @@ def mark_killed(store: RunStore, runs: Sequence[StaleRun]) -> None:
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a resumed run continues: its MLflow run (None with ``tracking=off``) and its last checkpoint."""
+    """Where a resumed run continues: its MLflow run (None with ``tracking=off``) and its newest good checkpoint (a
+    ``checkpoints/step_<N>`` or the final ``model/``, see ``pgcli.training.resume.resume_point``)."""
 
     run_id: str | None
     checkpoint: Path
     step: int
+    skipped: tuple[str, ...] = ()
+    """Newer checkpoints that could not be loaded, each as ``<dir>: <why>``, newest first."""
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> tuple[int, Path] | None:
@@ -257,12 +260,15 @@ C = TypeVar("C", bound=Closeable)
 
 class RunMonitor(Protocol):
     """What the run needs of the training monitor (``pgcli.training.monitor.TrainingMonitor``, which honours
-    :attr:`Run.stop`): its curves restored on resume, and the best evaluation's agent to log beside the model."""
+    :attr:`Run.stop`): its curves restored on resume and saved beside the final model, and the best evaluation's agent
+    to log beside the model."""
 
     @property
     def best_dir(self) -> Path | None: ...
 
     def load_state(self, checkpoint: Path, step: int) -> None: ...
+
+    def save_state(self, path: Path) -> None: ...
 
 
 class Run:
@@ -364,8 +370,14 @@ class Run:
         self.stop.clean = True
 
     def save_model(self, trainer: Learner) -> Path:
-        """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as MLflow Models."""
+        """Save the final agent to ``<run dir>/model`` and log it (and the best agent) as MLflow Models.
+
+        The model is saved at an update boundary (the end of training, or a clean stop), so with the monitor's state
+        beside it (``monitor.json``, written last) it is a checkpoint too: ``resume=<run> total_steps=<more>``
+        continues from it when no ``checkpoints/step_<N>`` is newer (docs/runs.md, "Resume")."""
         model_dir = trainer.save(self.output_dir / "model")
+        if self.monitor is not None:
+            self.monitor.save_state(model_dir)
         best = self.monitor.best_dir if self.monitor is not None else None
         saved = [(model_dir, "model")] + ([(best, "best_model")] if best is not None and best.is_dir() else [])
         for path, name in saved:

@@ -149,3 +149,34 @@ def test_one_update_save_load_one_update_equals_two_updates(case: str, vectoriza
         assert straight.model._n_updates == resumed.model._n_updates
     straight.close()
     resumed.close()
+
+
+# a real `pgcli train`: a FINISHED run whose budget ends below checkpoint_every continues from its final model/
+EXTEND = ["algo=trpo", "algo.n_steps=256", "algo.n_critic_updates=1", "algo.batch_size=256", "env.n_envs=4",
+          "eval.every=1024", "eval.episodes=2", "checkpoint_every=4096", "progress=false", "tracking=off",
+          "seed=1"]  # fmt: skip
+"""Updates of 1,024 env steps: both runs log rollout statistics (at most every 1,000 steps) and evaluate at 1,024."""
+
+
+def csv_history(run_dir: Path) -> list[tuple[str, int, str]]:
+    """``metrics.csv`` as (key, step, value) rows, without the wall-clock rates."""
+    import csv
+
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        return [(r["key"], int(r["step"]), r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")
+                or r["key"] == "time/episodes"]  # fmt: skip
+
+
+def test_a_finished_run_below_checkpoint_every_extends_exactly_from_its_final_model(tmp_path: Path):
+    from tests.conftest import run_pgcli
+
+    straight, short = tmp_path / "straight", tmp_path / "short"
+    for run_dir, total in ((straight, 2048), (short, 1024)):
+        proc = run_pgcli(["train", *EXTEND, f"total_steps={total}", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(short.glob("checkpoints/step_*"))  # only its final model/ holds the state at 1,024
+
+    resumed = run_pgcli(["train", f"resume={short}", "total_steps=2048"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"from {short.resolve()}/model (step 1,024 of 2,048)" in resumed.stderr
+    assert csv_history(short) == csv_history(straight)

@@ -8,6 +8,7 @@ its curves (episode counter, evaluations) instead of starting them over.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -42,10 +43,17 @@ def start_pgcli(args: list[str], cwd: Path, stderr: Path) -> subprocess.Popen[by
         return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
 
 
-def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen[bytes], stderr: Path, timeout: float = 240) -> None:
-    """Poll until a checkpoint with its monitor state is on disk (the monitor writes monitor.json last)."""
-    wait_until(lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json")), "its first checkpoint",
-               timeout=timeout, proc=proc, stderr=stderr, interval=0.05)  # fmt: skip
+def wait_for_checkpoint(
+    run_dir: Path, proc: subprocess.Popen[bytes], stderr: Path, timeout: float = 240, after: int = -1
+) -> None:
+    """Poll until a checkpoint (past step ``after``, when given) with its monitor state is on disk (the monitor writes
+    monitor.json last)."""
+
+    def found() -> bool:
+        steps = [p.parent.name.removeprefix("step_") for p in (run_dir / "checkpoints").glob("step_*/monitor.json")]
+        return any(int(s) > after for s in steps if s.isdigit())
+
+    wait_until(found, f"a checkpoint past step {after}", timeout=timeout, proc=proc, stderr=stderr, interval=0.05)
 
 
 def histories(store: Store, run_id: str) -> dict[str, list[tuple[int, float]]]:
@@ -110,6 +118,8 @@ def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, wor
 
 
 def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
+    import shutil
+
     from pgcli.errors import ConfigError
     from pgcli.training.resume import plan_resume
 
@@ -120,6 +130,7 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
     assert first.returncode == 0, first.stderr[-3000:]
     (run,) = store.runs("cartpole")
     before = (store.root / "mlflow.db").read_bytes()
+    shutil.rmtree(run_dir / "model")  # as a run that failed before its first checkpoint: nothing to continue from
 
     monkeypatch.chdir(workdir)
     lookup = f"tracking.uri={store.uri}"
@@ -132,7 +143,9 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
         (str(run_dir), "total_steps=10"): "total_steps=10 is below the run's 512; it may only grow",
         (str(workdir), ""): "not a pgcli run directory",
         ("nonsense", ""): "neither a run directory nor an MLflow run id",
-        (run.info.run_id, "tracking.uri=sqlite:///nowhere/mlflow.db"): "no tracking store at sqlite:///nowhere",
+        (run.info.run_id, "tracking.uri=sqlite:///nowhere/mlflow.db"): (
+            f"no run store at {workdir.resolve()}/nowhere/mlflow.db: nothing to resume"
+        ),
     }
     for (target, override), words in bad.items():
         with pytest.raises(ConfigError) as info:
@@ -150,7 +163,60 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
     assert not (workdir / "nowhere").exists()
 
 
-def test_resume_from_a_corrupt_checkpoint_fails_before_the_run_reopens(store: Store, workdir: Path):
+def truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[:100])
+
+
+def bad_monitor_step(file: Path) -> None:
+    file.write_text(json.dumps(json.loads(file.read_text()) | {"step": 999}))
+
+
+CORRUPT = {
+    # damage done to model.pt / monitor.json / state.json: words of the note that skips the checkpoint
+    "truncated_model": ("model.pt", truncate, "model.pt: truncated or corrupt (BadZipFile"),
+    "monitor_of_another_step": ("monitor.json", bad_monitor_step, "monitor.json is for step 999"),
+    "unreadable_state": (
+        "state.json",
+        lambda f: f.write_text("{"),
+        "state.json: truncated or corrupt (JSONDecodeError",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def run_of_512(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A FINISHED tracking=off run of 512 steps: checkpoints/step_256, step_512 and its final model/ (at 512)."""
+    work = tmp_path_factory.mktemp("resume")
+    run_dir = work / "run"
+    args = ["train", *CASES["trpo"], *COMMON, "total_steps=512", "tracking=off", f"hydra.run.dir={run_dir}"]
+    first = run_pgcli(args, cwd=work)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_256", "step_512"]
+    return run_dir
+
+
+@pytest.mark.parametrize("damage", list(CORRUPT))
+def test_a_corrupt_newest_checkpoint_is_skipped_with_a_note(damage: str, run_of_512: Path, workdir: Path):
+    import shutil
+
+    run_dir = workdir / "run"
+    shutil.copytree(run_of_512, run_dir)
+    file, corrupt, words = CORRUPT[damage]
+    for newest in (run_dir / "checkpoints" / "step_512", run_dir / "model"):  # both hold the state at step 512
+        corrupt(newest / file)
+    resumed = run_pgcli(["train", f"resume={run_dir}", "total_steps=768"], cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = resumed.stderr.strip().splitlines()
+    notes = [line for line in lines if line.startswith("pgcli: note: skipped checkpoint")]
+    where = run_dir.resolve()
+    assert {n.split(": ", 3)[2] for n in notes} == {f"skipped checkpoint {where}/checkpoints/step_512",
+                                                    f"skipped checkpoint {where}/model"}, notes  # fmt: skip
+    assert all(words in note for note in notes), notes
+    assert f"from {where}/checkpoints/step_256 (step 256 of 768)" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+
+
+def test_resume_with_no_good_checkpoint_is_one_line_naming_the_newest(store: Store, workdir: Path):
     run_dir = workdir / "run"
     args = [
         "train",
@@ -162,14 +228,17 @@ def test_resume_from_a_corrupt_checkpoint_fails_before_the_run_reopens(store: St
     ]
     first = run_pgcli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr[-3000:]
-    last = max((run_dir / "checkpoints").glob("step_*"), key=lambda p: int(p.name.removeprefix("step_")))
-    model = last / "model.pt"
-    model.write_bytes(model.read_bytes()[:100])  # truncated
+    for checkpoint in [*(run_dir / "checkpoints").glob("step_*"), run_dir / "model"]:
+        truncate(checkpoint / "model.pt")
     before = (store.root / "mlflow.db").read_bytes()
 
     proc = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("pgcli: error:")
+    newest = run_dir.resolve() / "checkpoints" / "step_512"
+    assert proc.stderr.strip().splitlines() == [
+        f"pgcli: error: resume: no checkpoint of {run_dir.resolve()} can be loaded; the newest: cannot read checkpoint "
+        f"file {newest}/model.pt: truncated or corrupt (BadZipFile: File is not a zip file)"
+    ]
     assert (store.root / "mlflow.db").read_bytes() == before
     (again,) = store.runs("cartpole")
     assert again.info.status == "FINISHED"

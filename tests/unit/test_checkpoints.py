@@ -187,3 +187,81 @@ def test_rng_state_round_trips_through_json():
     got = (np.random.rand(3), torch.rand(3), random.random())
     np.testing.assert_array_equal(got[0], expected[0])
     assert torch.equal(got[1], expected[1]) and got[2] == expected[2]
+
+
+# -- checked before a resume (docs/runs.md, "Resume") ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("file", "damage"),
+    [
+        ("model.pt", "truncate"),
+        ("model.pt", "flip"),
+        ("normalizer.npz", "truncate"),
+        ("state.json", "truncate"),
+        ("state.json", "delete"),
+        ("model.pt", "delete"),
+    ],
+)
+def test_verify_checkpoint_names_a_damaged_file_without_loading_it(saved: Path, tmp_path: Path, file: str, damage: str):
+    from pgcli.algo.checkpoint import verify_checkpoint
+
+    ckpt = copy_of(saved, tmp_path)
+    assert verify_checkpoint(ckpt) == 64  # the trainer's steps, from state.json
+    path = ckpt / file
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":  # one byte of the largest tensor's data: the zip archive is whole, its CRC is not
+        import zipfile
+
+        with zipfile.ZipFile(path) as archive:
+            member = max(archive.infolist(), key=lambda m: m.file_size)
+        at = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra) + member.file_size // 2
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
+    else:
+        path.unlink()
+    with pytest.raises(PgcliError) as caught:
+        verify_checkpoint(ckpt)
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message, message
+    assert ("missing" if damage == "delete" else "truncated or corrupt") in message
+
+
+def good_state(step: int = 64) -> dict:
+    return {"step": step, "next_eval": 128, "next_checkpoint": None, "n_episodes": 3, "recent_returns": [1.0, -2.5, 3],
+            "recent_lengths": [10, 20, 30], "last_eval_step": 64, "best_step": 64, "best_returns": [1.0, 2.0],
+            "best_lengths": [5, 6]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"n_episodes": None}, "has 'n_episodes': 'None', which is not an integer"),
+        ({"recent_returns": ["x"]}, "has 'recent_returns': \"['x']\", which is not a list of numbers"),
+        ({"step": 128}, "is for step 128, not 64"),
+        ({"step": True}, "has 'step': 'True', which is not an integer"),
+        ({"best_lengths": None}, "has only one of 'best_returns' and 'best_lengths'"),
+    ],
+)
+def test_monitor_state_is_validated_in_one_line_naming_the_file(tmp_path: Path, change: dict, words: str):
+    from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
+
+    write_monitor_state(tmp_path, good_state())
+    assert read_monitor_state(tmp_path, 64) == good_state()
+    write_monitor_state(tmp_path, good_state() | change)
+    with pytest.raises(PgcliError) as caught:
+        read_monitor_state(tmp_path, 64)
+    assert str(caught.value) == f"checkpoint file {tmp_path / 'monitor.json'} {words}"
+
+
+def test_monitor_state_missing_key_or_not_json_and_no_file(tmp_path: Path):
+    from pgcli.training.monitor_state import read_monitor_state
+
+    assert read_monitor_state(tmp_path, 64) is None  # none: the checkpoint was not completed (or is an older one)
+    state = good_state()
+    del state["recent_lengths"]
+    (tmp_path / "monitor.json").write_text(json.dumps(state))
+    with pytest.raises(PgcliError, match=r"monitor\.json lacks 'recent_lengths'$"):
+        read_monitor_state(tmp_path, 64)
+    (tmp_path / "monitor.json").write_text('{"step": 6')
+    with pytest.raises(PgcliError, match=r"monitor\.json is not valid JSON \("):
+        read_monitor_state(tmp_path, 64)
