@@ -225,8 +225,8 @@ def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
     import torch
 
     from pgcli.lm.init import locate_init
+    from pgcli.lm.load import make_text_policy
     from pgcli.lm.model import load_policy
-    from pgcli.training.build import make_text_policy
 
     policy = make_text_policy(task, cfg.model, torch.device("cpu"))
     if cfg.init is None:

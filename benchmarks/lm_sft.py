@@ -32,9 +32,10 @@ def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[
     import torch
 
     from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
+    from pgcli.lm.load import make_text_policy
     from pgcli.lm.sft import SFT
     from pgcli.lm.tasks import make_task
-    from pgcli.training.build import make_text_policy, seed_everything
+    from pgcli.training.build import seed_everything
     from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)

@@ -32,6 +32,7 @@ commands:
   ui         open the MLflow UI on the run store          pgcli ui
   runs       list runs; mark crashed ones KILLED          pgcli runs --stale
   sync       deliver a run's writes spooled in an outage  pgcli sync <run dir>
+  export     a text run as a Hugging Face model dir       pgcli export <run id | run dir>
   completion print the bash completion script            eval "$(pgcli completion bash)"
 
 examples:
@@ -88,7 +89,7 @@ def _main(argv: Sequence[str] | None) -> int:
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
     return {"train": _train, "sft": _sft, "eval": _eval, "ui": _ui, "compare": _compare, "runs": _runs,
-            "sync": _sync, "completion": _completion}  # fmt: skip
+            "sync": _sync, "export": _export, "completion": _completion}  # fmt: skip
 
 
 # Each entry imports its command's module when it runs (pgcli.commands.<name>.main).
@@ -136,6 +137,12 @@ def _sync(args: list[str]) -> int:
     from pgcli.commands import sync
 
     return sync.main(args)
+
+
+def _export(args: list[str]) -> int:
+    from pgcli.commands import export
+
+    return export.main(args)
 
 
 def _completion(args: list[str]) -> int:

@@ -73,13 +73,11 @@ class TextPyfunc:
         import torch
 
         from pgcli.agent import agent_config, read_agent_spec
-        from pgcli.lm.model import load_policy
-        from pgcli.lm.tasks import make_task
-        from pgcli.training.build import make_text_policy
+        from pgcli.lm.load import make_text_policy, make_text_task
 
         cfg = agent_config(read_agent_spec(model_dir))
-        self.task = make_task(cfg.env)  # type: ignore[arg-type]  # a text spec holds a text env
-        self.policy = load_policy(make_text_policy(self.task, cfg.model, torch.device("cpu")), model_dir)  # type: ignore[arg-type]
+        self.task = make_text_task(cfg.env, cfg.model)  # a text spec holds a text env and model
+        self.policy = make_text_policy(self.task, cfg.model, torch.device("cpu"), model_dir)
         self.policy.eval()
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
@@ -96,7 +94,7 @@ class TextPyfunc:
             return []
         vocab = self.task.vocab
         tokens, mask = encode_prompts(vocab, [Problem(prompt=p, answer="") for p in prompts])
-        gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len, eos_id=vocab.eos_id,
+        gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len, eos_id=vocab.stop_ids,
                        temperature=0.0, pad_id=vocab.pad_id)  # fmt: skip
         return decode_completions(vocab, gen.tokens)
 

@@ -141,3 +141,12 @@ def busy_cores() -> Iterator[None]:
         for proc in busy:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random Llama with a trained BPE tokenizer, written once per session with ``save_pretrained``: the offline
+    model of every ``model=hf`` test (nothing is downloaded)."""
+    from pgcli.lm.random_hf import write_random_model
+
+    return write_random_model(tmp_path_factory.mktemp("hf") / "tiny-llama")

@@ -1,26 +1,32 @@
-"""GRPO on tokens (Shao et al., 2024, "DeepSeekMath", section 4.1) and its critic-free relatives, RLOO and REINFORCE
-with a batch-mean baseline, for RL fine-tuning of a small language model on verifiable text tasks
+"""GRPO on tokens (Shao et al., 2024, "DeepSeekMath", section 4.1) and its critic-free relatives, RLOO, REINFORCE
+with a batch-mean baseline, GSPO and REINFORCE++, for RL fine-tuning of a language model on verifiable text tasks
 (docs/algorithms/lm.md).
 
 One update: M training prompts, G completions each sampled from the old policy pi_old with the key/value cache,
 one verifiable reward R_i per completion, then mu epochs of minibatch steps on
 
-    J(theta) = agg_{i,t} [ min(r_{i,t} A_i, clip(r_{i,t}, 1 - eps, 1 + eps_high) A_i)
-                           - beta * k3(pi_theta, pi_ref)_{i,t} + c_ent * H(pi_theta(.|q, o_{i,<t})) ]
-    r_{i,t} = pi_theta(o_{i,t}|q, o_{i,<t}) / pi_old(o_{i,t}|q, o_{i,<t})
-    k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1
+    J(theta) = agg_{i,t} [ min(r_{i,t} A_{i,t}, clip(r_{i,t}, 1 - eps, 1 + eps_high) A_{i,t})
+                           - beta * kl(pi_theta, pi_ref)_{i,t} + c_ent * H(pi_theta(.|q, o_{i,<t})) ]
+    r_{i,t} = pi_theta(o_{i,t}|q, o_{i,<t}) / pi_old(o_{i,t}|q, o_{i,<t})      (GSPO: s_i on every token, below)
+    kl = k1, k2 or k3 (`kl_estimator`; k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1 by default)
 
-where the sequence advantage A_i is broadcast to every token of completion i and comes from the config's estimator:
+where the advantage comes from the config's estimator (`ESTIMATORS`; k1_{i,t} = log pi_old - log pi_ref):
 
-    algo=grpo       A_i = (R_i - mean_g R) / (std_g R + eps)   (scale_rewards=group; batch: the batch std;
-                    none: R_i - mean_g R, Dr. GRPO with loss_agg=constant, preset grpo_addition_dr)
-    algo=rloo       A_i = R_i - mean_{j in g, j != i} R_j          (Ahmadian et al., 2024)
-    algo=reinforce  A_i = R_i - mean_batch R                       (Williams, 1992, with a mean baseline)
+    algo=grpo          A_i = (R_i - mean_g R) / (std_g R + eps)   (scale_rewards=group; batch: the batch std;
+                       none: R_i - mean_g R, Dr. GRPO with loss_agg=constant, preset grpo_addition_dr)
+    algo=rloo          A_i = R'_i - mean_{j in g, j != i} R'_j,  R'_i = R_i - beta sum_t k1_{i,t}   (Ahmadian et
+                       al., 2024; TRL's RLOOTrainer): the KL is in the reward, the loss has no KL term
+    algo=reinforce     A_i = R_i - mean_batch R                       (Williams, 1992, with a mean baseline)
+    algo=gspo          A_i as grpo; the ratio is s_i = exp(mean_t log r_{i,t}), clipped per completion
+                       (Zheng et al., 2025)
+    algo=reinforce_pp  A_{i,t} = whiten_batch(R'_i - beta sum_{t' >= t} k1_{i,t'}), R'_i = R_i or, with
+                       baseline=group, R_i - mean_g R (Hu et al., 2025); the KL is in the reward
 
 `agg` is `loss_agg` (seq_mean: GRPO's (1/G) sum_i (1/|o_i|) sum_t; token_mean: DAPO; constant: Dr. GRPO's
 sum / (B * max_completion_len)). pi_ref is the reference (SFT) policy; beta = 0 skips its forward pass. With
-`drop_degenerate_groups`, prompts whose G rewards are all equal are left out (their GRPO/RLOO advantages are 0).
-The math is in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
+`drop_degenerate_groups`, prompts whose G rewards are all equal are left out; with `mask_truncated_completions`,
+completions that hit the length limit without EOS (TRL's option of that name). The math is in `pgcli.ops.lm` and
+`pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,31 +54,76 @@ from pgcli.algo.lm_rollout import (
     save_text_trainer,
     set_generator_state,
 )
-from pgcli.config import GRPOConfig, REINFORCEConfig, RLOOConfig
-from pgcli.lm.model import TinyGPT, completion_logprobs
+from pgcli.config import GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
+from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.ops.grpo import LOSS_AGGREGATIONS, clip_bounds, k3_kl
+from pgcli.ops.grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS, clip_bounds, k3_kl
 from pgcli.ops.lm import (
-    SequenceAdvantages,
+    PolicyLoss,
     batch_mean_advantages,
     clipped_policy_loss,
     group_advantages,
+    kl_shaped_rewards,
     masked_mean,
+    reinforce_pp_advantages,
     rloo_advantages,
+    sequence_clipped_policy_loss,
     token_advantages,
+    truncated_completions,
+    zero_variance_groups,
 )
 
 STD_EPS = 1e-4
 """Added to the std before dividing the GRPO advantages (TRL's value)."""
 
-CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig
+CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig | GSPOConfig | ReinforcePPConfig
+KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig)
+"""Configs whose KL to the reference is a loss term (`kl_estimator`); RLOO and REINFORCE++ fold it into the reward."""
 
-ESTIMATORS: dict[type, Callable[..., SequenceAdvantages]] = {
-    GRPOConfig: lambda cfg, rewards, groups: group_advantages(rewards, groups, scale=cfg.scale_rewards, eps=STD_EPS),
-    RLOOConfig: lambda cfg, rewards, groups: rloo_advantages(rewards, groups),
-    REINFORCEConfig: lambda cfg, rewards, groups: batch_mean_advantages(rewards, groups),
+
+def _group_normalized(cfg: GRPOConfig | GSPOConfig, batch: CompletionBatch, old_logp: Tensor,
+                      ref_logp: Tensor | None) -> Tensor:  # fmt: skip
+    """GRPO's (and GSPO's) A_i on every token of completion i: [B, C]."""
+    adv = group_advantages(batch.rewards, batch.group_ids, scale=cfg.scale_rewards, eps=STD_EPS)
+    return token_advantages(adv.advantages, batch.mask)
+
+
+def _leave_one_out(cfg: RLOOConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+    """RLOO's A_i on the KL-shaped rewards (the sampling policy's sequence k1, as TRL): [B, C]."""
+    shaped = batch.rewards
+    if ref_logp is not None:
+        shaped = kl_shaped_rewards(batch.rewards, old_logp, ref_logp, batch.mask, beta=cfg.beta)  # [B]
+    return token_advantages(rloo_advantages(shaped, batch.group_ids).advantages, batch.mask)
+
+
+def _batch_mean(cfg: REINFORCEConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+    """REINFORCE's A_i = R_i - mean_batch R on every token: [B, C]."""
+    return token_advantages(batch_mean_advantages(batch.rewards, batch.group_ids).advantages, batch.mask)
+
+
+def _reinforce_pp(cfg: ReinforcePPConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+    """REINFORCE++'s whitened returns of the KL-shaped token rewards: [B, C]."""
+    return reinforce_pp_advantages(batch.rewards, batch.group_ids, old_logp, ref_logp, batch.mask, beta=cfg.beta,
+                                   gamma=cfg.gamma, baseline=cfg.baseline)  # fmt: skip
+
+
+ESTIMATORS: dict[type, Callable[[Any, CompletionBatch, Tensor, Tensor | None], Tensor]] = {
+    GRPOConfig: _group_normalized,
+    RLOOConfig: _leave_one_out,
+    REINFORCEConfig: _batch_mean,
+    GSPOConfig: _group_normalized,
+    ReinforcePPConfig: _reinforce_pp,
 }
-"""The sequence-level advantage estimator of each algo config."""
+"""The advantage estimator of each algo config: (cfg, batch, old_logp [B, C], ref_logp [B, C] or None) -> [B, C]."""
+
+POLICY_LOSSES: dict[type, Callable[..., PolicyLoss]] = {
+    GRPOConfig: clipped_policy_loss,
+    RLOOConfig: clipped_policy_loss,
+    REINFORCEConfig: clipped_policy_loss,
+    GSPOConfig: sequence_clipped_policy_loss,  # one ratio per completion
+    ReinforcePPConfig: clipped_policy_loss,
+}
+"""The clipped surrogate of each algo config: token ratios, or GSPO's sequence ratio."""
 
 
 class TokenLoss(NamedTuple):
@@ -82,13 +133,13 @@ class TokenLoss(NamedTuple):
     loss_kl: Tensor
     loss_entropy: Tensor
     kl_ref: float
-    """Mean per-token k3 KL to the reference (nan when beta = 0)."""
+    """Mean per-token k3 KL to the reference (nan when beta = 0), whatever the estimator in the loss."""
     entropy: float
     clip_fraction: float
 
 
 def token_loss(
-    policy: TinyGPT,
+    policy: CausalLM,
     cfg: CriticFreeConfig,
     batch: CompletionBatch,
     rows: Tensor,
@@ -106,14 +157,16 @@ def token_loss(
     logp, entropy = completion_logprobs(policy, batch.prompt_tokens[rows], batch.prompt_mask[rows],
                                         batch.tokens[rows, :width], mask.bool(), temperature=temperature)  # fmt: skip
     low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
-    policy_loss = clipped_policy_loss(logp, old_logp, advantages, mask, low=low, high=high, loss_agg=cfg.loss_agg,
-                                      max_len=max_len)  # fmt: skip
+    policy_loss = POLICY_LOSSES[type(cfg)](logp, old_logp, advantages, mask, low=low, high=high,
+                                           loss_agg=cfg.loss_agg, max_len=max_len)  # fmt: skip
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     loss_kl, kl_ref = torch.zeros((), device=mask.device), float("nan")
-    if ref_logp is not None:  # DeepSeekMath eq. 3: the KL sits inside the per-token sum
-        kl = k3_kl(logp, ref_logp[:, :width])  # [B', C]
-        loss_kl = cfg.beta * aggregate(kl, mask, max_len=max_len)
-        kl_ref = float(masked_mean(kl.detach(), mask))
+    if ref_logp is not None:
+        ref_logp = ref_logp[:, :width]
+        kl_ref = float(masked_mean(k3_kl(logp.detach(), ref_logp), mask))
+        if isinstance(cfg, KL_IN_LOSS):  # DeepSeekMath eq. 3: the KL sits inside the per-token sum
+            kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp)  # [B', C]
+            loss_kl = cfg.beta * aggregate(kl, mask, max_len=max_len)
     return TokenLoss(
         loss_policy=policy_loss.loss,
         loss_kl=loss_kl,
@@ -125,15 +178,16 @@ def token_loss(
 
 
 class LMGRPO:
-    """Critic-free trainer on a text task: GRPO, Dr. GRPO, RLOO or REINFORCE, by the config's type."""
+    """Critic-free trainer on a text task: GRPO, Dr. GRPO, RLOO, REINFORCE, GSPO or REINFORCE++, by the config's
+    type."""
 
     def __init__(
         self,
         cfg: CriticFreeConfig,
         *,
         task: TextTask,
-        policy: TinyGPT,
-        reference: TinyGPT | None,
+        policy: CausalLM,
+        reference: CausalLM | None,
         model: SamplingSettings,
         seed: int,
         device: torch.device,
@@ -143,7 +197,7 @@ class LMGRPO:
         self.policy = policy.to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
         # pi_ref: the SFT model the run starts from (DeepSeekMath); none at all when beta = 0
-        self.reference: TinyGPT | None = None
+        self.reference: CausalLM | None = None
         if cfg.beta > 0:
             self.reference = (copy.deepcopy(self.policy) if reference is None else reference.to(device)).eval()
             self.reference.requires_grad_(False)
@@ -162,7 +216,7 @@ class LMGRPO:
                                        temperature=self.temperature, top_p=self.top_p, generator=self.generator,
                                        device=self.device)  # fmt: skip
             self.steps += len(batch.rewards)
-            # 2. sequence advantages; 3. mu epochs of clipped minibatch steps
+            # 2. advantages; 3. mu epochs of clipped minibatch steps
             stats = rollout_stats(batch) | self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
             stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
@@ -174,20 +228,25 @@ class LMGRPO:
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
         cfg = self.cfg
-        adv = self.estimator(cfg, batch.rewards, batch.group_ids)
-        stats = {"train/zero_variance_frac": float(adv.zero_variance.float().mean())}
+        zero_variance = zero_variance_groups(batch.rewards, batch.group_ids)  # [M]
+        truncated = truncated_completions(batch.tokens, batch.mask, eos_id=self.task.vocab.stop_ids)  # [B]
+        stats = {"train/zero_variance_frac": float(zero_variance.float().mean()),
+                 "rollout/truncated_frac": float(truncated.float().mean())}  # fmt: skip
         keep = torch.ones_like(batch.group_ids, dtype=torch.bool)
         if cfg.drop_degenerate_groups:  # DAPO dynamic sampling (without resampling): no signal, no gradient
-            keep = ~adv.zero_variance[batch.group_ids]
+            keep &= ~zero_variance[batch.group_ids]
+        if cfg.mask_truncated_completions:  # TRL's option: a cut-off completion's reward says little about it
+            keep &= ~truncated
         rows = keep.nonzero().squeeze(1)  # [B']
         stats["train/dropped_frac"] = 1.0 - len(rows) / len(keep)
         if len(rows) == 0:
             return stats
-        advantages = token_advantages(adv.advantages, batch.mask)  # [B, C]
         max_len = self.task.max_completion_len
         with torch.no_grad():  # one batched pass each: the policy did not change since sampling
             old_logp = self._logprobs(self.policy, batch)
             ref_logp = None if self.reference is None else self._logprobs(self.reference, batch)
+        # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
+        advantages = self.estimator(cfg, batch, old_logp, ref_logp)  # [B, C]
 
         totals = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
         n_minibatches = 0
@@ -222,7 +281,7 @@ class LMGRPO:
             del stats["train/kl_ref"]
         return stats
 
-    def _logprobs(self, model: TinyGPT, batch: CompletionBatch) -> Tensor:
+    def _logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
         """log pi(o_t | q, o_<t) [B, C] of the sampled tokens under `model` at the sampling temperature."""
         return completion_logprobs(model, batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask.bool(),
                                    temperature=self.temperature)[0]  # fmt: skip

@@ -40,7 +40,7 @@ from pgcli.algo.lm_rollout import (
     set_generator_state,
 )
 from pgcli.config import PPOLMConfig
-from pgcli.lm.model import TinyGPT, completion_logprobs
+from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
@@ -54,12 +54,12 @@ from pgcli.ops.lm import (
 
 
 class ValueModel(nn.Module):
-    """V(prompt, o_<t): a TinyGPT trunk and a linear head on its final hidden states."""
+    """V(prompt, o_<t): a copy of the policy's trunk and a linear head on its final hidden states."""
 
-    def __init__(self, trunk: TinyGPT) -> None:
+    def __init__(self, trunk: CausalLM) -> None:
         super().__init__()
         self.trunk = trunk
-        self.head = nn.Linear(trunk.sizes.d_model, 1)
+        self.head = nn.Linear(trunk.hidden_size, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
@@ -82,8 +82,8 @@ class LMPPO:
         cfg: PPOLMConfig,
         *,
         task: TextTask,
-        policy: TinyGPT,
-        reference: TinyGPT | None,
+        policy: CausalLM,
+        reference: CausalLM | None,
         model: SamplingSettings,
         seed: int,
         device: torch.device,
@@ -94,7 +94,7 @@ class LMPPO:
         self.value = ValueModel(copy.deepcopy(self.policy)).to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
         self.vf_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.vf_learning_rate)
-        self.reference: TinyGPT | None = None
+        self.reference: CausalLM | None = None
         if cfg.beta > 0:  # the KL penalty's pi_ref: the SFT model the run starts from
             self.reference = (copy.deepcopy(self.policy) if reference is None else reference.to(device)).eval()
             self.reference.requires_grad_(False)
@@ -195,7 +195,7 @@ class LMPPO:
         return stats
 
     def _logprobs(
-        self, model: TinyGPT, batch: CompletionBatch, rows: Tensor | None = None, width: int | None = None
+        self, model: CausalLM, batch: CompletionBatch, rows: Tensor | None = None, width: int | None = None
     ) -> tuple[Tensor, Tensor]:
         """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` (all) in the first `width`
         columns (all) under `model` at the sampling temperature."""

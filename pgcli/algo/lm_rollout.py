@@ -33,7 +33,7 @@ from pgcli.algo.checkpoint import (
     set_rng_state,
 )
 from pgcli.errors import PgcliError
-from pgcli.lm.model import TinyGPT, generate, save_policy
+from pgcli.lm.model import CausalLM, generate, save_policy
 from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
 
 
@@ -73,7 +73,7 @@ class CompletionBatch(NamedTuple):
 @torch.no_grad()
 def sample_completions(
     task: TextTask,
-    policy: TinyGPT,
+    policy: CausalLM,
     problems: list[Problem],
     *,
     group_size: int,
@@ -103,7 +103,8 @@ def sample_completions(
     training = policy.training
     policy.eval()
     out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
-                   eos_id=task.vocab.eos_id, temperature=temperature, top_p=top_p, generator=generator)  # fmt: skip
+                   eos_id=task.vocab.stop_ids, temperature=temperature, top_p=top_p, generator=generator,
+                   pad_id=task.vocab.pad_id)  # fmt: skip
     policy.train(training)
     texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
     rewards = [task.reward(p, text) for p, text in zip(repeated, texts, strict=True)]
@@ -142,7 +143,7 @@ def set_generator_state(generator: torch.Generator, state: list[int]) -> None:
 
 
 def save_text_trainer(
-    path: Path, policy: TinyGPT, modules: Mapping[str, Stateful | None], values: Mapping[str, Any]
+    path: Path, policy: CausalLM, modules: Mapping[str, Stateful | None], values: Mapping[str, Any]
 ) -> Path:
     """Atomically write ``model.pt`` (``modules`` as state dicts), ``policy.pt`` and ``state.json`` (``values`` and
     the process RNGs) into ``path``; returns ``path``."""

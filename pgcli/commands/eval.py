@@ -245,16 +245,14 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
     import torch
 
     from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
-    from pgcli.lm.model import load_policy
-    from pgcli.lm.tasks import make_task
-    from pgcli.training.build import make_text_policy
+    from pgcli.lm.load import make_text_policy, make_text_task
 
     if ns.video:
         raise ConfigError("--video: a text task has no frames; its samples table is logged instead")
     cfg = target.cfg
     device = torch.device("cpu")
-    task = make_task(cfg.env)
-    policy = load_policy(make_text_policy(task, cfg.model, device), target.model_dir)
+    task = make_text_task(cfg.env, cfg.model)
+    policy = make_text_policy(task, cfg.model, device, target.model_dir)
     settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature, top_p=cfg.model.top_p,
                                 n_table_rows=cfg.env.eval_samples)  # fmt: skip
     seed = cfg.seed if ns.seed is None else ns.seed

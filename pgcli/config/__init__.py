@@ -1,9 +1,9 @@
 """Configuration: the typed schemas of every config group, Hydra composition, labels and the option reference.
 
 The schemas are the package's API (``from pgcli.config import TrainConfig``); they live in :mod:`~pgcli.config.rules`
-(the value rules), :mod:`~pgcli.config.control`, :mod:`~pgcli.config.text` and :mod:`~pgcli.config.run`. This package
-stays light: no torch, SB3 or MLflow import, and nothing that builds an env or a task (the checks that need the world
-run after composition, in :mod:`pgcli.training.checks`).
+(the value rules), :mod:`~pgcli.config.control`, :mod:`~pgcli.config.text`, :mod:`~pgcli.config.hf` and
+:mod:`~pgcli.config.run`. This package stays light: no torch, SB3 or MLflow import, and nothing that builds an env or
+a task (the checks that need the world run after composition, in :mod:`pgcli.training.checks`).
 """
 
 from pgcli.config.compose import register_configs
@@ -16,6 +16,7 @@ from pgcli.config.control import (
     TRPOConfig,
     VPGConfig,
 )
+from pgcli.config.hf import HFModelConfig, LoRAConfig
 from pgcli.config.run import (
     ALGO_CONFIGS,
     CONTROL_ALGOS,
@@ -31,9 +32,11 @@ from pgcli.config.text import (
     TEXT_ENV_CONFIGS,
     AdditionEnvConfig,
     CountdownEnvConfig,
+    GSPOConfig,
     LMModelConfig,
     PPOLMConfig,
     REINFORCEConfig,
+    ReinforcePPConfig,
     RLOOConfig,
     SFTConfig,
     SortEnvConfig,
@@ -51,14 +54,18 @@ __all__ = [
     "EnvConfig",
     "EvalConfig",
     "GRPOConfig",
+    "GSPOConfig",
+    "HFModelConfig",
     "HardwareConfig",
     "LMModelConfig",
+    "LoRAConfig",
     "ModelConfig",
     "PPOConfig",
     "PPOKLConfig",
     "PPOLMConfig",
     "REINFORCEConfig",
     "RLOOConfig",
+    "ReinforcePPConfig",
     "SB3TRPOConfig",
     "SFTConfig",
     "SortEnvConfig",

@@ -18,6 +18,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgcli.config.hf import HFModelConfig
 from pgcli.config.labels import register_resolver
 from pgcli.config.run import ALGO_CONFIGS, EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
 from pgcli.config.text import TEXT_ENV_CONFIGS, LMModelConfig
@@ -54,6 +55,7 @@ def register_configs() -> None:
         cs.store(group="schema/env", name=name, node=schema)
     cs.store(group="schema/model", name="model", node=ModelConfig)
     cs.store(group="schema/model", name="tiny_gpt", node=LMModelConfig)
+    cs.store(group="schema/model", name="hf", node=HFModelConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
     cs.store(group="schema/tracking", name="tracking", node=TrackingConfig)
 
@@ -212,7 +214,7 @@ def reject_unknown_keys(obj: Any, prefix: str = "") -> None:
 def describe_config_error(exc: BaseException) -> str:
     """One line naming what is wrong, from a Hydra / OmegaConf composition error."""
     from hydra.errors import MissingConfigException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, ValidationError
 
     cause = exc.__cause__ or exc
     if isinstance(exc, MissingConfigException) or isinstance(cause, MissingConfigException):
@@ -241,4 +243,7 @@ def describe_config_error(exc: BaseException) -> str:
         key = getattr(cause, "full_key", "") or ""
         msg = str(getattr(cause, "msg", cause)).splitlines()[0]
         return f"{key}: {msg}" if key else msg
+    if isinstance(cause, MissingMandatoryValue):  # a ??? value the option leaves to the command line
+        key = getattr(cause, "full_key", "") or str(cause).rpartition(": ")[2]
+        return f"{key} is required: set {key}=..."
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

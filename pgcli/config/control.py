@@ -431,11 +431,15 @@ class GRPOConfig:
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
     beta: float = 0.0
-    """k3 KL-penalty coefficient to the reference policy (0: disabled, no reference forward pass)."""
+    """KL-penalty coefficient to the reference policy (0: disabled, no reference forward pass)."""
+    kl_estimator: str = "k3"
+    """Per-token estimator of the KL term: 'k1', 'k2' (text tasks only) or 'k3' (DeepSeekMath's)."""
     ref_update_interval: int = 0
     """Copy the current policy into the reference every n updates (0: keep the initial policy)."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit the length limit without EOS out of the loss (text tasks only)."""
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
@@ -459,11 +463,17 @@ class GRPOConfig:
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
+        _choice("algo.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         require(self.ref_update_interval >= 0, "algo.ref_update_interval", self.ref_update_interval, ">= 0")
         require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
 
     def check_rollout(self, n_envs: int) -> None:
-        """Rules that involve ``env.n_envs``: none (a batch is whole episodes, collected n_envs at a time)."""
+        """Rules of a control task (a batch is whole episodes, collected n_envs at a time): no text-only option."""
+        require(self.kl_estimator == "k3", "algo.kl_estimator", self.kl_estimator, "k3 on a control task",
+                 "k1 and k2 are for text tasks (docs/algorithms/lm.md)")  # fmt: skip
+        require(not self.mask_truncated_completions, "algo.mask_truncated_completions",
+                 self.mask_truncated_completions, "false on a control task", "it drops completions without EOS "
+                 "of text tasks")  # fmt: skip
 
     def check_text_env(self) -> None:
         """Rules for a text env (docs/algorithms/lm.md): a completion is one episode with one outcome reward."""

@@ -30,6 +30,8 @@ SECTIONS: tuple[tuple[str, type], ...] = (
     *((f"env={name}", schema) for name, schema in config.TEXT_ENV_CONFIGS.items()),
     ("model", config.ModelConfig),
     ("model=tiny_gpt", config.LMModelConfig),
+    ("model=hf", config.HFModelConfig),
+    ("model=hf: model.lora", config.LoRAConfig),
     ("hardware", config.HardwareConfig),
     ("tracking", config.TrackingConfig),
     ("eval", config.EvalConfig),

@@ -23,6 +23,7 @@ from pgcli.config.control import (
     TRPOConfig,
     VPGConfig,
 )
+from pgcli.config.hf import HFModelConfig
 from pgcli.config.rules import (
     ACTIVATIONS,
     MAX_N_ENVS,
@@ -216,7 +217,8 @@ class TrainConfig:
     env: Any = MISSING
     """A gymnasium env (EnvConfig) or a text task (AdditionEnvConfig, ...)."""
     model: Any = MISSING
-    """ModelConfig (MLP actor-critic) for gymnasium envs, LMModelConfig (model=tiny_gpt) for text tasks."""
+    """ModelConfig (MLP actor-critic) for gymnasium envs; LMModelConfig (model=tiny_gpt) or HFModelConfig (model=hf)
+    for text tasks."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -262,22 +264,23 @@ class TrainConfig:
         if type(self.algo) not in CONTROL_ALGOS:
             raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown); "
                               f"{self.env.id} is a gymnasium env")  # fmt: skip
-        model = "tiny_gpt" if isinstance(self.model, LMModelConfig) else self.model
-        require(isinstance(self.model, ModelConfig), "model", model,
-                 "an MLP option (mlp, mlp_large) on a gymnasium env", "model=tiny_gpt is for text tasks")  # fmt: skip
+        model = self.model.name if isinstance(self.model, LMModelConfig | HFModelConfig) else self.model
+        require(isinstance(self.model, ModelConfig), "model", model, "an MLP option (mlp, mlp_large) on a gymnasium "
+                 "env", f"model={model} is for text tasks")  # fmt: skip
         require(self.init is None, "init", self.init, "null on a gymnasium env",
                  f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
 
     def _check_text(self) -> None:
-        """Cross-group rules of a text run: a text algo, the TinyGPT model, no videos (the prompts' fit in
-        ``model.max_len`` needs the task: :mod:`pgcli.training.checks`)."""
+        """Cross-group rules of a text run: a text algo, a language model (TinyGPT or Hugging Face), no videos (the
+        prompts' fit in ``model.max_len`` needs the task: :mod:`pgcli.training.checks`)."""
         if type(self.algo) not in TEXT_ALGOS:
             able = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
             raise ConfigError(f"algo={self.algo.name} does not train on text tasks; env={self.env.id} takes algo="
                               f"{able}")  # fmt: skip
-        if not isinstance(self.model, LMModelConfig):
-            raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt (got an MLP model option)")
+        if not isinstance(self.model, LMModelConfig | HFModelConfig):
+            raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt or model=hf (got an MLP "
+                              "model option)")  # fmt: skip
         self.algo.check_text_env()
         require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
                  "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip

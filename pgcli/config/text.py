@@ -1,6 +1,6 @@
 """Schemas of language-model training on generated text tasks (docs/algorithms/lm.md): the algorithms that train on
-text only (``algo=sft|rloo|reinforce|ppo_lm``), the tasks (``env=addition|sort|countdown``) and the TinyGPT model
-(``model=tiny_gpt``).
+text only (``algo=sft|rloo|reinforce|gspo|reinforce_pp|ppo_lm``), the tasks (``env=addition|sort|countdown``) and the
+TinyGPT model (``model=tiny_gpt``).
 
 Pure value rules only: whether a task's prompts fit ``model.max_len`` and whether ``env.reward`` names a function are
 decided after composition, by :mod:`pgcli.training.checks`.
@@ -67,8 +67,13 @@ class SFTConfig:
         """Every SFT option applies to a text task."""
 
 
+KL_ESTIMATORS = ("k1", "k2", "k3")
+"""Values of ``algo.kl_estimator`` (``pgcli.ops.grpo.KL_ESTIMATORS``)."""
+
+
 def _clipped_lm_rules(algo: Any, min_group: int) -> None:
-    """Rules shared by the clipped policy-gradient configs of text envs (RLOO, REINFORCE, PPO with a value head)."""
+    """Rules shared by the clipped policy-gradient configs of text envs (RLOO, REINFORCE, GSPO, REINFORCE++, PPO with
+    a value head)."""
     _finite_fields(algo, "algo")
     require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}",
              "completions sampled per prompt")  # fmt: skip
@@ -92,8 +97,9 @@ def _clipped_lm_rules(algo: Any, min_group: int) -> None:
 
 @dataclass
 class RLOOConfig:
-    """REINFORCE leave-one-out (Ahmadian et al., 2024): each completion's baseline is the mean reward of the
-    other G - 1 completions of its prompt; the same clipped token loss and k3 KL as GRPO, text envs only."""
+    """REINFORCE leave-one-out (Ahmadian et al., 2024; TRL's RLOOTrainer): the sequence KL to the reference is folded
+    into each completion's reward, whose baseline is the mean shaped reward of the other G - 1 completions of its
+    prompt; PPO-clip token loss with no KL term, text envs only."""
 
     name: ClassVar[str] = "rloo"
 
@@ -102,7 +108,7 @@ class RLOOConfig:
     n_groups: int = 16
     """M: prompts per update; a batch is M * G completions."""
     drop_degenerate_groups: bool = False
-    """Leave prompts whose completions all got the same reward out of the update (their advantages are 0)."""
+    """Leave prompts whose completions all got the same task reward out of the update (only the KL tells them apart)."""
     epsilon: float = 0.2
     """Lower clip: ratio >= 1 - epsilon."""
     epsilon_high: float | None = None
@@ -118,9 +124,11 @@ class RLOOConfig:
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     beta: float = 0.04
-    """k3 KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    """Reward R - beta * sum_t log(pi_old / pi_ref) over the completion (0: no KL, no reference forward pass)."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit the length limit without EOS out of the loss (they still count in the baselines)."""
 
     def __post_init__(self) -> None:
         _clipped_lm_rules(self, min_group=2)
@@ -160,12 +168,120 @@ class REINFORCEConfig:
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     beta: float = 0.04
-    """k3 KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    """KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    kl_estimator: str = "k3"
+    """Per-token estimator of the KL term: 'k1', 'k2' or 'k3' (Schulman, 2020)."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit the length limit without EOS out of the loss (they still count in the baseline)."""
 
     def __post_init__(self) -> None:
         _clipped_lm_rules(self, min_group=1)
+        _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+@dataclass
+class GSPOConfig:
+    """Group Sequence Policy Optimization (Zheng et al., 2025): GRPO's group-normalised advantages with one
+    length-normalised importance ratio per completion, clipped at the sequence level; text envs only."""
+
+    name: ClassVar[str] = "gspo"
+
+    group_size: int = 8
+    """G: completions sampled per prompt (>= 2: the advantage is relative to the group)."""
+    n_groups: int = 16
+    """M: prompts per update; a batch is M * G completions."""
+    scale_rewards: str = "group"
+    """'group' (divide by group std), 'batch' (batch std) or 'none' (centre only)."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same reward out of the update (their advantages are 0)."""
+    epsilon: float = 3e-4
+    """Lower clip of the sequence ratio: s >= 1 - epsilon (the paper: 3e-4)."""
+    epsilon_high: float | None = 4e-4
+    """Upper clip of the sequence ratio: s <= 1 + epsilon_high (the paper: 4e-4; None: epsilon)."""
+    loss_agg: str = "seq_mean"
+    """'seq_mean' (the paper: mean over completions), 'token_mean' or 'constant'."""
+    n_iterations: int = 1
+    """mu: epochs of policy updates over each batch."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    beta: float = 0.04
+    """KL-penalty coefficient to the reference (SFT) policy (0, the paper's objective: no reference forward pass)."""
+    kl_estimator: str = "k3"
+    """Per-token estimator of the KL term: 'k1', 'k2' or 'k3' (Schulman, 2020)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit the length limit without EOS out of the loss (they still count in the baselines)."""
+
+    def __post_init__(self) -> None:
+        _clipped_lm_rules(self, min_group=2)
+        _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
+        _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+@dataclass
+class ReinforcePPConfig:
+    """REINFORCE++ (Hu et al., 2025): the per-token k1 KL to the reference folded into the token rewards, advantages
+    the return-to-go whitened over the batch's tokens (with ``baseline: group`` the group mean reward subtracted
+    first: REINFORCE++-baseline), PPO-clip token loss; text envs only."""
+
+    name: ClassVar[str] = "reinforce_pp"
+
+    group_size: int = 8
+    """G: completions sampled per prompt (>= 2 with baseline=group)."""
+    n_groups: int = 16
+    """M: prompts per update; a batch is M * G completions."""
+    baseline: str = "none"
+    """'none' (REINFORCE++) or 'group' (REINFORCE++-baseline: R - mean reward of the prompt's group)."""
+    gamma: float = 1.0
+    """Discount of the token returns (1.0: the paper's undiscounted sum)."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same reward out of the update."""
+    epsilon: float = 0.2
+    """Lower clip: ratio >= 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
+    loss_agg: str = "token_mean"
+    """'seq_mean' (per-completion mean, then mean), 'token_mean' or 'constant'."""
+    n_iterations: int = 1
+    """mu: epochs of policy updates over each batch."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    beta: float = 0.04
+    """Token reward -beta * log(pi_old / pi_ref), plus the task reward on the last token (0: no reference pass)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit the length limit without EOS out of the loss (they still count in the whitening)."""
+
+    def __post_init__(self) -> None:
+        _clipped_lm_rules(self, min_group=1)
+        _choice("algo.baseline", self.baseline, ("none", "group"))
+        require(self.baseline == "none" or self.group_size >= 2, "algo.group_size", self.group_size,
+                 ">= 2 with algo.baseline=group", "a group of one is its own baseline")  # fmt: skip
+        _gamma("algo.gamma", self.gamma)
 
     def check_rollout(self, n_envs: int) -> None:
         """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
@@ -231,7 +347,7 @@ class PPOLMConfig:
         """Rules for a text env: none beyond the field rules."""
 
 
-TEXT_RL_ALGOS: tuple[Any, ...] = (RLOOConfig, REINFORCEConfig, PPOLMConfig)
+TEXT_RL_ALGOS: tuple[Any, ...] = (RLOOConfig, REINFORCEConfig, GSPOConfig, ReinforcePPConfig, PPOLMConfig)
 """The language-model RL algorithms that train on text tasks only (docs/algorithms/lm.md)."""
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import torch
 
 from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig
-from pgcli.lm.model import TinyGPT, generate
+from pgcli.lm.model import CausalLM, generate
 from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
 
 EVAL_SEED_OFFSET = 10_000
@@ -48,7 +48,7 @@ class TextEvalSettings:
 @torch.no_grad()
 def evaluate_text(
     task: TextTask,
-    policy: TinyGPT,
+    policy: CausalLM,
     problems: list[Problem],
     settings: TextEvalSettings,
     *,
@@ -111,7 +111,7 @@ def score_completions(
 
 def _complete(
     task: TextTask,
-    policy: TinyGPT,
+    policy: CausalLM,
     problems: list[Problem],
     settings: TextEvalSettings,
     *,
@@ -125,8 +125,9 @@ def _complete(
     for start in range(0, len(problems), settings.batch_size):
         chunk = problems[start : start + settings.batch_size]
         tokens, mask = encode_prompts(task.vocab, chunk, device)
-        gen = generate(policy, tokens, mask, max_new_tokens=task.max_completion_len, eos_id=task.vocab.eos_id,
-                       temperature=temperature, top_p=settings.top_p, generator=generator)  # fmt: skip
+        gen = generate(policy, tokens, mask, max_new_tokens=task.max_completion_len, eos_id=task.vocab.stop_ids,
+                       temperature=temperature, top_p=settings.top_p, generator=generator,
+                       pad_id=task.vocab.pad_id)  # fmt: skip
         texts += decode_completions(task.vocab, gen.tokens)
         lengths += gen.mask.sum(1).tolist()
     return texts, lengths
@@ -142,7 +143,7 @@ class TextEvaluator:
     def __init__(
         self,
         task: TextTask,
-        policy: TinyGPT,
+        policy: CausalLM,
         settings: TextEvalSettings,
         cfg: EvalConfig,
         *,

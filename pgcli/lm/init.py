@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import LMModelConfig, TextEnvConfig, TrackingConfig
+from pgcli.config import HFModelConfig, LMModelConfig, TextEnvConfig, TrackingConfig
 from pgcli.errors import ConfigError
+from pgcli.lm.load import TextModelConfig
 from pgcli.training.logged import LoggedRun, Wording
 
 if TYPE_CHECKING:
@@ -113,17 +114,30 @@ def _from_store(run: LoggedRun, init: str, tracking: TrackingConfig) -> InitSour
     return InitSource((cache / "model").resolve(), _read_spec(cache / "model", init), init)
 
 
-def check_init(source: InitSource, env: TextEnvConfig, model: LMModelConfig, init: str) -> None:
+def _source_model(source: InitSource) -> tuple[str, dict[str, Any]]:
+    """The source run's model option (``hf`` or ``tiny_gpt``) and its logged model section."""
+    model: dict[str, Any] = source.spec.get("config", {}).get("model", {})
+    return ("hf" if "path" in model else "tiny_gpt"), model
+
+
+def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, init: str) -> None:
     """Raise a one-line ConfigError when the source's weights cannot start a run on ``env`` with ``model``."""
+    from pgcli.config import TEXT_ENV_CONFIGS
     from pgcli.lm.tasks import make_puzzle
 
-    cfg = source.spec.get("config", {})
-    src_env, src_model = cfg.get("env", {}), cfg.get("model", {})
-    from pgcli.config import TEXT_ENV_CONFIGS
-
+    src_env = source.spec.get("config", {}).get("env", {})
     src_schema = TEXT_ENV_CONFIGS.get(str(src_env.get("id")))
     if src_schema is None:
         raise ConfigError(f"init={init}: the source was not trained on a text task (env {src_env.get('id')!r})")
+    kind, src_model = _source_model(source)
+    if kind != model.name:
+        raise ConfigError(f"init={init}: the source is a model={kind} run and this run has model={model.name}; "
+                          f"set model={kind}")  # fmt: skip
+    if isinstance(model, HFModelConfig):  # the tokenizer is the model's: any task; the base must be the same
+        if src_model.get("path") != model.path:
+            raise ConfigError(f"init={init}: the source fine-tuned model.path={src_model.get('path')} and this run "
+                              f"has model.path={model.path}; set model.path={src_model.get('path')}")  # fmt: skip
+        return
     src_chars = make_puzzle(src_schema(**src_env)).chars
     if src_chars != make_puzzle(env).chars:
         raise ConfigError(f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
@@ -160,7 +174,7 @@ def check_init_overrides(overrides: list[str]) -> None:
     if not any(o.key_or_group == "init" and not o.is_sweep_override() for o in parsed):
         return
     cfg = compose_train_config([o.input_line or "" for o in parsed if not o.is_sweep_override()])
-    if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, LMModelConfig):
+    if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, TextModelConfig):
         return
     check_init(locate_init(cfg.init, cfg.tracking), cfg.env, cfg.model, cfg.init)
 
@@ -189,28 +203,38 @@ def init_overrides(overrides: list[str]) -> list[str]:
         return []
     lines = [o.input_line or "" for o in parsed if not o.is_sweep_override()]
     cfg = compose_train_config(lines)
-    if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, LMModelConfig):
+    if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, TextModelConfig):
         return []
     init = cfg.init
     source = locate_init(init, cfg.tracking)
-    carried = _differing(source, cfg.env, cfg.model, typed)
+    carried = _model_choice(source, typed) + _differing(source, cfg.env, cfg.model, typed)
     if carried:
         cfg = compose_train_config([*lines, *carried])
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # the same groups as above
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # the same groups as above
     check_init(source, cfg.env, cfg.model, init)
     check_world(cfg, device=False)
     if carried:
-        print(f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's task settings and model sizes; "
+        print(f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's model and task settings; "
               "a value on the command line wins)", file=sys.stderr, flush=True)  # fmt: skip
     return carried
 
 
-def _differing(source: InitSource, env: TextEnvConfig, model: LMModelConfig, typed: set[str]) -> list[str]:
+def _model_choice(source: InitSource, typed: set[str]) -> list[str]:
+    """``model=hf model.path=<base>`` for a source fine-tuned from a Hugging Face model, unless ``model`` is typed (a
+    text task implies ``model=tiny_gpt`` otherwise)."""
+    kind, src_model = _source_model(source)
+    if kind != "hf" or "model" in typed:
+        return []
+    return ["model=hf", *([] if "model.path" in typed else [f"model.path={src_model.get('path')}"])]
+
+
+def _differing(source: InitSource, env: TextEnvConfig, model: TextModelConfig, typed: set[str]) -> list[str]:
     """``key=value`` for each of the source's task settings and model sizes that differs from ``env`` and ``model``
     and is not among the ``typed`` keys."""
     logged = source.spec.get("config", {})
     ours = {"env": asdict(env), "model": asdict(model)}
-    wanted = {"env": set(ours["env"]) - set(NOT_CARRIED), "model": set(ARCHITECTURE)}
+    sizes = set(ARCHITECTURE) if isinstance(model, LMModelConfig) else set()
+    wanted = {"env": set(ours["env"]) - set(NOT_CARRIED), "model": sizes}
     return [
         f"{group}.{key}={value}"
         for group in ("env", "model")

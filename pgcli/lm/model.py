@@ -17,13 +17,15 @@ Shapes: B batch, P prompt length, C completion length, T = P + C, V vocabulary, 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 POLICY_FILE = "policy.pt"
 """The policy's ``state_dict`` in a saved model or checkpoint directory (what ``init=<run>`` loads)."""
@@ -82,7 +84,40 @@ class _Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class TinyGPT(nn.Module):
+class CausalLM(nn.Module):
+    """What trainers, generation and evaluation need from a policy: final hidden states of left-padded tokens with a
+    real-token mask (continuing a key/value cache when given), the output head, and a new cache.
+
+    :class:`TinyGPT` and :class:`pgcli.lm.hf.HFCausalLM` (any Hugging Face causal LM) implement it.
+    """
+
+    hidden_size: int
+    """Width D of :meth:`hidden`'s output (what a value head reads)."""
+    logprob_chunk: int | None = None
+    """Completion positions per chunk in :func:`completion_logprobs` (None: all at once; large vocabularies chunk)."""
+
+    def hidden(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
+        """Final hidden states [B, t, D] of ``tokens`` [B, t] with real-token ``mask`` [B, t]."""
+        raise NotImplementedError
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Next-token logits [..., V] of hidden states [..., D]."""
+        raise NotImplementedError
+
+    def new_cache(self, batch: int, max_len: int) -> Any:
+        """An empty key/value cache for ``batch`` rows of at most ``max_len`` positions."""
+        raise NotImplementedError
+
+    def forward(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
+        """Next-token logits [B, t, V] (see :meth:`hidden`)."""
+        return self.logits(self.hidden(tokens, mask, cache))
+
+    def policy_state(self) -> dict[str, Tensor]:
+        """The weights ``policy.pt`` holds: what a fresh model of the same config loads to compute this policy."""
+        return self.state_dict()
+
+
+class TinyGPT(CausalLM):
     """Causal transformer over a character vocabulary (module docstring)."""
 
     def __init__(self, sizes: TinyGPTSizes) -> None:
@@ -90,6 +125,7 @@ class TinyGPT(nn.Module):
         if sizes.d_model % sizes.n_heads:
             raise ValueError(f"d_model {sizes.d_model} is not divisible by n_heads {sizes.n_heads}")
         self.sizes = sizes
+        self.hidden_size = sizes.d_model
         self.tok_emb = nn.Embedding(sizes.vocab_size, sizes.d_model)
         self.pos_emb = nn.Embedding(sizes.max_len, sizes.d_model)
         self.blocks = nn.ModuleList(_Block(sizes.d_model, sizes.n_heads, sizes.d_ff) for _ in range(sizes.n_layers))
@@ -116,7 +152,7 @@ class TinyGPT(nn.Module):
         p = self.tok_emb.weight
         return KVCache(s.n_layers, batch, s.n_heads, max_len or s.max_len, s.d_model // s.n_heads, p.device, p.dtype)
 
-    def hidden(self, tokens: Tensor, mask: Tensor, cache: KVCache | None = None) -> Tensor:
+    def hidden(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
         """Final (post-LayerNorm) hidden states [B, t, D] of ``tokens`` [B, t] with real-token ``mask`` [B, t]
         (continuing ``cache`` when given: the new positions follow the cached ones, which they attend to)."""
         b, t = tokens.shape
@@ -143,9 +179,8 @@ class TinyGPT(nn.Module):
             cache.n_real += mask.long().sum(1)
         return self.ln_f(x)
 
-    def forward(self, tokens: Tensor, mask: Tensor, cache: KVCache | None = None) -> Tensor:
-        """Next-token logits [B, t, V] (see :meth:`hidden`)."""
-        return self.head(self.hidden(tokens, mask, cache))
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden)
 
 
 class Generation(NamedTuple):
@@ -170,12 +205,12 @@ def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.G
 
 @torch.no_grad()
 def generate(
-    model: TinyGPT,
+    model: CausalLM,
     prompt_tokens: Tensor,
     prompt_mask: Tensor,
     *,
     max_new_tokens: int,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
@@ -188,7 +223,7 @@ def generate(
         prompt_tokens: [B, P] long, left-padded (``pgcli.lm.tasks.encode_prompts``).
         prompt_mask: [B, P] bool, True on real prompt tokens.
         max_new_tokens: at most this many tokens per row (EOS included).
-        eos_id: a row ends after sampling it.
+        eos_id: a row ends after sampling it (or any of several stop tokens: ``vocab.stop_ids``).
         temperature: softmax temperature (0: greedy).
         top_p: nucleus mass (1.0: the whole distribution).
         generator: the sampling RNG (torch's default RNG when None).
@@ -197,6 +232,7 @@ def generate(
         :class:`Generation` with C <= ``max_new_tokens`` columns (generation stops once every row has ended).
     """
     b, p = prompt_tokens.shape
+    stops = torch.as_tensor(eos_id, device=prompt_tokens.device).reshape(-1)
     cache = model.new_cache(b, p + max_new_tokens)
     logits = model(prompt_tokens, prompt_mask, cache)[:, -1]  # [B, V]
     done = torch.zeros(b, dtype=torch.bool, device=prompt_tokens.device)
@@ -206,7 +242,7 @@ def generate(
         nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
         tokens.append(nxt)
         masks.append(alive)
-        done = done | (nxt == eos_id)
+        done = done | torch.isin(nxt, stops)
         if bool(done.all()):
             break
         logits = model(nxt[:, None], alive[:, None], cache)[:, -1]
@@ -214,7 +250,7 @@ def generate(
 
 
 def completion_logprobs(
-    model: TinyGPT,
+    model: CausalLM,
     prompt_tokens: Tensor,
     prompt_mask: Tensor,
     completion: Tensor,
@@ -238,25 +274,52 @@ def completion_logprobs(
     p = prompt_tokens.shape[1]
     tokens = torch.cat([prompt_tokens, completion], 1)  # [B, T]
     mask = torch.cat([prompt_mask, completion_mask], 1)
-    logits = model(tokens, mask)[:, p - 1 : -1]  # [B, C, V]: position t predicts token t + 1
-    logp_all = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, C, V]
-    logprobs = logp_all.gather(-1, completion[..., None]).squeeze(-1)  # [B, C]
-    entropies = -(logp_all.exp() * logp_all).sum(-1)  # [B, C]
+    temperature = temperature or 1.0
+    chunk = model.logprob_chunk
+    if chunk is None:
+        logits = model(tokens, mask)[:, p - 1 : -1]  # [B, C, V]: position t predicts token t + 1
+        return _token_logprobs(logits, completion, temperature)
+    hidden = model.hidden(tokens, mask)[:, p - 1 : -1]  # [B, C, D]
+    parts = []
+    for start in range(0, completion.shape[1], chunk):  # never a float32 [B, C, V] tensor, nor its gradient's
+        h, target = hidden[:, start : start + chunk], completion[:, start : start + chunk]
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_chunk_logprobs, model, h, target, temperature, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(model, h, target, temperature))
+    return torch.cat([lp for lp, _ in parts], 1), torch.cat([ent for _, ent in parts], 1)
+
+
+def _token_logprobs(logits: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    """Log-probabilities of ``targets`` [B, c] and entropies under ``softmax(logits / temperature)``, in float32."""
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, c, V]
+    logprobs = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, c]
+    entropies = -(logp_all.exp() * logp_all).sum(-1)  # [B, c]
     return logprobs, entropies
 
 
-def save_policy(model: TinyGPT, directory: Path) -> Path:
+def _chunk_logprobs(model: CausalLM, hidden: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    return _token_logprobs(model.logits(hidden), targets, temperature)
+
+
+def save_policy(model: CausalLM, directory: Path) -> Path:
     """Write the policy's weights to ``directory/policy.pt`` (what ``init=<run>`` and ``pgcli eval`` load)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / POLICY_FILE
     tmp = path.with_suffix(".pt.tmp")
-    torch.save(model.state_dict(), tmp)
+    torch.save(model.policy_state(), tmp)
     tmp.replace(path)
     return path
 
 
+def read_policy(directory: Path, device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """The weights in ``directory/policy.pt``."""
+    state: dict[str, Tensor] = torch.load(directory / POLICY_FILE, map_location=device, weights_only=True)
+    return state
+
+
 def load_policy(model: TinyGPT, directory: Path) -> TinyGPT:
     """Load ``directory/policy.pt`` into ``model`` (same sizes) and return it."""
-    state = torch.load(directory / POLICY_FILE, map_location=model.tok_emb.weight.device, weights_only=True)
+    state = read_policy(directory, model.tok_emb.weight.device)
     model.load_state_dict(state)
     return model

@@ -23,12 +23,16 @@ import torch
 from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
 from pgcli.algo.guard import check_update
-from pgcli.config import LMModelConfig, SFTConfig
+from pgcli.config import SFTConfig
 from pgcli.errors import PgcliError
-from pgcli.lm.model import POLICY_FILE, TinyGPT, completion_logprobs, load_policy, save_policy
+from pgcli.lm.load import TextModelConfig
+from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
 
 OPTIMIZER_FILE = "optimizer.pt"
+WEIGHTS_FILE = "weights.pt"
+"""The policy module's own state (a LoRA run's adapters apart from the base) for resuming; ``policy.pt`` holds the
+weights a fresh model loads (adapters merged)."""
 STATE_FILE = "state.json"
 
 
@@ -40,9 +44,9 @@ class SFT:
         cfg: SFTConfig,
         *,
         task: TextTask,
-        policy: TinyGPT,
-        reference: TinyGPT | None,
-        model: LMModelConfig,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: TextModelConfig,
         seed: int,
         device: torch.device,
     ) -> None:
@@ -96,16 +100,22 @@ class SFT:
         }
 
     def save(self, path: Path) -> Path:
-        """Atomically write ``policy.pt``, ``optimizer.pt`` and ``state.json`` (steps, problem RNG, process RNGs)."""
+        """Atomically write ``policy.pt``, ``weights.pt``, ``optimizer.pt`` and ``state.json`` (steps, problem RNG,
+        process RNGs)."""
         with atomic_dir(path) as tmp:
             save_policy(self.policy, tmp)
+            torch.save(self.policy.state_dict(), tmp / WEIGHTS_FILE)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             state = {"steps": self.steps, "problem_rng": self.rng.bit_generator.state, "rng": rng_state()}
             (tmp / STATE_FILE).write_text(json.dumps(state))
         return path
 
     def load(self, path: Path) -> None:
-        read_file(path / POLICY_FILE, lambda _: load_policy(self.policy, path))
+        weights = path / WEIGHTS_FILE
+        if not weights.exists():  # a checkpoint written before weights.pt: TinyGPT's policy.pt is its state
+            weights = path / POLICY_FILE
+        state = read_file(weights, lambda f: torch.load(f, map_location=self.device, weights_only=True))
+        self.policy.load_state_dict(state)
         optimizer = read_file(path / OPTIMIZER_FILE, lambda f: torch.load(f, map_location=self.device,
                                                                             weights_only=True))  # fmt: skip
         self.optimizer.load_state_dict(optimizer)

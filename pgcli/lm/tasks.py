@@ -9,7 +9,8 @@ solution (the supervised demonstration):
   ``+ - *`` (parentheses allowed); verified by evaluating the expression, so every correct expression counts, not
   only the reference one.
 
-A prompt is ``BOS + prompt characters``; a completion is the answer's characters followed by ``EOS``. The held-out
+A prompt is ``BOS + prompt characters``; a completion is the answer's characters followed by ``EOS`` (with
+``model=hf`` the same strings in the model's tokenizer: :class:`Vocab`). The held-out
 evaluation set (``eval_problems``) is drawn once from ``eval_seed`` and never returned by ``sample``: training prompts
 are rejection-sampled against it, so accuracy is measured on prompts the policy never trained on.
 
@@ -57,6 +58,15 @@ class CharVocab:
         except KeyError as exc:
             raise ValueError(f"character {exc.args[0]!r} is not in the vocabulary {self.chars!r}") from None
 
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Tokens that end a completion (included in it): EOS."""
+        return (self.eos_id,)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A prompt's ids: BOS, then the characters."""
+        return [self.bos_id, *self.encode(text)]
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``: stops at the first EOS, skips PAD and BOS."""
         out = []
@@ -77,11 +87,31 @@ class Problem:
     answer: str
 
 
+class Vocab(Protocol):
+    """How text becomes token ids and back: :class:`CharVocab` (TinyGPT) or a model's tokenizer
+    (:class:`pgcli.lm.hf.HFTokenizer`)."""
+
+    pad_id: int
+    eos_id: int
+    size: int
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Tokens that end a completion (EOS first)."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_prompt(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
 class TextTask(Protocol):
     """What trainers, the evaluator and SFT need from a task (see the module docstring)."""
 
     name: str
-    vocab: CharVocab
+    vocab: Vocab
     max_prompt_len: int
     """Prompt tokens, BOS included."""
     max_completion_len: int
@@ -314,6 +344,8 @@ class Task:
         eval_seed: int,
         reward_fn: RewardFn | None = None,
         format_reward: float = 0.0,
+        vocab: Vocab | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
         if n_eval > puzzle.n_distinct // 2:
             raise ConfigError(
@@ -321,9 +353,10 @@ class Task:
                 "lower env.n_eval or make the task larger"
             )
         self.name, self.puzzle = name, puzzle
-        self.vocab = CharVocab(puzzle.chars)
+        self.vocab: Vocab = vocab or CharVocab(puzzle.chars)
         self.max_prompt_len = puzzle.max_prompt_chars + 1  # BOS
-        self.max_completion_len = puzzle.max_answer_chars + 1  # EOS
+        # a subword token holds at least one character: the longest answer + EOS bounds every tokenizer's count
+        self.max_completion_len = max_new_tokens or puzzle.max_answer_chars + 1
         self.reward_fn, self.format_reward = reward_fn, format_reward
         self._eval = self._draw_unique(np.random.default_rng(eval_seed), n_eval)
         self._eval_prompts = frozenset(p.prompt for p in self._eval)
@@ -398,8 +431,10 @@ def make_puzzle(cfg: TextEnvConfig) -> Puzzle:
     raise ConfigError(f"no text task for {type(cfg).__name__}")
 
 
-def make_task(cfg: TextEnvConfig) -> Task:
-    """The :class:`TextTask` of a text env config (``env=addition|sort|countdown``)."""
+def make_task(cfg: TextEnvConfig, vocab: Vocab | None = None, max_new_tokens: int | None = None) -> Task:
+    """The :class:`TextTask` of a text env config (``env=addition|sort|countdown``), in the task's character
+    vocabulary unless a model's tokenizer is given (``max_new_tokens``: the completion budget, None for the task's
+    longest answer + EOS)."""
     return Task(
         cfg.id,
         make_puzzle(cfg),
@@ -407,17 +442,19 @@ def make_task(cfg: TextEnvConfig) -> Task:
         eval_seed=cfg.eval_seed,
         reward_fn=resolve_reward(cfg.reward),
         format_reward=cfg.format_reward,
+        vocab=vocab,
+        max_new_tokens=max_new_tokens,
     )
 
 
 def encode_prompts(
-    vocab: CharVocab, problems: Sequence[Problem], device: torch.device | str = "cpu"
+    vocab: Vocab, problems: Sequence[Problem], device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
-    """``BOS + prompt`` of each problem, left-padded with PAD to the longest: tokens [B, P] long, mask [B, P] bool
-    (True on real tokens)."""
+    """Each problem's prompt ids (``vocab.encode_prompt``: BOS + prompt), left-padded with PAD to the longest:
+    tokens [B, P] long, mask [B, P] bool (True on real tokens)."""
     import torch
 
-    rows = [[vocab.bos_id, *vocab.encode(p.prompt)] for p in problems]
+    rows = [vocab.encode_prompt(p.prompt) for p in problems]
     width = max(len(r) for r in rows)
     tokens = torch.full((len(rows), width), vocab.pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
@@ -428,7 +465,7 @@ def encode_prompts(
 
 
 def encode_completions(
-    vocab: CharVocab, texts: Sequence[str], width: int, device: torch.device | str = "cpu"
+    vocab: Vocab, texts: Sequence[str], width: int, device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
     """``text + EOS`` of each completion, right-padded with PAD to ``width`` (cut there): tokens [B, C] long, mask
     [B, C] bool (True up to and including EOS). The layout of :func:`pgcli.lm.model.generate`'s output."""
@@ -443,6 +480,6 @@ def encode_completions(
     return tokens.to(device), mask.to(device)
 
 
-def decode_completions(vocab: CharVocab, tokens: Tensor) -> list[str]:
+def decode_completions(vocab: Vocab, tokens: Tensor) -> list[str]:
     """Text of each row of a completion tensor [B, C] (up to EOS)."""
     return [vocab.decode(row) for row in tokens.tolist()]

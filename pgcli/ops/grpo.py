@@ -10,7 +10,8 @@ group start from the same initial state. Implemented here:
     step_baseline  A_{i,t} = G_{i,t} - mean_{j in g alive at t}(G_{j,t}),  G_{i,t} = sum_{t' >= t} gamma^(t'-t) r_{i,t'}
   and `scale`: "group" divides by std_g + eps (GRPO), "batch" by the same std over the whole batch + eps (TRL
   `scale_rewards="batch"`), "none" does not divide (Dr. GRPO, Liu et al., 2025, arXiv:2503.20783).
-- `k3_kl`: the k3 estimator of KL(pi || pi_ref), exp(ref - logp) - (ref - logp) - 1 (DeepSeekMath eq. 4).
+- `k3_kl`: the k3 estimator of KL(pi || pi_ref), exp(ref - logp) - (ref - logp) - 1 (DeepSeekMath eq. 4); `k1_kl`
+  (logp - ref) and `k2_kl` ((logp - ref)^2 / 2), the three by name in `KL_ESTIMATORS` (Schulman, 2020).
 - `clip_bounds`, `grpo_clipped_objective`, `clip_fractions`: the PPO-clip surrogate with decoupled bounds
   [1 - eps, 1 + eps_high] (DAPO "Clip-Higher", Yu et al., 2025, arXiv:2503.14476).
 - `seq_mean_loss`, `token_mean_loss`, `constant_loss` (`LOSS_AGGREGATIONS`): per-episode mean then mean (GRPO),
@@ -274,6 +275,26 @@ def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
     log_ratio = ref_logp - logp
     return torch.expm1(log_ratio) - log_ratio
+
+
+def k1_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Elementwise k1 estimate of KL(pi || pi_ref) on actions sampled from pi: log pi - log pi_ref (unbiased, can be
+    negative). Same arguments and errors as `k3_kl`."""
+    if logp.shape != ref_logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    return logp - ref_logp
+
+
+def k2_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Elementwise k2 estimate of KL(pi || pi_ref) on actions sampled from pi: (log pi - log pi_ref)^2 / 2 (biased,
+    non-negative). Same arguments and errors as `k3_kl`."""
+    return 0.5 * k1_kl(logp, ref_logp) ** 2
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": k1_kl, "k2": k2_kl, "k3": k3_kl}
+"""Schulman's ("Approximating KL divergence", 2020) per-sample estimators of KL(pi || pi_ref), by name: each maps
+(logp, ref_logp) of the sampled actions to a tensor of their shape. As a loss term (the samples held fixed) the
+expected gradient of k1 is 0, of k2 the gradient of KL(pi || pi_ref), of k3 the gradient of KL(pi_ref || pi)."""
 
 
 def clip_bounds(epsilon: float, epsilon_high: float | None = None) -> tuple[float, float]:

@@ -12,9 +12,16 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
                          (GRPO, Shao et al., 2024; Dr. GRPO, Liu et al., 2025)
     `rloo_advantages`    A_i = R_i - (1 / (G - 1)) sum_{j in g, j != i} R_j       (Ahmadian et al., 2024, RLOO)
     `batch_mean_advantages`  A_i = R_i - mean_batch R                            (REINFORCE with a mean baseline)
+- `kl_shaped_rewards`: R_i - beta sum_t (log pi(o_t) - log pi_ref(o_t)), the sequence k1 KL folded into the reward
+  before the leave-one-out baseline (RLOO as Ahmadian et al., 2024 and TRL's RLOOTrainer define it).
+- `reinforce_pp_advantages`: REINFORCE++ (Hu et al., 2025): the return-to-go of the KL-shaped token rewards
+  (`kl_penalized_rewards`), R'_i - beta sum_{t' >= t} k1_{t'} with gamma = 1, whitened over the batch's tokens;
+  R'_i = R_i, or R_i - mean_g R with the group baseline (REINFORCE++-baseline).
 - `zero_variance_groups`: groups whose rewards are all equal (no signal; DAPO's dynamic sampling drops them).
+- `truncated_completions`: completions that hit the length limit without EOS (TRL's `mask_truncated_completions`).
 - `clipped_policy_loss`: the clipped surrogate, -min(r A, clip(r, 1 - eps, 1 + eps_high) A), aggregated with a
-  `loss_agg` of `LOSS_AGGREGATIONS`, plus the clip fraction.
+  `loss_agg` of `LOSS_AGGREGATIONS`, plus the clip fraction; `sequence_clipped_policy_loss`: the same with GSPO's
+  sequence ratio s_i = exp(mean_t (log pi_theta - log pi_old)) (Zheng et al., 2025) in place of the token ratio.
 - `masked_mean`, `masked_whiten`: statistics over the real tokens.
 - `kl_penalized_rewards` and `token_gae`: the per-token reward of RLHF (Ziegler et al., 2019; Ouyang et al., 2022),
   r_t = -beta (log pi(y_t) - log pi_ref(y_t)) + [t = last] R, and GAE over the tokens of each completion
@@ -23,6 +30,7 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -172,6 +180,85 @@ def token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
     return advantages[:, None] * mask
 
 
+def truncated_completions(tokens: Tensor, mask: Tensor, *, eos_id: int | Sequence[int]) -> Tensor:
+    """[B] bool: the completion hit the length limit without EOS (its last real token is not `eos_id`, or none of
+    several stop tokens: a Hugging Face tokenizer also ends a completion at a newline).
+
+    Args:
+        tokens: [B, C] long sampled tokens.
+        mask: [B, C] float prefix mask of real tokens (EOS included).
+        eos_id: the end-of-sequence token (or the stop tokens).
+
+    Raises:
+        ValueError: on shapes or a bad mask.
+    """
+    _check_token_batch(mask)
+    if tokens.shape != mask.shape:
+        raise ValueError(f"tokens must have the shape of mask {tuple(mask.shape)} (got {tuple(tokens.shape)})")
+    last = tokens.gather(1, mask.sum(1).long()[:, None] - 1)[:, 0]  # [B]
+    return ~torch.isin(last, torch.as_tensor(eos_id, device=tokens.device).reshape(-1))
+
+
+def kl_shaped_rewards(scores: Tensor, logp: Tensor, ref_logp: Tensor, mask: Tensor, *, beta: float) -> Tensor:
+    """R_i - beta * sum_t (log pi(o_{i,t}) - log pi_ref(o_{i,t})) over the real tokens: the sequence-level k1 KL
+    folded into each completion's reward, the sum over its tokens of `kl_penalized_rewards` (RLOO: Ahmadian et al.,
+    2024; TRL's RLOOTrainer, with logp of the sampling policy). Arguments and errors as `kl_penalized_rewards`.
+
+    Returns:
+        [B] shaped rewards.
+    """
+    return kl_penalized_rewards(scores, logp, ref_logp, mask, beta=beta).sum(1)
+
+
+REINFORCE_PP_BASELINES: tuple[str, ...] = ("none", "group")
+"""Values of `baseline` accepted by `reinforce_pp_advantages`."""
+
+
+def reinforce_pp_advantages(
+    rewards: Tensor,
+    group_ids: Tensor,
+    logp: Tensor,
+    ref_logp: Tensor | None,
+    mask: Tensor,
+    *,
+    beta: float,
+    gamma: float = 1.0,
+    baseline: str = "none",
+    eps: float = 1e-8,
+) -> Tensor:
+    """REINFORCE++ token advantages (Hu et al., 2025): the return-to-go of the KL-shaped token rewards
+    rho_{i,t} = -beta (logp - ref_logp)_{i,t} + [t = |o_i|] R'_i, so with gamma = 1
+    A_{i,t} = R'_i - beta sum_{t' >= t} (logp - ref_logp)_{i,t'}, whitened over all real tokens of the batch
+    (`masked_whiten`). R'_i = R_i ("none"), or R_i - mean_{j in g} R_j ("group": REINFORCE++-baseline).
+
+    Args:
+        rewards: [B] task reward of each completion.
+        group_ids: [B] long group (prompt) of each completion, 0..M-1.
+        logp: [B, C] log pi of the sampled tokens under the sampling policy.
+        ref_logp: [B, C] log pi_ref of the same tokens, or None for no KL penalty (beta = 0).
+        mask: [B, C] float prefix mask of real tokens.
+        beta: >= 0, KL-penalty coefficient.
+        gamma: discount over the tokens, in [0, 1].
+        baseline: one of `REINFORCE_PP_BASELINES`.
+        eps: added to the std of the whitening.
+
+    Returns:
+        [B, C] advantages, 0.0 on padding.
+
+    Raises:
+        ValueError: on a bad layout, shapes, baseline, beta or gamma.
+    """
+    n_groups = _check_sequence_batch(rewards, group_ids)
+    if baseline not in REINFORCE_PP_BASELINES:
+        raise ValueError(f"baseline must be one of {REINFORCE_PP_BASELINES} (got {baseline!r})")
+    if baseline == "group":
+        sums = rewards.new_zeros(n_groups).index_add_(0, group_ids, rewards)  # [M]
+        rewards = rewards - (sums / torch.bincount(group_ids, minlength=n_groups))[group_ids]
+    token_rewards = kl_penalized_rewards(rewards, logp, logp if ref_logp is None else ref_logp, mask, beta=beta)
+    returns, _ = token_gae(token_rewards, torch.zeros_like(mask), mask, gamma=gamma, lam=1.0)  # no value: returns
+    return masked_whiten(returns, mask, eps=eps)
+
+
 class PolicyLoss(NamedTuple):
     """`clipped_policy_loss`'s result."""
 
@@ -215,9 +302,54 @@ def clipped_policy_loss(
         ValueError: on shapes, bounds, mask or an unknown `loss_agg`.
     """
     _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    _check_loss_agg(loss_agg)
+    ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len)
+
+
+def sequence_clipped_policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    low: float,
+    high: float,
+    loss_agg: str,
+    max_len: int,
+) -> PolicyLoss:
+    """GSPO (Zheng et al., 2025): -min(s_i A_i, clip(s_i, low, high) A_i) on every token of completion i, with the
+    sequence ratio s_i = (pi_theta(o_i|q) / pi_old(o_i|q))^(1/|o_i|) = exp(mean_t (logp - old_logp)), aggregated by
+    `loss_agg` ("seq_mean" gives the paper's (1/B) sum_i). The clip fraction counts the tokens of clipped completions.
+
+    Args: those of `clipped_policy_loss`; `advantages` [B, C] must hold one value per completion on its real tokens
+    (`token_advantages`).
+
+    Returns:
+        `PolicyLoss`.
+
+    Raises:
+        ValueError: on shapes, bounds, mask, an unknown `loss_agg` or advantages that vary within a completion.
+    """
+    _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    _check_loss_agg(loss_agg)
+    real = mask.bool()
+    if (torch.where(real, advantages - advantages[:, :1], 0.0) != 0).any():
+        raise ValueError("advantages must hold one value per completion (see token_advantages)")
+    log_ratio = torch.where(real, logp - old_logp.detach(), 0.0).sum(1) / mask.sum(1)  # [B]: mean over real tokens
+    ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len)
+
+
+def _check_loss_agg(loss_agg: str) -> None:
     if loss_agg not in LOSS_AGGREGATIONS:
         raise ValueError(f"loss_agg must be one of {tuple(LOSS_AGGREGATIONS)} (got {loss_agg!r})")
-    ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
+
+
+def _clipped_loss(
+    ratio: Tensor, advantages: Tensor, mask: Tensor, *, low: float, high: float, loss_agg: str, max_len: int
+) -> PolicyLoss:
+    """The aggregated negated clipped surrogate of ratios and advantages [B, C] and its clip fractions."""
     objective = grpo_clipped_objective(ratio, advantages, low, high)
     loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len)
     frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask)

@@ -24,12 +24,14 @@ import pgcli
 from pgcli.config import (
     A2CConfig,
     GRPOConfig,
-    LMModelConfig,
+    GSPOConfig,
+    HFModelConfig,
     ModelConfig,
     PPOConfig,
     PPOKLConfig,
     PPOLMConfig,
     REINFORCEConfig,
+    ReinforcePPConfig,
     RLOOConfig,
     SB3TRPOConfig,
     SFTConfig,
@@ -40,6 +42,7 @@ from pgcli.config import (
 )
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import extra_processes, select_device
+from pgcli.lm.load import TextModelConfig
 from pgcli.training.summary import TrainSummary, summarize
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
     from gymnasium.vector import VectorEnv
 
     from pgcli.algo.base import EvalResult, Learner, Trainer
-    from pgcli.lm.model import TinyGPT
+    from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import TextTask
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
@@ -67,6 +70,8 @@ TEXT_TRAINERS: dict[type, str] = {
     GRPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     RLOOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     REINFORCEConfig: "pgcli.algo.lm_grpo:LMGRPO",
+    GSPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
+    ReinforcePPConfig: "pgcli.algo.lm_grpo:LMGRPO",
     PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
 }
 """Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
@@ -108,9 +113,9 @@ class TextTrainerFactory(Protocol):
         cfg: Any,
         *,
         task: TextTask,
-        policy: TinyGPT,
-        reference: TinyGPT | None,
-        model: LMModelConfig,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: TextModelConfig,
         seed: int,
         device: torch.device,
     ) -> Learner: ...
@@ -362,36 +367,18 @@ def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, 
         print(note, file=sys.stderr, flush=True)
 
 
-def make_text_policy(task: TextTask, model: LMModelConfig, device: torch.device) -> TinyGPT:
-    """A freshly initialised TinyGPT for ``task``'s vocabulary with the sizes of ``model``."""
-    from pgcli.lm.model import TinyGPT, TinyGPTSizes
-
-    sizes = TinyGPTSizes(
-        vocab_size=task.vocab.size,
-        max_len=model.max_len,
-        n_layers=model.n_layers,
-        n_heads=model.n_heads,
-        d_model=model.d_model,
-        d_ff=model.d_ff,
-        init_std=model.init_std,
-    )
-    return TinyGPT(sizes).to(device)
-
-
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
     """:func:`train` for a text task (docs/lm.md): the task, the TinyGPT policy (from ``init`` when given, which is
     also the frozen reference), the text trainer and the held-out evaluator, in the same
     :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
-    from pgcli.lm.tasks import make_task
+    from pgcli.lm.load import make_text_task
 
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
-    task = make_task(cfg.env)
-    policy = make_text_policy(task, cfg.model, device)
-    tags = run_tags(cfg, ctx, device)
-    reference, init_tags = start_from_init(cfg, policy)
-    tags |= init_tags
+    task = make_text_task(cfg.env, cfg.model)
+    policy, reference, init_tags = start_from_init(cfg, task, device)
+    tags = run_tags(cfg, ctx, device) | init_tags
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:
@@ -409,33 +396,46 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
 
 
-def start_from_init(cfg: TrainConfig, policy: TinyGPT) -> tuple[TinyGPT | None, dict[str, str]]:
-    """Load ``init`` (an SFT run's model) into ``policy``; returns the frozen reference copy and the ``init`` tags.
-    Without ``init``: no reference, no tags."""
+def start_from_init(
+    cfg: TrainConfig, task: TextTask, device: torch.device
+) -> tuple[CausalLM, CausalLM | None, dict[str, str]]:
+    """The policy (from ``init``, an SFT run's model, when given), its frozen reference and the ``init`` tags.
+
+    The reference is the ``init`` model (a frozen copy; for LoRA the policy with its adapters off, no copy), or None
+    without ``init`` (a trainer with a KL term then freezes a copy of its starting policy itself)."""
     import copy
 
     from pgcli.lm.init import check_init, locate_init
-    from pgcli.lm.model import load_policy
+    from pgcli.lm.load import make_text_policy
 
-    if cfg.init is None:
-        return None, {}
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
-    source = locate_init(cfg.init, cfg.tracking)
-    check_init(source, cfg.env, cfg.model, cfg.init)
-    load_policy(policy, source.model_dir)
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    return reference, {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
+    source = None if cfg.init is None else locate_init(cfg.init, cfg.tracking)
+    if source is not None:
+        assert cfg.init is not None
+        check_init(source, cfg.env, cfg.model, cfg.init)
+    policy = make_text_policy(task, cfg.model, device, None if source is None else source.model_dir)
+    reference: CausalLM | None = None
+    if isinstance(cfg.model, HFModelConfig) and cfg.model.lora.r > 0:
+        from pgcli.lm.hf import AdapterOff, HFCausalLM
+
+        assert isinstance(policy, HFCausalLM)
+        reference = AdapterOff(policy)
+    elif source is not None:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if source is None:
+        return policy, reference, {}
+    return policy, reference, {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
 
 
 def text_monitor(
-    cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: TinyGPT, device: torch.device
+    cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: CausalLM, device: torch.device
 ) -> TrainingMonitor:
     """The monitor of a text run: held-out evaluations of ``policy`` on ``task`` (also at step 0 for a run from
     ``init``: the model it starts from), samples tables under the run dir."""
     from pgcli.lm.evaluation import TextEvalSettings, TextEvaluator
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, LMModelConfig)  # TrainConfig's rules
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
                                 top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
     return TrainingMonitor(

@@ -7,7 +7,8 @@ here and fits together (docs/configuration.md, "Validation"):
   its arguments, and the trainer takes the spaces of one throwaway env built exactly as training builds it, with no
   continuous-only option on discrete actions;
 - a text task: ``env.reward`` names a function, the held-out set is at most half of the task's distinct prompts, and
-  prompt + completion fit ``model.max_len``;
+  prompt + completion fit ``model.max_len``; ``model=hf``: ``model.path`` is a model directory or a hub id in the
+  local cache, and its LoRA targets exist;
 - ``hardware=cuda``: a GPU is visible.
 
 Every run takes its config through here: :func:`train_config` (overrides), :func:`job_config` (a composed
@@ -25,7 +26,15 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 from gymnasium import spaces
 
-from pgcli.config import A2CConfig, EnvConfig, PPOConfig, SB3TRPOConfig, TextEnvConfig, TrainConfig
+from pgcli.config import (
+    A2CConfig,
+    EnvConfig,
+    HFModelConfig,
+    PPOConfig,
+    SB3TRPOConfig,
+    TextEnvConfig,
+    TrainConfig,
+)
 from pgcli.config.compose import compose_train_config, job_overrides, to_train_config
 from pgcli.config.rules import require
 from pgcli.envs.make import wrap_env
@@ -191,6 +200,11 @@ def check_text_task(cfg: TrainConfig) -> None:
     distinct = puzzle.n_distinct
     require(env.n_eval <= distinct // 2, "env.n_eval", env.n_eval, f"<= half of the {distinct} distinct "
              f"{env.name} prompts", "lower env.n_eval or make the task larger")  # fmt: skip
+    if isinstance(cfg.model, HFModelConfig):  # imports torch and transformers: only for model=hf
+        from pgcli.lm.hf import check_hf_model
+
+        check_hf_model(cfg.model)
+        return
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
     require(cfg.model.max_len >= need, "model.max_len", cfg.model.max_len,
              f">= {need} (env={env.id}: BOS + prompt + completion + EOS)",

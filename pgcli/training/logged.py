@@ -22,7 +22,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import ALGO_CONFIGS, TEXT_ENV_CONFIGS, EnvConfig, LMModelConfig, ModelConfig, TrainConfig
+from pgcli.config import (
+    ALGO_CONFIGS,
+    TEXT_ENV_CONFIGS,
+    EnvConfig,
+    HFModelConfig,
+    LMModelConfig,
+    ModelConfig,
+    TrainConfig,
+)
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -259,7 +267,9 @@ def train_config_from_dict(
     env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
     text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
     schema.env = OmegaConf.structured(text_env or EnvConfig)
-    schema.model = OmegaConf.structured(LMModelConfig if text_env else ModelConfig)
+    model = values.get("model")
+    hf = isinstance(model, Mapping) and "path" in model  # model=hf: the one text model with a path
+    schema.model = OmegaConf.structured((HFModelConfig if hf else LMModelConfig) if text_env else ModelConfig)
     try:
         merged = OmegaConf.merge(schema, values)
     except OmegaConfBaseException as exc:

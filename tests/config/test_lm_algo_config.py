@@ -1,5 +1,5 @@
-"""algo=rloo / reinforce / ppo_lm (docs/algorithms/lm.md): YAML defaults equal the schemas, text envs only, one-line
-errors."""
+"""algo=rloo / reinforce / gspo / reinforce_pp / ppo_lm (docs/algorithms/lm.md): YAML defaults equal the schemas, text
+envs only, one-line errors; GRPO's text-only options are refused on a control task."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pgcli.config import GRPOConfig, PPOLMConfig, REINFORCEConfig, RLOOConfig
+from pgcli.config import GRPOConfig, GSPOConfig, PPOLMConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 
-SCHEMAS = {"rloo": RLOOConfig, "reinforce": REINFORCEConfig, "ppo_lm": PPOLMConfig}
+SCHEMAS = {
+    "rloo": RLOOConfig,
+    "reinforce": REINFORCEConfig,
+    "gspo": GSPOConfig,
+    "reinforce_pp": ReinforcePPConfig,
+    "ppo_lm": PPOLMConfig,
+}
 
 
 @pytest.mark.parametrize("algo", SCHEMAS)
@@ -49,6 +55,17 @@ def test_composes_on_every_text_env_with_the_schema_defaults(algo: str):
         (PPOLMConfig, {"clip_range_vf": -0.1}, "algo.clip_range_vf must be > 0"),
         (RLOOConfig, {"loss_agg": "sum"}, "algo.loss_agg must be one of seq_mean, token_mean, constant"),
         (REINFORCEConfig, {"beta": float("nan")}, "algo.beta must be a finite number"),
+        (REINFORCEConfig, {"kl_estimator": "k4"}, "algo.kl_estimator must be one of k1, k2, k3"),
+        (GSPOConfig, {"scale_rewards": "std"}, "algo.scale_rewards must be one of group, batch, none"),
+        (GSPOConfig, {"group_size": 1}, "algo.group_size must be >= 2"),
+        (ReinforcePPConfig, {"baseline": "mean"}, "algo.baseline must be one of none, group"),
+        (
+            ReinforcePPConfig,
+            {"baseline": "group", "group_size": 1, "batch_size": 8},
+            "algo.group_size must be >= 2 with",
+        ),
+        (ReinforcePPConfig, {"gamma": 0.0}, "algo.gamma must be in (0, 1]"),
+        (GRPOConfig, {"kl_estimator": "k0"}, "algo.kl_estimator must be one of k1, k2, k3"),
     ],
 )
 def test_bad_values_are_one_line_errors(schema: type, kwargs: dict, message: str):
@@ -69,3 +86,23 @@ def test_the_grpo_presets_of_addition_set_grpo_and_dr_grpo():
     assert (grpo.scale_rewards, grpo.loss_agg) == ("group", "seq_mean")
     assert (dr.scale_rewards, dr.loss_agg) == ("none", "constant")
     assert grpo.learning_rate == dr.learning_rate == 3e-5 and grpo.group_size * grpo.n_groups == 128
+
+
+def test_gspo_clips_its_sequence_ratio_with_the_papers_small_range():
+    gspo = compose_train_config(["algo=gspo", "env=addition"]).algo
+    assert (gspo.epsilon, gspo.epsilon_high, gspo.loss_agg) == (3e-4, 4e-4, "seq_mean")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algo.kl_estimator=k1", "algo.kl_estimator must be k3 on a control task (got 'k1'); k1 and k2 are for text"),
+        ("algo.mask_truncated_completions=true", "algo.mask_truncated_completions must be false on a control task"),
+    ],
+)
+def test_grpo_text_only_options_are_one_line_errors_on_a_control_task(override: str, message: str):
+    with pytest.raises(ConfigError) as err:
+        compose_train_config(["algo=grpo", "env=cartpole", override])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    text = compose_train_config(["algo=grpo", "env=addition", override]).algo
+    assert (text.kl_estimator, text.mask_truncated_completions) != ("k3", False)

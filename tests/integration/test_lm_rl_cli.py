@@ -27,8 +27,16 @@ LM_RL_METRICS = {
 
 @pytest.mark.parametrize(
     "algo",
-    [["algo=grpo"], ["algo=grpo", "preset=grpo_addition_dr"], ["algo=rloo"], ["algo=reinforce"], ["algo=ppo_lm"]],
-    ids=["grpo", "dr_grpo", "rloo", "reinforce", "ppo_lm"],
+    [
+        ["algo=grpo"],
+        ["algo=grpo", "preset=grpo_addition_dr"],
+        ["algo=rloo"],
+        ["algo=reinforce"],
+        ["algo=gspo"],
+        ["algo=reinforce_pp", "algo.baseline=group"],
+        ["algo=ppo_lm"],
+    ],
+    ids=["grpo", "dr_grpo", "rloo", "reinforce", "gspo", "reinforce_pp_baseline", "ppo_lm"],
 )
 def test_each_algorithm_lands_a_finished_run_with_accuracy(lm_sft_run: SFTRun, algo: list[str]):
     store, workdir, sft_id = lm_sft_run

@@ -1,5 +1,6 @@
 """The language-model trainers (pgcli.algo.lm_grpo, lm_ppo): sampling, one update's direction, metrics, dropping
-zero-variance groups, exact resume from a checkpoint. Tiny model and task, CPU, a few seconds."""
+zero-variance groups and truncated completions, where the KL to the reference goes (reward or loss, which estimator),
+exact resume from a checkpoint. Tiny model and task, CPU, a few seconds."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from pgcli.algo.lm_grpo import LMGRPO
+from pgcli.algo.lm_grpo import ESTIMATORS, LMGRPO, token_loss
 from pgcli.algo.lm_ppo import LMPPO
-from pgcli.algo.lm_rollout import sample_completions
-from pgcli.config import GRPOConfig, PPOLMConfig, REINFORCEConfig, RLOOConfig
+from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
+from pgcli.config import GRPOConfig, GSPOConfig, PPOLMConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import POLICY_FILE, TinyGPT, TinyGPTSizes, completion_logprobs
 from pgcli.lm.tasks import Addition, Problem, Task
+from pgcli.ops.grpo import KL_ESTIMATORS, k3_kl, token_mean_loss
+from pgcli.ops.lm import masked_mean
 
 CPU = torch.device("cpu")
 
@@ -60,6 +63,11 @@ CONFIGS = {
     "dr_grpo": lambda **kw: GRPOConfig(**(DR_GRPO | kw)),
     "rloo": lambda **kw: RLOOConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
     "reinforce": lambda **kw: REINFORCEConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
+    "gspo": lambda **kw: GSPOConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
+    "reinforce_pp": lambda **kw: ReinforcePPConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
+    "reinforce_pp_baseline": lambda **kw: ReinforcePPConfig(
+        **({"group_size": 4, "n_groups": 4, "batch_size": 8, "baseline": "group"} | kw)
+    ),
     "ppo_lm": lambda **kw: PPOLMConfig(**({"group_size": 4, "n_groups": 4, "batch_size": 8} | kw)),
 }
 
@@ -165,6 +173,95 @@ def test_zero_variance_groups_are_dropped_and_leave_the_policy_alone(algo):
     stats = monitor.metrics[-1][1]
     assert stats["train/zero_variance_frac"] == 1.0 and stats["train/dropped_frac"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
+
+
+def sampled_batch(trainer, task: Task) -> CompletionBatch:
+    """16 completions of 4 training prompts from the trainer's policy."""
+    problems = task.sample(trainer.prompt_rng, 4)
+    return sample_completions(task, trainer.policy, problems, group_size=4, temperature=1.0, top_p=1.0,
+                              generator=trainer.generator, device=CPU)  # fmt: skip
+
+
+def test_rloo_baseline_is_the_leave_one_out_mean_of_the_kl_shaped_rewards():
+    # 2 prompts, 2 completions each: R' = R - 0.1 sum_t (log pi_old - log pi_ref) = 1, -0.1, 0.98, 0.99;
+    # A = R' - the other member's R' (tests/unit/test_ops_lm.py has the same batch)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    old_logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0], [-1.0, -1.0], [-2.0, -0.3]])
+    ref_logp = old_logp - torch.tensor([[0.5, -0.5], [1.0, 0.0], [0.0, 0.2], [0.1, 0.0]])
+    empty = torch.zeros(4, 1, dtype=torch.long)
+    batch = CompletionBatch(prompt_tokens=empty, prompt_mask=empty.bool(), tokens=torch.zeros(4, 2, dtype=torch.long),
+                            mask=mask, rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]), correct=torch.zeros(4).bool(),
+                            group_ids=torch.tensor([0, 0, 1, 1]), sample_seconds=0.0)  # fmt: skip
+    cfg = RLOOConfig(group_size=2, n_groups=2, batch_size=4, beta=0.1)
+    advantages = ESTIMATORS[RLOOConfig](cfg, batch, old_logp, ref_logp)
+    expected = torch.tensor([[1.1, 1.1], [-1.1, 0.0], [-0.01, -0.01], [0.01, 0.01]])
+    assert torch.allclose(advantages, expected)
+    without_kl = ESTIMATORS[RLOOConfig](cfg, batch, old_logp, None)  # beta = 0: no reference
+    assert torch.allclose(without_kl, torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
+
+
+def loss_terms(algo: str, **kw):
+    """token_loss on a sampled batch, with a reference the policy has drifted from."""
+    task = make_task(reward=starts_low)
+    trainer = make_trainer(algo, task, **kw)
+    assert trainer.reference is not None
+    with torch.no_grad():
+        for param in trainer.reference.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+    batch = sampled_batch(trainer, task)
+    with torch.no_grad():
+        old_logp, ref_logp = trainer._logprobs(trainer.policy, batch), trainer._logprobs(trainer.reference, batch)
+    out = token_loss(trainer.policy, trainer.cfg, batch, torch.arange(16), old_logp=old_logp, ref_logp=ref_logp,
+                     advantages=torch.zeros_like(old_logp), temperature=1.0,
+                     max_len=task.max_completion_len)  # fmt: skip
+    kl_k3 = float(masked_mean(k3_kl(old_logp, ref_logp), batch.mask))
+    return out, old_logp, ref_logp, batch, kl_k3
+
+
+@pytest.mark.parametrize("algo", ["rloo", "reinforce_pp"])
+def test_rloo_and_reinforce_pp_put_the_kl_in_the_reward_not_in_the_loss(algo):
+    out, *_, kl_k3 = loss_terms(algo)
+    assert out.loss_kl.item() == 0.0
+    assert out.kl_ref == pytest.approx(kl_k3) and kl_k3 > 0  # still logged as train/kl_ref
+
+
+@pytest.mark.parametrize("algo", ["grpo", "reinforce", "gspo"])
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_estimator_chooses_the_kl_term_of_the_loss(algo, estimator):
+    out, old_logp, ref_logp, batch, kl_k3 = loss_terms(algo, kl_estimator=estimator, loss_agg="token_mean")
+    # the policy has not moved since sampling: log pi_theta = log pi_old
+    kl = KL_ESTIMATORS[estimator](old_logp, ref_logp)
+    expected = 0.04 * token_mean_loss(kl, batch.mask, max_len=old_logp.shape[1])
+    assert out.loss_kl.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert out.kl_ref == pytest.approx(kl_k3)  # train/kl_ref is k3 whatever the estimator
+
+
+def truncate(batch: CompletionBatch, rows: torch.Tensor, token: int) -> CompletionBatch:
+    """`batch` with the last real token of `rows` replaced by `token` (a character, not EOS): cut-off completions."""
+    tokens = batch.tokens.clone()
+    tokens[rows, batch.mask[rows].sum(1).long() - 1] = token
+    return batch._replace(tokens=tokens)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "reinforce", "gspo", "reinforce_pp"])
+def test_mask_truncated_completions_leaves_completions_without_eos_out_of_the_loss(algo):
+    task = make_task(reward=starts_low)
+    digit = task.vocab.encode("1")[0]
+    trainer = make_trainer(algo, task, mask_truncated_completions=True, beta=0.0, learning_rate=1e-3)
+    batch = sampled_batch(trainer, task)
+    before = params_of(trainer)
+    stats = trainer._update(truncate(batch, torch.arange(16), digit))  # every completion cut off
+    assert stats["rollout/truncated_frac"] == 1.0 and stats["train/dropped_frac"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
+    mixed = truncate(batch, torch.arange(4), digit)  # the first prompt's 4 completions
+    ended = batch.tokens.gather(1, batch.mask.sum(1).long()[:, None] - 1)[4:, 0] == task.vocab.eos_id
+    stats = trainer._update(mixed)
+    assert stats["rollout/truncated_frac"] == stats["train/dropped_frac"] == 1.0 - float(ended.float().sum()) / 16
+    assert any(not torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
+    # without the option the same all-truncated batch trains
+    plain = make_trainer(algo, task, beta=0.0, learning_rate=1e-3)
+    stats = plain._update(truncate(batch, torch.arange(16), digit))
+    assert stats["rollout/truncated_frac"] == 1.0 and stats["train/dropped_frac"] == 0.0
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo_lm"])

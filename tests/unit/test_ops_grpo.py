@@ -7,6 +7,7 @@ import torch
 
 from pgcli.ops.grpo import (
     ADVANTAGE_MODES,
+    KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     REWARD_SCALES,
     clip_bounds,
@@ -14,6 +15,8 @@ from pgcli.ops.grpo import (
     constant_loss,
     group_normalized_advantages,
     grpo_clipped_objective,
+    k1_kl,
+    k2_kl,
     k3_kl,
     seq_mean_loss,
     token_mean_loss,
@@ -201,7 +204,7 @@ def test_degeneracy_depends_on_the_mode():
     }
 
 
-# --- k3 KL --------------------------------------------------------------------------------------------------------
+# --- KL estimators ------------------------------------------------------------------------------------------------
 def test_k3_kl_nonnegative_and_zero_at_equality():
     gen = torch.Generator().manual_seed(0)
     logp, ref_logp = torch.randn(1000, generator=gen) * 3, torch.randn(1000, generator=gen) * 3
@@ -216,6 +219,31 @@ def test_k3_kl_by_hand():
     # x = ref - logp = 1: e - 1 - 1 = 0.7182818; x = -1: 1/e + 1 - 1 = 0.3678794
     kl = k3_kl(torch.tensor([-1.5, 0.0]), torch.tensor([-0.5, -1.0]))
     torch.testing.assert_close(kl, torch.tensor([0.7182818, 0.3678794]))
+
+
+def test_k1_k2_k3_by_hand():
+    # logp - ref = -1 and 1: k1 = -1, 1; k2 = 1/2, 1/2; k3 as above
+    logp, ref = torch.tensor([-1.5, 0.0]), torch.tensor([-0.5, -1.0])
+    torch.testing.assert_close(KL_ESTIMATORS["k1"](logp, ref), torch.tensor([-1.0, 1.0]))
+    torch.testing.assert_close(KL_ESTIMATORS["k2"](logp, ref), torch.tensor([0.5, 0.5]))
+    torch.testing.assert_close(KL_ESTIMATORS["k3"](logp, ref), torch.tensor([0.7182818, 0.3678794]))
+    assert (k1_kl, k2_kl, k3_kl) == tuple(KL_ESTIMATORS.values())
+
+
+def test_kl_estimators_expected_gradients_as_a_loss_term():
+    # exact expectation over a 3-action categorical pi = softmax(theta), the samples held fixed (as in the loss):
+    # E[grad k1] = 0, E[grad k2] = grad KL(pi || ref), E[grad k3] = grad KL(ref || pi)
+    theta = torch.tensor([0.3, -0.2, 1.0], dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([0.0, 0.5, -0.5], dtype=torch.float64), 0)
+
+    def grad(objective) -> torch.Tensor:  # d objective(log pi) / d theta
+        return torch.autograd.grad(objective(torch.log_softmax(theta, 0)), theta)[0]
+
+    expected = {name: grad(lambda logp, est=est: (logp.exp().detach() * est(logp, ref)).sum())
+                for name, est in KL_ESTIMATORS.items()}  # fmt: skip
+    torch.testing.assert_close(expected["k1"], torch.zeros(3, dtype=torch.float64))
+    torch.testing.assert_close(expected["k2"], grad(lambda logp: (logp.exp() * (logp - ref)).sum()))
+    torch.testing.assert_close(expected["k3"], grad(lambda logp: (ref.exp() * (ref - logp)).sum()))
 
 
 def test_k3_kl_shape_mismatch_raises():

@@ -13,12 +13,16 @@ from pgcli.ops.lm import (
     clipped_policy_loss,
     group_advantages,
     kl_penalized_rewards,
+    kl_shaped_rewards,
     last_token_mask,
     masked_mean,
     masked_whiten,
+    reinforce_pp_advantages,
     rloo_advantages,
+    sequence_clipped_policy_loss,
     token_advantages,
     token_gae,
+    truncated_completions,
     zero_variance_groups,
 )
 
@@ -175,3 +179,92 @@ def test_masked_whiten_uses_only_the_real_tokens():
     std = math.sqrt(2.0 / 3.0)
     expected = T([[-1.0 / std, 1.0 / std, 0.0], [0.0, 0.0, 0.0]])
     assert torch.allclose(masked_whiten(values, mask), expected, atol=1e-6)
+
+
+# --- a 2-prompt batch: G = 2 completions of each, C = 2 tokens ------------------------------------------------------
+GROUPS2 = T([0, 0, 1, 1])
+MASK2 = T([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+REWARDS2 = T([1.0, 0.0, 1.0, 1.0])
+LOGP2 = T([[-1.0, -2.0], [-0.5, 9.0], [-1.0, -1.0], [-2.0, -0.3]])  # padding holds garbage
+REF2 = LOGP2 - T([[0.5, -0.5], [1.0, 9.0], [0.0, 0.2], [0.1, 0.0]])  # log pi - log pi_ref = k1 per token
+
+
+def test_kl_shaped_rewards_subtract_the_sequence_k1_kl():
+    # R - 0.1 * sum_t k1: 1 - 0.1 * 0, 0 - 0.1 * 1, 1 - 0.1 * 0.2, 1 - 0.1 * 0.1
+    shaped = kl_shaped_rewards(REWARDS2, LOGP2, REF2, MASK2, beta=0.1)
+    assert torch.allclose(shaped, T([1.0, -0.1, 0.98, 0.99]))
+    # RLOO on the shaped rewards: the KL separates the completions of prompt 1, whose task rewards tie
+    assert torch.allclose(rloo_advantages(shaped, GROUPS2).advantages, T([1.1, -1.1, -0.01, 0.01]))
+    assert torch.equal(kl_shaped_rewards(REWARDS2, LOGP2, REF2, MASK2, beta=0.0), REWARDS2)
+
+
+def whitened(values: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / std over the real entries (population std), 0.0 on padding: the expected REINFORCE++ output."""
+    real = [v for row, m in zip(values, mask.tolist(), strict=True) for v, k in zip(row, m, strict=True) if k]
+    mean = sum(real) / len(real)
+    std = math.sqrt(sum((v - mean) ** 2 for v in real) / len(real))
+    return T([[(v - mean) / std if k else 0.0 for v, k in zip(row, m, strict=True)]
+              for row, m in zip(values, mask.tolist(), strict=True)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("baseline", "raw"),
+    [
+        # A_t = R' - 0.1 * sum_{t' >= t} k1_{t'}; R' = R
+        ("none", [[1.0, 1.05], [-0.1, 0.0], [0.98, 0.98], [0.99, 1.0]]),
+        # R' = R - mean_g R: (0.5, -0.5) and (0, 0)
+        ("group", [[0.5, 0.55], [-0.6, 0.0], [-0.02, -0.02], [-0.01, 0.0]]),
+    ],
+)
+def test_reinforce_pp_advantages_by_hand(baseline, raw):
+    adv = reinforce_pp_advantages(REWARDS2, GROUPS2, LOGP2, REF2, MASK2, beta=0.1, baseline=baseline, eps=0.0)
+    assert torch.allclose(adv, whitened(raw, MASK2), atol=1e-5)
+
+
+def test_reinforce_pp_discounts_the_token_returns_and_needs_no_reference_without_kl():
+    # beta = 0, gamma = 0.5: the reward sits on the last token, so A_0 = 0.5 R on two-token completions
+    adv = reinforce_pp_advantages(REWARDS2, GROUPS2, LOGP2, None, MASK2, beta=0.0, gamma=0.5, eps=0.0)
+    assert torch.allclose(adv, whitened([[0.5, 1.0], [0.0, 0.0], [0.5, 1.0], [0.5, 1.0]], MASK2), atol=1e-6)
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        reinforce_pp_advantages(REWARDS2, GROUPS2, LOGP2, None, MASK2, beta=0.0, baseline="mean")
+
+
+def test_truncated_completions_are_those_without_eos_at_the_end():
+    eos = 2
+    tokens = T([[5, 2], [2, 0], [5, 6], [6, 0]])  # EOS last; EOS alone; cut at C; cut at a shorter limit
+    mask = T([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    assert truncated_completions(tokens, mask, eos_id=eos).tolist() == [False, False, True, True]
+    with pytest.raises(ValueError, match="tokens must have the shape of mask"):
+        truncated_completions(tokens[:, :1], mask, eos_id=eos)
+
+
+def test_gspo_sequence_ratio_is_clipped_per_completion():
+    low, high = 0.8, 1.2
+    # log-ratios per token: row 0 (0.1, 0.3) -> s = e^0.2 = 1.2214 > 1.2 with A > 0: clipped at 1.2;
+    # row 1 (-0.4) -> s = e^-0.4 = 0.6703 < 0.8 with A < 0: clipped at 0.8;
+    # row 2 (0.1, -0.1) -> s = 1 with A > 0: unclipped
+    old = torch.zeros(3, 2)
+    logp = T([[0.1, 0.3], [-0.4, 5.0], [0.1, -0.1]]).requires_grad_()
+    mask = T([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    adv = token_advantages(T([1.0, -1.0, 2.0]), mask)
+    out = sequence_clipped_policy_loss(logp, old, adv, mask, low=low, high=high, loss_agg="seq_mean", max_len=2)
+    assert out.loss.item() == pytest.approx(-(1.2 - 0.8 + 2.0) / 3)
+    assert (out.clip_fraction_low, out.clip_fraction_high) == pytest.approx((1 / 5, 2 / 5))  # tokens of rows 1, 0
+    out.loss.backward()
+    assert logp.grad is not None
+    # clipped completions get no gradient; row 2: d/dlogp_t of -(1/3) s A with s = exp(mean_t logp_t): -(1/3) 2 / 2
+    assert torch.equal(logp.grad[:2], torch.zeros(2, 2))
+    assert torch.allclose(logp.grad[2], T([-1.0 / 3, -1.0 / 3]))
+
+
+def test_gspo_equals_the_token_loss_on_one_token_completions_and_wants_one_advantage_per_completion():
+    logp, old = T([[0.3], [-0.1], [0.05], [-0.4]]), torch.zeros(4, 1)
+    adv, mask = T([[1.0], [-1.0], [0.5], [2.0]]), torch.ones(4, 1)
+    kwargs = {"low": 0.9, "high": 1.1, "loss_agg": "token_mean", "max_len": 1}
+    token = clipped_policy_loss(logp, old, adv, mask, **kwargs)
+    sequence = sequence_clipped_policy_loss(logp, old, adv, mask, **kwargs)
+    assert sequence.loss.item() == pytest.approx(token.loss.item())
+    assert sequence.clip_fraction == token.clip_fraction
+    with pytest.raises(ValueError, match="one value per completion"):
+        sequence_clipped_policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), T([[1.0, 2.0]]), torch.ones(1, 2),
+                                     **kwargs | {"max_len": 2})  # fmt: skip

@@ -1,0 +1,83 @@
+"""``pgcli export <run id | run dir | model dir>``: a text run's policy as a Hugging Face model directory
+(:mod:`pgcli.lm.export`; docs/lm.md, "Exporting a text run").
+
+A TinyGPT run becomes a GPT-2 with the same logits and its character tokenizer; a ``model=hf`` run its base model with
+the run's weights merged in. Either trains on with ``model=hf model.path=<export>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from pgcli.errors import CommandParser, ConfigError
+
+
+def parse_args(args: Sequence[str]) -> argparse.Namespace:
+    parser = CommandParser(
+        prog="pgcli export",
+        description="Write a text run's policy as a Hugging Face model directory (config.json, weights, tokenizer): "
+        "TinyGPT as a GPT-2 with the same logits, a model=hf run with its LoRA adapters merged.",
+        epilog="examples:\n"
+        "  pgcli export 3f9c0d...                    # -> <run dir>/hf (or ./<run name>-hf without the run dir)\n"
+        "  pgcli export outputs/runs/.../model --out ./addition-sft\n"
+        "  pgcli train algo=grpo env=addition model=hf model.path=./addition-sft",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", help="run id, run directory or model directory of a text run")
+    parser.add_argument("--best", action="store_true", help="the best-evaluated model (best_model/) instead")
+    parser.add_argument("--out", type=Path, help="directory to write (default: <run dir>/hf)")
+    parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli train)")
+    ns = parser.parse_intermixed_args(list(args))
+    bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
+    if bad:
+        raise ConfigError(f"pgcli export takes tracking overrides only (got {bad[0]!r})")
+    return ns
+
+
+def main(args: Sequence[str]) -> int:
+    """Entry point of ``pgcli export``."""
+    ns = parse_args(args)
+    import torch
+
+    from pgcli.commands.eval import resolve_target
+    from pgcli.config import HFModelConfig, TextEnvConfig
+    from pgcli.lm.load import make_text_policy, make_text_task
+    from pgcli.tracking.store import open_run_store
+    from pgcli.training.checks import train_config
+
+    store = open_run_store(train_config(ns.overrides).tracking)
+    with resolve_target(ns.target, best=ns.best, store=store) as target:
+        cfg = target.cfg
+        if not isinstance(cfg.env, TextEnvConfig):
+            raise ConfigError(f"{ns.target} is a {target.env} run; pgcli export writes text policies (env=addition, "
+                              "sort, countdown)")  # fmt: skip
+        out = ns.out or _default_out(target.run_dir, cfg.run_name or f"{target.algo}-{target.env}")
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out} exists and is not empty; pass another --out")
+        task = make_text_task(cfg.env, cfg.model)
+        policy = make_text_policy(task, cfg.model, torch.device("cpu"), target.model_dir)
+        if isinstance(cfg.model, HFModelConfig):
+            from pgcli.lm.export import export_hf
+            from pgcli.lm.hf import HFCausalLM, HFTokenizer
+
+            assert isinstance(policy, HFCausalLM) and isinstance(task.vocab, HFTokenizer)
+            export_hf(policy, task.vocab.tokenizer, out)
+            kind = f"{cfg.model.path} with the run's weights"
+        else:
+            from pgcli.lm.export import export_tiny_gpt
+            from pgcli.lm.model import TinyGPT
+            from pgcli.lm.tasks import CharVocab
+
+            assert isinstance(policy, TinyGPT) and isinstance(task.vocab, CharVocab)
+            export_tiny_gpt(policy, task.vocab, out)
+            kind = "GPT-2, the same logits"
+    n_params = sum(p.numel() for p in policy.parameters())
+    print(f"wrote {out} ({kind}; {n_params / 1e6:.2f}M parameters)")
+    print(f"train from it: pgcli train algo=grpo env={cfg.env.id} model=hf model.path={out}")
+    return 0
+
+
+def _default_out(run_dir: Path | None, name: str) -> Path:
+    return run_dir / "hf" if run_dir is not None else Path(f"{name}-hf")
