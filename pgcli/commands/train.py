@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgcli.commands.report import debug_requested, report_error, unexpected_error
 from pgcli.config.compose import (
@@ -151,10 +151,10 @@ def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
         args = from_run_args(args, overrides=task_overrides(args), store_for=_run_store)
-    args = [*args, *text_task_overrides(task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
     from pgcli.lm.init import init_overrides
 
-    args = [*args, *init_overrides(task_overrides(args))]  # init=<SFT run>: its task settings, unless typed
+    args = [*args, *init_overrides(task_overrides(args))]  # init=<SFT run>: its model and task settings, unless typed
+    args = [*args, *text_task_overrides(task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
     if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
         args = _preflight(args)
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
@@ -303,8 +303,9 @@ def _train_app() -> None:
 
 def run_train(cfg: DictConfig) -> float:
     """The body of ``pgcli train`` for one job: validate, train, print the summary; returns the final eval return
-    (the mean over the job's seeds). A failure ends this job with pgcli's one error line, or, in a sweep, goes to the
-    launcher, which records the failed job while the sweep goes on."""
+    (the mean over the job's seeds). A failure ends this job with pgcli's one error line, or, in a sweep, with one
+    line naming the job (its traceback in the job's log) and goes to the launcher, which records the failed job while
+    the sweep goes on (:mod:`pgcli.sweeps.failures`)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -312,14 +313,26 @@ def run_train(cfg: DictConfig) -> float:
     multirun = hc.mode == RunMode.MULTIRUN
     try:
         return _train_job(cfg, hc, multirun=multirun)
-    except PgcliError as exc:
-        if multirun:
-            raise  # the launcher records the failed job; the sweep goes on
-        sys.exit(report_error(exc))
     except Exception as exc:  # Hydra would print it with a traceback; the MLflow run has already ended FAILED
-        if multirun or debug_requested():
+        if multirun:
+            _raise_sweep_job_error(exc, hc)  # the launcher records the failed job; the sweep goes on
+        if isinstance(exc, PgcliError):
+            sys.exit(report_error(exc))
+        if debug_requested():
             raise
         sys.exit(report_error(unexpected_error(exc)))
+
+
+def _raise_sweep_job_error(exc: Exception, hc: HydraConf) -> NoReturn:
+    """Raise what a failed sweep job hands its launcher: :class:`~pgcli.sweeps.failures.JobFailed` once the job has
+    said so on one line, its traceback in its log; ``exc`` itself for a pruned trial (not a failure) and under
+    ``PGCLI_DEBUG=1`` (Hydra prints its traceback)."""
+    from pgcli.sweeps.failures import job_failed
+    from pgcli.training.run import StoppedEarly
+
+    if isinstance(exc, StoppedEarly) or debug_requested():
+        raise exc
+    raise job_failed(exc, hc) from None
 
 
 def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:

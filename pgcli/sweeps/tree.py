@@ -16,9 +16,10 @@ every sweeper and launcher:
   (the basic sweeper re-raises the first failed job once the batch is done) or on Ctrl-C, so ``pgcli train``
   calls :func:`close_sweep` on those paths as well: the parent is never left RUNNING.
 
-The summary ends with one line naming the failed jobs; ``pgcli train -m`` then exits 1. A sweep stopped by Ctrl-C
-(or SIGTERM) calls its stopped jobs interrupted, not failed, and ends with the commands that finish it
-(:mod:`pgcli.sweeps.leftover`).
+A failed job says so on one line as it fails, its traceback in its log (:mod:`pgcli.sweeps.failures`;
+:meth:`on_job_end` keeps Hydra from printing it again). The summary ends with one line naming the failed jobs;
+``pgcli train -m`` then exits 1. A sweep stopped by Ctrl-C (or SIGTERM) calls its stopped jobs interrupted, not
+failed, and ends with the commands that finish it (:mod:`pgcli.sweeps.leftover`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,15 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pgcli.sweeps.failures import quiet_failure
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
 from pgcli.sweeps.results import search_summary
 from pgcli.training.owner import process_tags
 from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, sweep_status
 
 if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+
     from pgcli.tracking.store import RunRecord, RunStore
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -137,6 +141,10 @@ class SweepCallback(Callback):
             from pgcli.redact import redact_yaml_file
 
             redact_yaml_file(multirun_yaml)  # no URI credentials there (docs/tracking.md, "Credentials and secrets")
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        # In the job's process, as on_job_start: a failure the job reported is not printed again (sweeps/failures.py)
+        quiet_failure(job_return, sweeper=str(OmegaConf.select(config, "hydra.sweeper._target_", default="")))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.finish(FINISHED)

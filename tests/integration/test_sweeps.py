@@ -123,6 +123,24 @@ def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, wor
     assert parent.info.status == "FAILED" and parent.data.metrics["sweep/n_failed"] == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("pgcli: sweep failed: 4 jobs, 1 failed: #3 ") and "no_such_kwarg" in last
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_failed_job_is_one_line_and_its_traceback_is_in_its_log(store: Store, workdir: Path) -> None:
+    # The job fails in a joblib worker: it says so in one line (job, overrides, reason, where the traceback went);
+    # Hydra prints neither "Error executing job" nor a traceback (docs/sweeps.md, "Failure isolation").
+    proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algo=ppo",
+                 "++env.kwargs={},{no_such_kwarg:1}")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("pgcli: job #1 ")]
+    reason = "TypeError: CartPoleEnv.__init__() got an unexpected keyword argument 'no_such_kwarg'"
+    assert line.startswith(f"pgcli: job #1 ++env.kwargs={{no_such_kwarg:1}} failed: {reason}"), line
+    head, _, log = line.removesuffix(")").rpartition(" (traceback in ")
+    assert head and log.endswith("/1_ppo_cartpole_s0/train.log"), line
+    text = (workdir / log).read_text()
+    assert "Traceback (most recent call last):" in text and reason in text
+    assert proc.stderr.strip().splitlines()[-1].startswith("pgcli: sweep failed: 2 jobs, 1 failed: #1 ")
 
 
 def test_optuna_sweep_records_best_params_on_the_parent(store: Store, workdir: Path) -> None:
