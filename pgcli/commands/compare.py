@@ -32,6 +32,7 @@ from pgcli.compare.report import (
 )
 from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
+from pgcli.training.logged import MIN_PREFIX, find_run, is_too_short
 
 DEFAULT_METRIC = "eval/return_mean"
 EVAL_TAG = "pgcli.eval.model"
@@ -54,7 +55,9 @@ def parse_args(args: list[str]) -> argparse.Namespace:
         "  pgcli compare --parent 1f2e... tracking.uri=http://127.0.0.1:5000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--parent", help="a sweep's parent run id: compare its child runs")
+    parser.add_argument(
+        "--parent", help="a sweep's parent run id (or a unique prefix of 8+ hex digits): compare its child runs"
+    )
     parser.add_argument("--experiment", action="append", help="experiment name (repeatable)")
     parser.add_argument("--filter", default="", help="MLflow search filter, e.g. \"params.algo = 'ppo'\"")
     parser.add_argument(
@@ -176,12 +179,12 @@ def select_runs(
     (:func:`training_runs`).
     """
     if parent:
-        try:
-            parent_run = store.get(parent)
-        except Exception:
-            raise ConfigError(f"--parent: no run with id '{parent}' in {store.uri}") from None
-        runs = store.search([parent_run.experiment_id], _and(f"tags.mlflow.parentRunId = '{parent}'", filter_string))
-        return parent_run, training_runs(runs)
+        parent_run = find_run(store, parent)  # its id, or a unique prefix of it (docs/runs.md, "Run ids")
+        if parent_run is None:
+            short = f"; a run id prefix needs at least {MIN_PREFIX} hex digits" if is_too_short(parent) else ""
+            raise ConfigError(f"--parent: no run with id '{parent}' in {store.uri}{short}")
+        parent_filter = f"tags.mlflow.parentRunId = '{parent_run.run_id}'"
+        return parent_run, training_runs(store.search([parent_run.experiment_id], _and(parent_filter, filter_string)))
     if experiments:
         ids = store.experiment_ids(experiments)
         if len(ids) < len(experiments):

@@ -28,7 +28,7 @@ from pgcli.training.logged import LoggedRun, Wording
 
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
 EVAL = Wording(
-    not_a_run="{ref!r} is not a directory, nor an MLflow run id (32 hex digits)",
+    not_a_run="{ref!r} is not a directory, nor an MLflow run id (32 hex digits, or a unique prefix of at least 8)",
     no_store="tracking=off has no run store to find a run id in; pass the run directory instead",
     not_found="no run {ref} in {uri}; pass tracking.uri=... for another store",
     doing="evaluate",
@@ -60,13 +60,16 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
         "fresh env built from the run's logged config. Prints return mean ± std and logs an `eval-<run>` MLflow run "
         "nested under the evaluated one.",
         epilog="examples:\n"
-        "  pgcli eval 3f9c0d...                          # a run id in the store (tracking overrides as for train)\n"
+        "  pgcli eval 3f9c0d1e                           # a run id as pgcli runs shows it (8+ hex digits, or all)\n"
         "  pgcli eval outputs/runs/2026-11-23/10-00-00_ppo_cartpole_s0 --best --episodes 20\n"
         "  pgcli eval outputs/runs/.../model --video      # a model dir; MP4 of one episode, logged as videos/\n"
-        "  pgcli eval 3f9c0d... tracking.uri=http://127.0.0.1:5000 --no-log",
+        "  pgcli eval 3f9c0d1e tracking.uri=http://127.0.0.1:5000 --no-log   # tracking overrides as for train",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", help="run id, run directory or model directory")
+    parser.add_argument(
+        "target",
+        help="run id (or a unique prefix of 8+ hex digits, as pgcli runs shows), run directory or model directory",
+    )
     parser.add_argument(
         "--best", action="store_true", help="the best-evaluated agent (best_model/) instead of the final"
     )
@@ -120,9 +123,9 @@ def _artifact_root(tracking: Any) -> str | None:
 def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarget]:
     """The model directory and config ``target`` names; a one-line ConfigError when it names none.
 
-    A run id is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its model is read from the run
-    directory when that still exists here, else downloaded from the run's artifacts into a temporary directory (removed
-    afterwards).
+    A run id, or a unique prefix of one, is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its
+    model is read from the run directory when that still exists here, else downloaded from the run's artifacts into a
+    temporary directory (removed afterwards).
     """
     path = Path(target).expanduser()
     which = "best" if best else "final"
@@ -151,7 +154,7 @@ def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarge
     with tempfile.TemporaryDirectory(prefix="pgcli-eval-") as tmp:
         model_dir = store.download(run.record.run_id, subdir, Path(tmp))
         if model_dir is None or not _is_model_dir(model_dir):
-            raise ConfigError(_missing_model(f"run {target}", best))
+            raise ConfigError(_missing_model(f"run {run.record.run_id}", best))
         yield _target(model_dir, which, run)
 
 

@@ -12,7 +12,8 @@ of this host whose process no longer exists and ends them KILLED (``--dry-run`` 
 are never touched: their processes cannot be checked from here, and neither are runs that ended while their tracking
 server was unreachable: their end waits in their run directory's spool, and ``pgcli sync`` delivers it
 (docs/tracking.md, "When the tracking server goes away"). ``pgcli train resume=<run id>`` continues a stale run from
-its last checkpoint.
+its last checkpoint. The listing shows the first 8 hex digits of each run id, which every command that takes a run
+takes as well (a unique prefix: docs/runs.md, "Run ids").
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def main(args: list[str]) -> int:
         "  pgcli runs                          # the 20 latest runs, then the 20 latest eval runs\n"
         "  pgcli runs --stale --dry-run        # which RUNNING runs of this host lost their process\n"
         "  pgcli runs --stale                  # ... and mark them KILLED\n"
-        "  pgcli train resume=<run id>         # continue one from its last checkpoint (the whole id: as --stale "
-        "prints it)",
+        "  pgcli train resume=<id>             # continue one from its last checkpoint (its id as listed here)\n"
+        "  pgcli eval <id>                     # every command that takes a run takes the 8 hex digits shown",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--stale", action="store_true", help="find RUNNING runs whose process is gone, mark KILLED")

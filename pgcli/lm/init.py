@@ -1,8 +1,9 @@
 """``init=<run id | run dir>``: start a text run from an SFT run's weights, which are also its KL reference.
 
 The SFT run's final policy is ``<run dir>/model/policy.pt`` with its ``agent.json`` (the run's config). ``init`` may
-name the run directory, its ``model/`` directory, or the MLflow run id (the run directory is read where it exists on
-this machine, else the ``model`` artifact is downloaded from the store into ``<store_dir>/init/<run id>/``).
+name the run directory, its ``model/`` directory, or the MLflow run id or a unique prefix of it (the run directory is
+read where it exists on this machine, else the ``model`` artifact is downloaded from the store into
+``<store_dir>/init/<run id>/``, under the whole id).
 
 The source must fit the new run: the same character vocabulary (the same task family), the same transformer sizes
 (``n_layers``, ``n_heads``, ``d_model``, ``d_ff``, ``max_len``) and a task whose prompts fit that ``max_len``; a
@@ -95,23 +96,25 @@ def _init_store(init: str, tracking: TrackingConfig) -> RunStore | None:
 
 
 def _from_store(run: LoggedRun, init: str, tracking: TrackingConfig) -> InitSource:
-    """The final model of a run named by id: from its run directory where it is here, else downloaded from its
-    ``model`` artifact into ``<store_dir>/init/<run id>/`` (kept: the next run starting from it reads it there)."""
+    """The final model of a run named by id (or a prefix of it: ``init`` as typed names it in messages only): from its
+    run directory where it is here, else downloaded from its ``model`` artifact into ``<store_dir>/init/<run id>/``
+    (kept: the next run starting from it reads it there, whichever prefix names it)."""
     from pgcli.lm.model import POLICY_FILE
 
     assert run.record is not None and run.store is not None
+    run_id = run.record.run_id
     if run.record.status != "FINISHED":
         raise ConfigError(
-            f"init={init}: run {init} is {run.record.status}, not FINISHED; its final model may be missing"
+            f"init={init}: run {run_id} is {run.record.status}, not FINISHED; its final model may be missing"
         )
     if run.run_dir is not None and (run.run_dir / "model" / POLICY_FILE).is_file():
-        return InitSource(run.run_dir.resolve() / "model", _read_spec(run.run_dir / "model", init), init)
-    cache = Path(tracking.store_dir) / "init" / init
+        return InitSource(run.run_dir.resolve() / "model", _read_spec(run.run_dir / "model", init), run_id)
+    cache = Path(tracking.store_dir) / "init" / run_id
     if not (cache / "model" / POLICY_FILE).is_file():
-        run.store.download(init, "model", cache)
+        run.store.download(run_id, "model", cache)
     if not (cache / "model" / POLICY_FILE).is_file():
-        raise ConfigError(f"init={init}: run {init} has no model/{POLICY_FILE} (was it an SFT run of pgcli?)")
-    return InitSource((cache / "model").resolve(), _read_spec(cache / "model", init), init)
+        raise ConfigError(f"init={init}: run {run_id} has no model/{POLICY_FILE} (was it an SFT run of pgcli?)")
+    return InitSource((cache / "model").resolve(), _read_spec(cache / "model", init), run_id)
 
 
 def _source_model(source: InitSource) -> tuple[str, dict[str, Any]]:

@@ -102,6 +102,25 @@ class RunStore:
         except MlflowException:
             return None
 
+    def runs_with_id_prefix(self, prefix: str) -> list[RunRecord]:
+        """The runs, in every experiment, whose id starts with ``prefix`` (lowercase hex digits), ordered by id.
+
+        The store itself filters (``attributes.run_id LIKE '<prefix>%'``), so only the matching runs come back, however
+        many the store holds; their ids are checked again here, as a database's LIKE may ignore case (and a tracking
+        server too old to filter run ids is asked for every run instead). Deleted runs and experiments are left out, as
+        ``pgcli runs`` leaves them out.
+        """
+        if not prefix or not all(c in "0123456789abcdef" for c in prefix):
+            raise ValueError(f"a run id prefix is lowercase hex digits, got {prefix!r}")
+        experiment_ids = self.experiment_ids()
+        if not experiment_ids:
+            return []
+        try:
+            runs = self.search(experiment_ids, f"attributes.run_id LIKE '{prefix}%'")
+        except ConfigError:  # the server refused the filter (search turns that into a user's error)
+            runs = self.search(experiment_ids)
+        return sorted((r for r in runs if r.run_id.startswith(prefix)), key=lambda r: r.run_id)
+
     def create_run_in(self, experiment_id: str, *, run_name: str, tags: Mapping[str, str]) -> RunRecord:
         """Start a run (RUNNING) in an existing experiment."""
         run = with_retry(self.client.create_run, experiment_id, run_name=run_name, tags=dict(tags))

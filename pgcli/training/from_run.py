@@ -34,7 +34,8 @@ SOURCE_CONFIG_ENV = "PGCLI_SOURCE_CONFIG"
 SOURCE_PRESET_ENV = "PGCLI_SOURCE_PRESET"
 """Set for the job: the logged run's preset label, the re-run's ``preset`` (its values are in the config)."""
 FROM_RUN = Wording(
-    not_a_run="--from-run {ref!r} is neither a directory nor an MLflow run id (32 hex digits)",
+    not_a_run="--from-run {ref!r} is neither a directory nor an MLflow run id (32 hex digits, or a unique prefix of at "
+    "least 8)",
     no_store="tracking=off has no run store to find a run id in; pass --from-run <run dir>",
     not_found="no run {ref} in {uri}; pass tracking.uri=... for another store",
     doing="re-run",
@@ -84,19 +85,20 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
     tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]
     # tracking=off turns off the new run's logging, not the lookup: a run id is found in the store the other tracking
     # overrides (or the defaults) name (docs/evaluation.md, "pgcli train --from-run")
-    lookup = [o for o in tracking if o.lstrip("+~") not in ("tracking=off", "tracking.backend=off")]
+    lookup = [o for o in tracking if not _turns_tracking_off(o)]
     run = LoggedRun.locate(source, store=lambda: store_for(lookup), wording=FROM_RUN)
     with run.hydra_dir() as found:
         if found is None and run.record is None:
             raise ConfigError(f"{source} is not a run directory (no .hydra/config.yaml and hydra.yaml)")
         if found is None:
-            raise ConfigError(f"run {source} has no logged config (artifact hydra/config.yaml)")
+            raise ConfigError(f"run {run.run_id} has no logged config (artifact hydra/config.yaml)")
         logged = run.logged_config(found)
     # A group chosen on the command line (hardware=cuda, tracking=off) replaces the logged section of that group.
     values = {k: v for k, v in logged.values.items() if k not in groups}
     register_source(values)
     record = run.record or run.find_in(store_for(tracking))
-    os.environ[SOURCE_CONFIG_ENV] = str(source)
+    # a run named by id (or a prefix of it) is tagged with its whole id, a run directory as it was typed
+    os.environ[SOURCE_CONFIG_ENV] = run.record.run_id if run.record is not None else str(source)
     # the values it set are in the logged config; the label comes along
     os.environ[SOURCE_PRESET_ENV] = preset_label(logged.choices, CONF_DIR)
     if record is not None:
@@ -104,6 +106,16 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
     else:
         os.environ.pop(SOURCE_RUN_ENV, None)
     return [f"+{FROM_RUN_GROUP}=source", f"algo={logged.algo}", f"env={logged.env}", "~preset", *rest]
+
+
+def _turns_tracking_off(override: str) -> bool:
+    """Whether ``override`` is ``tracking=off`` or ``tracking.backend=off``, its value quoted or not (Hydra reads
+    ``tracking.backend='off'`` as ``off`` too)."""
+    key, _, value = override.lstrip("+~").partition("=")
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    return key.strip() in ("tracking", "tracking.backend") and value == "off"
 
 
 def register_source(values: dict[str, Any]) -> None:

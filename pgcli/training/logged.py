@@ -1,7 +1,8 @@
 """A run from the past: ``<run id | run dir>`` found one way, and its logged config read back one way.
 
 ``pgcli train resume=``, ``pgcli train --from-run``, ``pgcli eval`` and ``init=`` all name an earlier run by its MLflow
-run id or its run directory (docs/runs.md). :meth:`LoggedRun.locate` turns either into the run directory on this
+run id (or a unique prefix of at least 8 of its hex digits, as ``pgcli runs`` shows it: :func:`find_run`) or its run
+directory (docs/runs.md, "Run ids"). :meth:`LoggedRun.locate` turns either into the run directory on this
 machine (when it is here), the run's record in the store (when it is there) and that store; the run's Hydra config is
 then :meth:`LoggedRun.config_dir` (or the ``hydra`` artifact, :meth:`LoggedRun.hydra_dir`), read by
 :meth:`LoggedConfig.read` and typed by :func:`train_config_from_dict`, the one way a logged config (``.hydra/`` or
@@ -9,7 +10,8 @@ then :meth:`LoggedRun.config_dir` (or the ``hydra`` artifact, :meth:`LoggedRun.h
 
 Locating reads only and creates nothing: a run id is looked up only in a store that is there (a missing one is a
 one-line error naming it), and so is a run directory's record (:meth:`LoggedRun.find_in`). Each command keeps its own
-words for a reference that names no run (:class:`Wording`); the checks and their order are the same for all.
+words for a reference that names no run (:class:`Wording`); the checks and their order are the same for all, and so
+are the words for a prefix that is too short or that several runs share. From there on a run is named by its whole id.
 """
 
 from __future__ import annotations
@@ -36,17 +38,55 @@ from pgcli.errors import ConfigError
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunRecord, RunStore
 
-RUN_ID = re.compile(r"[0-9a-f]{32}")
-"""An MLflow run id: 32 lowercase hex digits."""
+RUN_ID_DIGITS = 32
+"""An MLflow run id is 32 lowercase hex digits."""
+MIN_PREFIX = 8
+"""The fewest leading hex digits of a run id that name it: as many as ``pgcli runs`` shows (as git and docker, a
+unique prefix names the run; fewer would often match several runs of a store)."""
+RUN_ID_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},{RUN_ID_DIGITS}}}")
+"""A run id, or the prefix of one that may name a run."""
+SHOWN_MATCHES = 5
+"""The ids a prefix shared by several runs lists (more are left as "...")."""
 HYDRA_ARTIFACT = "hydra"
 """The artifact path a run's ``.hydra`` directory is logged under."""
 CONFIG_FILES = ("config.yaml", "hydra.yaml")
 """What a logged Hydra config consists of: the resolved config and Hydra's record of how it was composed."""
 
 
-def is_run_id(text: str) -> bool:
-    """Whether ``text`` has the shape of an MLflow run id."""
-    return RUN_ID.fullmatch(text) is not None
+def is_run_id_prefix(text: str) -> bool:
+    """Whether ``text`` has the shape of an MLflow run id or of a prefix of one that may name a run."""
+    return RUN_ID_PREFIX.fullmatch(text) is not None
+
+
+def is_too_short(ref: str) -> bool:
+    """Whether ``ref`` is fewer hex digits than :data:`MIN_PREFIX` (say ``0123abc``): a prefix too short to name a run
+    rather than a mistyped directory or run id."""
+    return 0 < len(ref) < MIN_PREFIX and all(c in "0123456789abcdef" for c in ref)
+
+
+TOO_SHORT = (
+    f"{{ref!r}} is not a directory, and too short to name a run: a run id prefix needs at least {MIN_PREFIX} hex "
+    f"digits (pgcli runs shows {MIN_PREFIX})"
+)
+"""The one line for a reference :func:`is_too_short` (``{ref}``: as typed), the same for every command."""
+
+
+def find_run(store: RunStore, ref: str) -> RunRecord | None:
+    """The run of ``store`` that ``ref`` names: the run with this id, else the one run whose id starts with ``ref``
+    (:data:`MIN_PREFIX` to 31 hex digits); None when there is none (docs/runs.md, "Run ids").
+
+    A prefix that several runs share is a one-line ConfigError listing them. A whole run id, or anything that is no
+    run id nor a prefix of one (too short, not hex), is looked up as it is.
+    """
+    if not is_run_id_prefix(ref) or len(ref) == RUN_ID_DIGITS:
+        return store.find(ref)
+    matches = store.runs_with_id_prefix(ref)
+    if len(matches) > 1:
+        ids = [r.run_id for r in matches[:SHOWN_MATCHES]] + (["..."] if len(matches) > SHOWN_MATCHES else [])
+        raise ConfigError(
+            f"run id prefix {ref} matches {len(matches)} runs in {store.uri} ({', '.join(ids)}); type more of the id"
+        )
+    return matches[0] if matches else None
 
 
 @dataclass(frozen=True)
@@ -55,11 +95,11 @@ class Wording:
     the store it was looked up in. The commands' words differ (docs/runs.md quotes them); the rule does not."""
 
     not_a_run: str
-    """Neither an existing directory nor a run id."""
+    """Neither an existing directory nor a run id (nor a prefix of one: :data:`RUN_ID_PREFIX`)."""
     no_store: str
     """A run id, but no store to look it up in (``tracking=off``)."""
     not_found: str
-    """A run id the store does not have."""
+    """A run id (or prefix) the store does not have; ``{ref}`` is the prefix as typed."""
     doing: str = "look up"
     """What the command would do with the run, for a run id and no store there to look it up in: ``no run store at
     <file>: nothing to <doing>; ...`` (:func:`pgcli.tracking.store.check_readable_store`)."""
@@ -70,7 +110,7 @@ class LoggedRun:
     """A run named by its run id or its run directory: where it is on this machine and in the store."""
 
     ref: str
-    """The reference as the user typed it."""
+    """The reference as the user typed it (a run id prefix, too: the whole id is :attr:`run_id`)."""
     run_dir: Path | None
     """Its run directory on this machine (as typed, ``~`` expanded); None when only the store has the run."""
     record: RunRecord | None
@@ -80,22 +120,25 @@ class LoggedRun:
 
     @classmethod
     def locate(cls, ref: str, *, store: Callable[[], RunStore | None], wording: Wording) -> LoggedRun:
-        """The run ``ref`` names: an existing directory is taken as the run directory; anything else must be a run id
-        in the store ``store()`` opens (called only then, so a run directory needs no store). Its run directory is
-        its ``output_dir`` tag when that directory exists here. Raises a one-line ConfigError in ``wording``; a store
-        that is not there, or is no MLflow store, is a one-line error before MLflow opens (and would create) it."""
+        """The run ``ref`` names: an existing directory is taken as the run directory; anything else must be a run id,
+        or a unique prefix of one (:func:`find_run`), in the store ``store()`` opens (called only then, so a run
+        directory needs no store). Its run directory is its ``output_dir`` tag when that directory exists here. Raises
+        a one-line ConfigError in ``wording``; a store that is not there, or is no MLflow store, is a one-line error
+        before MLflow opens (and would create) it."""
         from pgcli.tracking.store import check_readable_store
 
         path = Path(ref).expanduser()
         if path.is_dir():
             return cls(ref, path, None, None)
-        if not is_run_id(ref):
+        if is_too_short(ref):
+            raise ConfigError(TOO_SHORT.format(ref=ref))
+        if not is_run_id_prefix(ref):
             raise ConfigError(wording.not_a_run.format(ref=ref))
         run_store = store()
         if run_store is None:
             raise ConfigError(wording.no_store.format(ref=ref))
         check_readable_store(run_store.uri, doing=wording.doing)
-        record = run_store.find(ref)
+        record = find_run(run_store, ref)
         if record is None:
             raise ConfigError(wording.not_found.format(ref=ref, uri=run_store.uri))
         output_dir = record.tags.get("output_dir")

@@ -38,7 +38,8 @@ curve must stay comparable) is an error; ``pgcli train --from-run`` starts a new
 LOOKUP_OVERRIDES = ("tracking.uri", "tracking.store_dir")
 """Where to look a run id up (as for ``pgcli compare``); they cannot move the run to another store."""
 RESUME = Wording(
-    not_a_run="resume: '{ref}' is neither a run directory nor an MLflow run id",
+    not_a_run="resume: '{ref}' is neither a run directory nor an MLflow run id (32 hex digits, or a unique prefix of "
+    "at least 8)",
     no_store="resume: tracking=off has no run store to find '{ref}' in; pass its run directory",
     not_found="resume: no run '{ref}' in {uri}; a run from another store needs tracking.uri=<that store> (or pass "
     "its run directory)",
@@ -184,8 +185,9 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
     """The run ``target`` names (:class:`LoggedRun`), its run directory resolved, with its record and store (both
     None for a ``tracking=off`` run); the run must be on this machine and not running.
 
-    A run id is looked up in the store ``lookup`` names; a run directory's record is the one its ``run.json`` names,
-    in the store ``run.json`` names.
+    A run id (or a unique prefix of one, as ``pgcli runs`` shows it) is looked up in the store ``lookup`` names; a run
+    directory's record is the one its ``run.json`` names, in the store ``run.json`` names. From here on the run is
+    named by its whole id.
     """
     from pgcli.tracking.store import RunStore
     from pgcli.tracking.uri import resolve_tracking_target
@@ -197,10 +199,10 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
     if run.record is None:
         run = _with_own_record(run)
     elif "output_dir" not in run.record.tags:
-        raise ConfigError(f"resume: run {target} was not made by pgcli train (no output_dir tag)")
+        raise ConfigError(f"resume: run {run.record.run_id} was not made by pgcli train (no output_dir tag)")
     elif run.run_dir is None:
         raise ConfigError(
-            f"resume: the run directory of {target} is not on this machine: {run.record.tags['output_dir']}"
+            f"resume: the run directory of {run.record.run_id} is not on this machine: {run.record.tags['output_dir']}"
         )
     assert run.run_dir is not None
     run_dir = run.run_dir.resolve()

@@ -160,6 +160,7 @@ UNEXPECTED_CASES = [
     (["runs"], "pgcli.commands.runs.main"),
     (["ui"], "pgcli.commands.ui.main"),
     (["sync", "some/run/dir"], "pgcli.tracking.sync.sync_run_dir"),
+    (["export", "0123abcd"], "pgcli.commands.export.main"),
 ]
 
 
@@ -480,6 +481,77 @@ def test_a_read_only_store_can_still_be_read(readonly_store: tuple[Path, str], t
     proc = run_pgcli(["runs", "--stale", "--dry-run", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "crashed" in proc.stdout and "would mark 1 stale run(s) KILLED" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a run id prefix (docs/runs.md, "Run ids"): too short, or shared by several runs
+# --------------------------------------------------------------------------------------------------------------------
+
+PREFIX = "0123abcd"
+SHARED_PREFIX_STORE = """
+import sys, uuid
+from pgcli.tracking.store import RunStore
+counter = iter(range(1, 100))
+uuid.uuid4 = lambda: uuid.UUID(f"0123abcd{next(counter):024x}")  # every id MLflow makes starts with 0123abcd
+store = RunStore(sys.argv[1])
+for name in ("ppo-cartpole-s0", "ppo-cartpole-s1"):
+    store.end(store.create_run("cartpole", run_name=name, tags={}).run_id, "FINISHED")
+print(" ".join(sorted(r.run_id for r in store.search(store.experiment_ids()))))
+"""
+
+
+@pytest.fixture(scope="module")
+def shared_prefix_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> tuple[Path, list[str]]:
+    """A store with two finished runs whose ids share their first 8 hex digits (:data:`PREFIX`), and their ids."""
+    folder = tmp_path_factory.mktemp("shared_prefix")
+    shutil.copyfile(mlflow_schema_db, folder / "mlflow.db")
+    seeded = subprocess.run([sys.executable, "-c", SHARED_PREFIX_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    return folder, seeded.stdout.split()
+
+
+AMBIGUOUS_CASES = [
+    ["eval", PREFIX],
+    ["train", f"resume={PREFIX}"],
+    ["train", "--from-run", PREFIX, "progress=false"],
+    ["compare", "--parent", PREFIX],
+]
+
+
+@pytest.mark.parametrize("argv", AMBIGUOUS_CASES, ids=[" ".join(a[:2]) for a in AMBIGUOUS_CASES])
+def test_a_run_id_prefix_of_several_runs_is_one_line_and_changes_nothing(
+    argv: list[str], shared_prefix_store: tuple[Path, list[str]], tmp_path: Path
+):
+    folder, run_ids = shared_prefix_store
+    assert len(run_ids) == 2 and all(r.startswith(PREFIX) for r in run_ids)
+    before = snapshot(folder)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    proc = run_pgcli([*argv, f"tracking.uri={uri}"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    one_error_line(proc.stderr, proc.stdout, f"run id prefix {PREFIX} matches 2 runs in {uri} ({', '.join(run_ids)}); "
+                   "type more of the id")  # fmt: skip
+    assert snapshot(folder) == before and list(tmp_path.iterdir()) == []
+
+
+SHORT_CASES = [
+    ["eval", "0123abc"],
+    ["export", "0123abc"],
+    ["train", "resume=0123abc"],
+    ["train", "--from-run", "0123abc", "progress=false"],
+    ["sft", "env=addition", "init=0123abc", "progress=false"],
+]
+
+
+@pytest.mark.parametrize("argv", SHORT_CASES, ids=[" ".join(a[:2]) for a in SHORT_CASES])
+def test_a_run_id_prefix_under_8_hex_digits_is_one_line_and_creates_nothing(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    one_error_line(captured.err, captured.out, "'0123abc' is not a directory, and too short to name a run: a run id "
+                   "prefix needs at least 8 hex digits (pgcli runs shows 8)")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no store, no run directory
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -100,6 +100,17 @@ def test_from_run_id_with_tracking_off_finds_the_run_and_logs_nothing(source, tm
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
 
+def test_a_quoted_tracking_off_turns_off_the_logging_not_the_lookup(source, tmp_path: Path):
+    """``tracking.backend='off'`` is ``tracking.backend=off`` (Hydra unquotes it): the run id is still looked up."""
+    store, _, run = source
+    n_runs = len(store.client().search_runs([run.info.experiment_id]))
+    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "tracking.backend='off'",
+                      "total_steps=256", "eval.every=0", "progress=false"], cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(store.client().search_runs([run.info.experiment_id])) == n_runs  # nothing logged
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

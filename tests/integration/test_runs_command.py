@@ -153,3 +153,28 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert only.returncode == 0, only.stderr
     assert [line.split()[0] for line in only.stdout.splitlines()] == ["id", text.run_id[:8]]
     assert f"pgcli: 1 of 1 runs in {store.uri}" in only.stderr
+
+
+def test_an_id_as_pgcli_runs_lists_it_names_the_run_for_eval_and_resume(migrated_store: Store, workdir: Path):
+    """`pgcli runs` shows the first 8 hex digits of a run id; every command that takes a run takes them (docs/runs.md,
+    "Run ids"), and what it writes names the whole id."""
+    store, uri = migrated_store, f"tracking.uri={migrated_store.uri}"
+    train = run_pgcli(["train", "total_steps=256", "eval.episodes=2", "progress=false", uri], cwd=workdir)
+    assert train.returncode == 0, train.stderr[-3000:]
+    (trained,) = store.runs("cartpole")
+    run_id = trained.info.run_id
+    listing = run_pgcli(["runs", uri], cwd=workdir)
+    assert listing.returncode == 0, listing.stderr
+    short = listing.stdout.splitlines()[1].split()[0]
+    assert short == run_id[:8]
+
+    evaluated = run_pgcli(["eval", short, "--episodes", "2", uri], cwd=workdir)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (ev,) = [r for r in store.runs("cartpole") if r.info.run_id != run_id]
+    assert ev.data.tags["source_run_id"] == run_id and ev.data.tags["mlflow.parentRunId"] == run_id
+
+    resumed = run_pgcli(["train", f"resume={short}", "total_steps=512", uri], cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"pgcli: resuming {run_id} from " in resumed.stderr
+    run = store.client().get_run(run_id)
+    assert (run.info.status, run.data.tags["total_steps"]) == ("FINISHED", "512")

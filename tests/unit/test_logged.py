@@ -21,7 +21,7 @@ RUN_ID = "0123456789abcdef0123456789abcdef"
 
 
 class FakeStore:
-    """The two reads the locator makes: find by id, search by output_dir."""
+    """The reads the locator makes: find by id or id prefix, search by output_dir."""
 
     def __init__(self, *records: Any) -> None:
         self.uri = "postgresql://db.example/fake"  # a database: no file to check
@@ -29,6 +29,9 @@ class FakeStore:
 
     def find(self, run_id: str) -> Any:
         return self.records.get(run_id)
+
+    def runs_with_id_prefix(self, prefix: str) -> list[Any]:
+        return sorted((r for r in self.records.values() if r.run_id.startswith(prefix)), key=lambda r: r.run_id)
 
     def experiment_ids(self) -> list[str]:
         return ["0"]
@@ -88,6 +91,43 @@ def test_a_run_id_finds_its_run_dir_only_when_it_is_here(tmp_path: Path) -> None
     run = LoggedRun.locate(here, store=lambda: store, wording=WORDING)
     assert run.run_dir == tmp_path and run.run_id == here and run.find_in(store) is run.record
     assert LoggedRun.locate(gone, store=lambda: store, wording=WORDING).run_dir is None
+
+
+def test_a_prefix_of_8_or_more_hex_digits_names_the_one_run_it_starts(tmp_path: Path) -> None:
+    twin_a, twin_b = "0123abcd0" + "a" * 23, "0123abcd1" + "b" * 23
+    store = FakeStore(record(RUN_ID, tmp_path), record(twin_a), record(twin_b))
+    run = LoggedRun.locate(RUN_ID[:8], store=lambda: store, wording=WORDING)
+    assert (run.ref, run.run_id, run.run_dir) == (RUN_ID[:8], RUN_ID, tmp_path)  # the whole id from here on
+    assert LoggedRun.locate(twin_b[:9], store=lambda: store, wording=WORDING).run_id == twin_b
+    with pytest.raises(ConfigError, match=f"^run id prefix 0123abcd matches 2 runs in postgresql://db.example/fake "
+                       rf"\({twin_a}, {twin_b}\); type more of the id$"):  # fmt: skip
+        LoggedRun.locate("0123abcd", store=lambda: store, wording=WORDING)
+    with pytest.raises(ConfigError, match=r"^no 89abcdef in postgresql://db\.example/fake$"):
+        LoggedRun.locate("89abcdef", store=lambda: store, wording=WORDING)  # the prefix as typed
+    with pytest.raises(ConfigError, match=r"^'0123abc' is not a directory, and too short to name a run: a run id "
+                       r"prefix needs at least 8 hex digits \(pgcli runs shows 8\)$"):  # fmt: skip
+        LoggedRun.locate("0123abc", store=lambda: store, wording=WORDING)
+    with pytest.raises(ConfigError, match=r"^bad '0123ABCD'$"):  # run ids are lowercase, as pgcli runs shows them
+        LoggedRun.locate("0123ABCD", store=lambda: store, wording=WORDING)
+
+
+def test_the_store_finds_the_runs_whose_id_starts_with_a_prefix_in_every_experiment(
+    tmp_path: Path, mlflow_schema_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+    import uuid
+
+    from pgcli.tracking.store import RunStore
+
+    shutil.copyfile(mlflow_schema_db, tmp_path / "mlflow.db")
+    ids = iter(["0123abcd0" + "a" * 23, "0123abcd1" + "b" * 23, "0123abce" + "c" * 24])
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(next(ids)))  # the ids MLflow gives the next runs
+    store = RunStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    made = [store.create_run(experiment, run_name="r", tags={}).run_id for experiment in ("a", "b", "b")]
+    assert [r.run_id for r in store.runs_with_id_prefix("0123abcd")] == made[:2]  # across experiments, by id
+    assert [r.run_id for r in store.runs_with_id_prefix("0123abc")] == made
+    assert [r.run_id for r in store.runs_with_id_prefix(made[2])] == made[2:]
+    assert store.runs_with_id_prefix("0123abcf") == []
 
 
 def test_a_run_dir_names_its_run_through_run_json_else_its_output_dir_tag(tmp_path: Path) -> None:
