@@ -94,12 +94,13 @@ def last(history: dict[str, list[tuple[int, float]]], key: str) -> float:
     return points[-1][1] if points else float("nan")
 
 
-def sft(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """The warm start every RL run of `seed` starts from (one JSON; its run directory is kept under results/lm)."""
-    out = RESULTS / f"sft_d{args.n_digits}_s{seed}.json"
+def sft(args: argparse.Namespace, seed: int, results: Path = RESULTS) -> dict[str, Any]:
+    """The warm start every RL run of `seed` starts from (one JSON in ``results``; its run directory is kept under
+    ``results/runs``)."""
+    out = results / f"sft_d{args.n_digits}_s{seed}.json"
     if out.exists() and not args.force:
         return json.loads(out.read_text())
-    run_dir = RESULTS / "runs" / f"sft_d{args.n_digits}_s{seed}"
+    run_dir = results / "runs" / f"sft_d{args.n_digits}_s{seed}"
     overrides = [f"env.n_digits={args.n_digits}", f"total_steps={args.sft_demos}", f"seed={seed}",
                  f"eval.every={args.sft_demos}", "checkpoint_every=0"]  # fmt: skip
     load = load_average()

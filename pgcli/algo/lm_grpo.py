@@ -25,8 +25,10 @@ where the advantage comes from the config's estimator (`ESTIMATORS`; k1_{i,t} = 
 `agg` is `loss_agg` (seq_mean: GRPO's (1/G) sum_i (1/|o_i|) sum_t; token_mean: DAPO; constant: Dr. GRPO's
 sum / (B * max_completion_len)). pi_ref is the reference (SFT) policy; beta = 0 skips its forward pass. With
 `drop_degenerate_groups`, prompts whose G rewards are all equal are left out; with `mask_truncated_completions`,
-completions that hit the length limit without EOS (TRL's option of that name). The math is in `pgcli.ops.lm` and
-`pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
+completions that hit the length limit without EOS (TRL's option of that name). With `model.micro_batch` = k > 0, each
+minibatch step runs its forward/backward passes k completions at a time and accumulates the gradients before one clip
+and one step; every aggregate takes the minibatch's `BatchTotals`, so the step is the unchunked one up to float32
+summation order. The math is in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.ops.grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS, clip_bounds, k3_kl
+from pgcli.ops.grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS, BatchTotals, batch_totals, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     PolicyLoss,
     batch_mean_advantages,
@@ -65,6 +67,7 @@ from pgcli.ops.lm import (
     group_advantages,
     kl_shaped_rewards,
     masked_mean,
+    micro_batches,
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_clipped_policy_loss,
@@ -127,7 +130,8 @@ POLICY_LOSSES: dict[type, Callable[..., PolicyLoss]] = {
 
 
 class TokenLoss(NamedTuple):
-    """The loss terms on a minibatch (summed by the update) and its diagnostics."""
+    """The loss terms on a minibatch (summed by the update) and its diagnostics; on a micro-batch with the
+    minibatch's `BatchTotals`, each its share of the minibatch's."""
 
     loss_policy: Tensor
     loss_kl: Tensor
@@ -149,30 +153,33 @@ def token_loss(
     advantages: Tensor,
     temperature: float,
     max_len: int,
+    totals: BatchTotals | None = None,
 ) -> TokenLoss:
-    """The objective above on completions `rows` of `batch`; old_logp, ref_logp and advantages are [B', C] for them."""
+    """The objective above on completions `rows` of `batch`; old_logp, ref_logp and advantages are [B', C] for them.
+    With `totals` (those of the minibatch `rows` is a micro-batch of), every term and diagnostic is the micro-batch's
+    share of the minibatch's: the shares of its micro-batches sum to it."""
     mask = batch.mask[rows]
-    width = int(mask.sum(1).max())  # drop columns that are padding in every row of this minibatch
+    width = int(mask.sum(1).max())  # drop columns that are padding in every row of these completions
     mask, old_logp, advantages = mask[:, :width], old_logp[:, :width], advantages[:, :width]
     logp, entropy = completion_logprobs(policy, batch.prompt_tokens[rows], batch.prompt_mask[rows],
                                         batch.tokens[rows, :width], mask.bool(), temperature=temperature)  # fmt: skip
     low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
     policy_loss = POLICY_LOSSES[type(cfg)](logp, old_logp, advantages, mask, low=low, high=high,
-                                           loss_agg=cfg.loss_agg, max_len=max_len)  # fmt: skip
+                                           loss_agg=cfg.loss_agg, max_len=max_len, totals=totals)  # fmt: skip
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     loss_kl, kl_ref = torch.zeros((), device=mask.device), float("nan")
     if ref_logp is not None:
         ref_logp = ref_logp[:, :width]
-        kl_ref = float(masked_mean(k3_kl(logp.detach(), ref_logp), mask))
+        kl_ref = float(masked_mean(k3_kl(logp.detach(), ref_logp), mask, totals=totals))
         if isinstance(cfg, KL_IN_LOSS):  # DeepSeekMath eq. 3: the KL sits inside the per-token sum
             kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp)  # [B', C]
-            loss_kl = cfg.beta * aggregate(kl, mask, max_len=max_len)
+            loss_kl = cfg.beta * aggregate(kl, mask, max_len=max_len, totals=totals)
     return TokenLoss(
         loss_policy=policy_loss.loss,
         loss_kl=loss_kl,
-        loss_entropy=-cfg.ent_coef * aggregate(entropy, mask, max_len=max_len),
+        loss_entropy=-cfg.ent_coef * aggregate(entropy, mask, max_len=max_len, totals=totals),
         kl_ref=kl_ref,
-        entropy=float(masked_mean(entropy.detach(), mask)),
+        entropy=float(masked_mean(entropy.detach(), mask, totals=totals)),
         clip_fraction=policy_loss.clip_fraction,
     )
 
@@ -193,7 +200,7 @@ class LMGRPO:
         device: torch.device,
     ) -> None:
         self.cfg, self.task, self.device = cfg, task, device
-        self.temperature, self.top_p = model.temperature, model.top_p
+        self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
         self.policy = policy.to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
         # pi_ref: the SFT model the run starts from (DeepSeekMath); none at all when beta = 0
@@ -241,8 +248,7 @@ class LMGRPO:
         stats["train/dropped_frac"] = 1.0 - len(rows) / len(keep)
         if len(rows) == 0:
             return stats
-        max_len = self.task.max_completion_len
-        with torch.no_grad():  # one batched pass each: the policy did not change since sampling
+        with torch.no_grad():  # one pass each (by micro-batches): the policy did not change since sampling
             old_logp = self._logprobs(self.policy, batch)
             ref_logp = None if self.reference is None else self._logprobs(self.reference, batch)
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
@@ -253,21 +259,10 @@ class LMGRPO:
         self.policy.train()
         for _ in range(cfg.n_iterations):  # mu policy updates per batch
             for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
-                out = token_loss(self.policy, cfg, batch, mb, old_logp=old_logp[mb],
-                                 ref_logp=None if ref_logp is None else ref_logp[mb], advantages=advantages[mb],
-                                 temperature=self.temperature, max_len=max_len)  # fmt: skip
-                loss = out.loss_policy + out.loss_kl + out.loss_entropy
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                step = self._policy_step(batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
                 n_minibatches += 1
-                totals["policy_loss"] += out.loss_policy.item()
-                totals["loss"] += loss.item()
-                totals["entropy"] += out.entropy
-                totals["kl_ref"] += out.kl_ref
-                totals["clip_fraction"] += out.clip_fraction
-                totals["grad_norm"] += float(grad_norm)
+                for key, value in step.items():
+                    totals[key] += value
         self.n_updates += 1
         interval = cfg.ref_update_interval if isinstance(cfg, GRPOConfig) else 0
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
@@ -281,10 +276,40 @@ class LMGRPO:
             del stats["train/kl_ref"]
         return stats
 
+    def _policy_step(
+        self, batch: CompletionBatch, mb: Tensor, *, old_logp: Tensor, ref_logp: Tensor | None, advantages: Tensor
+    ) -> dict[str, float]:
+        """One optimizer step on completions `mb` [B'] of `batch` (old_logp, ref_logp, advantages: [B, C]): the
+        forward/backward passes `model.micro_batch` completions at a time (0: all at once), the gradients
+        accumulated, each pass's loss its share of the minibatch's (docs/lm.md, "Memory"); then one clip and one
+        step. Returns the minibatch's loss terms, diagnostics and gradient norm."""
+        totals = None if self.micro_batch == 0 else batch_totals(batch.mask[mb])
+        stats = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        for rows in micro_batches(mb, self.micro_batch):
+            out = token_loss(self.policy, self.cfg, batch, rows, old_logp=old_logp[rows],
+                             ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows],
+                             temperature=self.temperature, max_len=self.task.max_completion_len,
+                             totals=totals)  # fmt: skip
+            loss = out.loss_policy + out.loss_kl + out.loss_entropy
+            loss.backward()
+            stats["policy_loss"] += out.loss_policy.item()
+            stats["loss"] += loss.item()
+            stats["entropy"] += out.entropy
+            stats["kl_ref"] += out.kl_ref
+            stats["clip_fraction"] += out.clip_fraction
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm))
+        self.optimizer.step()
+        return stats
+
     def _logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
-        """log pi(o_t | q, o_<t) [B, C] of the sampled tokens under `model` at the sampling temperature."""
-        return completion_logprobs(model, batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask.bool(),
-                                   temperature=self.temperature)[0]  # fmt: skip
+        """log pi(o_t | q, o_<t) [B, C] of the sampled tokens under `model` at the sampling temperature, in passes of
+        `model.micro_batch` completions (0: one pass)."""
+        rows = torch.arange(len(batch.rewards), device=self.device)
+        return torch.cat([completion_logprobs(model, batch.prompt_tokens[chunk], batch.prompt_mask[chunk],
+                                              batch.tokens[chunk], batch.mask[chunk].bool(),
+                                              temperature=self.temperature)[0]
+                          for chunk in micro_batches(rows, self.micro_batch)])  # fmt: skip
 
     def save(self, path: Path) -> Path:
         """``model.pt`` (policy, reference, optimizer), ``policy.pt`` and ``state.json`` (completions so far,

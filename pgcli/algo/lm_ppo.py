@@ -12,14 +12,17 @@ for `n_iterations` epochs of minibatches; A is whitened over the batch's tokens 
 network V_phi is a copy of the initial (SFT) policy's transformer with a scalar head on its final hidden states, trained
 by its own Adam; the state before token t is the prompt and o_<t, read at the position that predicts o_t. `train/kl_ref`
 is the same per-token k3 KL to the reference as the critic-free trainers log, so the table of docs/benchmarks/lm.md
-("What RL adds to the supervised warm start") compares like with like. The math is in `pgcli.ops.lm`; sampling in
-`pgcli.algo.lm_rollout`.
+("What RL adds to the supervised warm start") compares like with like. With `model.micro_batch` = k > 0, the policy
+and the value steps each run their forward/backward passes k completions at a time and accumulate the gradients
+before one clip and one step (every mean over the minibatch's `BatchTotals`: the unchunked step up to float32
+summation order). The math is in `pgcli.ops.lm`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +45,13 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import PPOLMConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.ops.grpo import clip_bounds, k3_kl
+from pgcli.ops.grpo import BatchTotals, batch_totals, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     clipped_policy_loss,
     kl_penalized_rewards,
     masked_mean,
     masked_whiten,
+    micro_batches,
     token_gae,
     zero_variance_groups,
 )
@@ -89,7 +93,7 @@ class LMPPO:
         device: torch.device,
     ) -> None:
         self.cfg, self.task, self.device = cfg, task, device
-        self.temperature, self.top_p = model.temperature, model.top_p
+        self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
         self.policy = policy.to(device)
         self.value = ValueModel(copy.deepcopy(self.policy)).to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
@@ -135,57 +139,34 @@ class LMPPO:
         if len(rows) == 0:
             return stats
         mask = batch.mask
-        with torch.no_grad():
-            old_logp = self._logprobs(self.policy, batch)[0]  # [B, C]
-            ref_logp = old_logp if self.reference is None else self._logprobs(self.reference, batch)[0]
-            old_values = self.value(batch.prompt_tokens, batch.prompt_mask, batch.tokens, mask.bool())  # [B, C]
+        with torch.no_grad():  # by micro-batches: the model did not change since sampling
+            old_logp = self._by_rows(batch, lambda rows: self._logprobs(self.policy, batch, rows)[0])  # [B, C]
+            reference = self.reference
+            if reference is None:
+                ref_logp = old_logp
+            else:
+                ref_logp = self._by_rows(batch, lambda rows: self._logprobs(reference, batch, rows)[0])
+            old_values = self._by_rows(batch, lambda rows: self._values(batch, rows, mask.shape[1]))  # [B, C]
             rewards = kl_penalized_rewards(batch.rewards, old_logp, ref_logp, mask, beta=cfg.beta)
             advantages, returns = token_gae(rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.gae_lambda)
             if cfg.normalize_advantage:
                 advantages = masked_whiten(advantages, mask * keep[:, None])
-        low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
-        max_len = self.task.max_completion_len
 
         totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
         n_minibatches = 0
         for _ in range(cfg.n_iterations):
             for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
-                mb_mask = mask[mb]
-                width = int(mb_mask.sum(1).max())
-                mb_mask = mb_mask[:, :width]
-                logp, entropy = self._logprobs(self.policy, batch, mb, width)
-                pol = clipped_policy_loss(logp, old_logp[mb, :width], advantages[mb, :width], mb_mask, low=low,
-                                          high=high, loss_agg=cfg.loss_agg, max_len=max_len)  # fmt: skip
-                loss = pol.loss - cfg.ent_coef * masked_mean(entropy, mb_mask)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-
-                values = self.value(batch.prompt_tokens[mb], batch.prompt_mask[mb], batch.tokens[mb, :width],
-                                    mb_mask.bool())  # fmt: skip
-                target, old_v = returns[mb, :width], old_values[mb, :width]
-                value_loss = (values - target) ** 2
-                if cfg.clip_range_vf is not None:  # PPO2 / TRL value clipping around the old estimate
-                    clipped = old_v + (values - old_v).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
-                    value_loss = torch.max(value_loss, (clipped - target) ** 2)
-                vf_loss = 0.5 * masked_mean(value_loss, mb_mask)
-                self.vf_optimizer.zero_grad(set_to_none=True)
-                vf_loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.value.parameters(), cfg.max_grad_norm)
-                self.vf_optimizer.step()
-
+                mb_totals = None if self.micro_batch == 0 else batch_totals(mask[mb])
+                step = self._policy_step(batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages,
+                                         totals=mb_totals)  # fmt: skip
+                step["value_loss"] = self._critic_step(batch, mb, returns=returns, old_values=old_values,
+                                                       totals=mb_totals)  # fmt: skip
                 n_minibatches += 1
-                totals["policy_loss"] += pol.loss.item()
-                totals["value_loss"] += vf_loss.item()
-                totals["entropy"] += float(masked_mean(entropy.detach(), mb_mask))
-                totals["clip_fraction"] += pol.clip_fraction
-                totals["grad_norm"] += float(grad_norm)
-                if self.reference is not None:
-                    totals["kl_ref"] += float(masked_mean(k3_kl(logp.detach(), ref_logp[mb, :width]), mb_mask))
+                for key, value in step.items():
+                    totals[key] += value
         self.n_updates += 1
         with torch.no_grad():
-            new_logp = self._logprobs(self.policy, batch)[0]
+            new_logp = self._by_rows(batch, lambda rows: self._logprobs(self.policy, batch, rows)[0])
             approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
         stats["train/approx_kl"] = approx_kl
@@ -194,16 +175,85 @@ class LMPPO:
             del stats["train/kl_ref"]
         return stats
 
+    def _policy_step(
+        self,
+        batch: CompletionBatch,
+        mb: Tensor,
+        *,
+        old_logp: Tensor,
+        ref_logp: Tensor,
+        advantages: Tensor,
+        totals: BatchTotals | None,
+    ) -> dict[str, float]:
+        """One policy step on completions `mb` [B'] (old_logp, ref_logp, advantages: [B, C]): the forward/backward
+        passes `model.micro_batch` completions at a time (0: all at once, `totals` None), each pass's loss its share
+        of the minibatch's (`totals`), the gradients accumulated; then one clip and one step."""
+        cfg = self.cfg
+        low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
+        stats = dict.fromkeys(("policy_loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        for rows in micro_batches(mb, self.micro_batch):
+            width = int(batch.mask[rows].sum(1).max())  # drop columns that are padding in every row
+            mask = batch.mask[rows, :width]
+            logp, entropy = self._logprobs(self.policy, batch, rows, width)
+            pol = clipped_policy_loss(logp, old_logp[rows, :width], advantages[rows, :width], mask, low=low,
+                                      high=high, loss_agg=cfg.loss_agg, max_len=self.task.max_completion_len,
+                                      totals=totals)  # fmt: skip
+            loss = pol.loss - cfg.ent_coef * masked_mean(entropy, mask, totals=totals)
+            loss.backward()
+            stats["policy_loss"] += pol.loss.item()
+            stats["entropy"] += float(masked_mean(entropy.detach(), mask, totals=totals))
+            stats["clip_fraction"] += pol.clip_fraction
+            if self.reference is not None:
+                stats["kl_ref"] += float(masked_mean(k3_kl(logp.detach(), ref_logp[rows, :width]), mask, totals=totals))
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm))
+        self.optimizer.step()
+        return stats
+
+    def _critic_step(
+        self, batch: CompletionBatch, mb: Tensor, *, returns: Tensor, old_values: Tensor, totals: BatchTotals | None
+    ) -> float:
+        """One value step on completions `mb` [B'] (returns, old_values: [B, C]), by micro-batches as
+        `_policy_step`; returns the minibatch's value loss."""
+        cfg = self.cfg
+        vf_loss_sum = 0.0
+        self.vf_optimizer.zero_grad(set_to_none=True)
+        for rows in micro_batches(mb, self.micro_batch):
+            width = int(batch.mask[rows].sum(1).max())
+            mask = batch.mask[rows, :width]
+            values = self._values(batch, rows, width)
+            target, old_v = returns[rows, :width], old_values[rows, :width]
+            value_loss = (values - target) ** 2
+            if cfg.clip_range_vf is not None:  # PPO2 / TRL value clipping around the old estimate
+                clipped = old_v + (values - old_v).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
+                value_loss = torch.max(value_loss, (clipped - target) ** 2)
+            vf_loss = 0.5 * masked_mean(value_loss, mask, totals=totals)
+            vf_loss.backward()
+            vf_loss_sum += vf_loss.item()
+        torch.nn.utils.clip_grad_norm_(self.value.parameters(), cfg.max_grad_norm)
+        self.vf_optimizer.step()
+        return vf_loss_sum
+
+    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
+        """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at
+        once), concatenated: [B, C]."""
+        rows = torch.arange(len(batch.rewards), device=self.device)
+        return torch.cat([score(chunk) for chunk in micro_batches(rows, self.micro_batch)])
+
     def _logprobs(
-        self, model: CausalLM, batch: CompletionBatch, rows: Tensor | None = None, width: int | None = None
+        self, model: CausalLM, batch: CompletionBatch, rows: Tensor, width: int | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` (all) in the first `width`
-        columns (all) under `model` at the sampling temperature."""
-        index = slice(None) if rows is None else rows
+        """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
+        (all) under `model` at the sampling temperature."""
         cols = slice(None) if width is None else slice(0, width)
-        return completion_logprobs(model, batch.prompt_tokens[index], batch.prompt_mask[index],
-                                   batch.tokens[index, cols], batch.mask[index, cols].bool(),
+        return completion_logprobs(model, batch.prompt_tokens[rows], batch.prompt_mask[rows],
+                                   batch.tokens[rows, cols], batch.mask[rows, cols].bool(),
                                    temperature=self.temperature)  # fmt: skip
+
+    def _values(self, batch: CompletionBatch, rows: Tensor, width: int) -> Tensor:
+        """V_phi [B', width] before each of the first `width` sampled tokens of completions `rows`."""
+        return self.value(batch.prompt_tokens[rows], batch.prompt_mask[rows], batch.tokens[rows, :width],
+                          batch.mask[rows, :width].bool())  # fmt: skip
 
     def save(self, path: Path) -> Path:
         """``model.pt`` (policy, value network, reference, both optimizers), ``policy.pt`` and ``state.json``."""

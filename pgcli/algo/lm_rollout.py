@@ -38,10 +38,12 @@ from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
 
 
 class SamplingSettings(Protocol):
-    """Where a text trainer reads its sampling settings (``pgcli.config.LMModelConfig``)."""
+    """Where a text trainer reads its sampling settings and micro-batch size (``pgcli.config.LMModelConfig``,
+    ``HFModelConfig``)."""
 
     temperature: float
     top_p: float
+    micro_batch: int
 
 
 class CompletionBatch(NamedTuple):

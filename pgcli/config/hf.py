@@ -63,7 +63,8 @@ class HFModelConfig:
     logprob_chunk: int = 64
     """Completion positions per chunk when scoring: the float32 log-softmax never spans more (large vocabularies)."""
     micro_batch: int = 0
-    """Completions per forward/backward pass inside a minibatch, gradients accumulated (0: the whole minibatch)."""
+    """Completions (SFT: demonstrations) per forward/backward pass inside a minibatch, gradients accumulated before
+    the optimizer step; 0: the whole minibatch at once."""
     temperature: float = 1.0
     """Sampling temperature of RL rollouts and of their log-probabilities (greedy decoding scores eval/accuracy)."""
     top_p: float = 1.0

@@ -133,7 +133,8 @@ class HardwareConfig:
     """Where the networks run and how the vectorised envs step."""
 
     device: str = "cpu"
-    """'cpu', 'cuda' (fails clearly without a GPU) or 'auto' (cuda when available)."""
+    """'cpu', 'cuda' (fails clearly without a GPU) or 'auto' (the GPU for text runs when one is visible; control
+    runs' MLPs stay on the CPU, where they are faster)."""
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"

@@ -466,6 +466,9 @@ class LMModelConfig:
     """Sampling temperature of RL rollouts and of their log-probabilities (greedy decoding scores eval/accuracy)."""
     top_p: float = 1.0
     """Nucleus sampling mass of RL rollouts and eval/pass@k (1.0: the whole distribution)."""
+    micro_batch: int = 0
+    """Completions (SFT: demonstrations) per forward/backward pass inside a minibatch, gradients accumulated before
+    the optimizer step; 0: the whole minibatch at once."""
 
     def __post_init__(self) -> None:
         _finite_fields(self, "model")
@@ -478,3 +481,4 @@ class LMModelConfig:
         _positive("model.temperature", self.temperature, "typical: 1.0")
         _at_most("model.temperature", self.temperature, 10.0, "typical: 1.0")
         require(0 < self.top_p <= 1, "model.top_p", self.top_p, "in (0, 1]", "1.0 samples the whole distribution")
+        require(self.micro_batch >= 0, "model.micro_batch", self.micro_batch, ">= 0", "0: the whole minibatch")

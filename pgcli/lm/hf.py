@@ -197,9 +197,11 @@ class HFCausalLM(CausalLM):
     _decoder: Any
     _head: Any
 
-    def __init__(self, lm: Any, *, logprob_chunk: int | None = None) -> None:
+    def __init__(self, lm: Any, *, logprob_chunk: int | None = None, autocast: torch.dtype | None = None) -> None:
         super().__init__()
         self.lm = lm
+        self.autocast = autocast
+        """Mixed precision: the forward passes run in this dtype over float32 weights (None: the weights' dtype)."""
         base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
         self.hidden_size = int(base.config.hidden_size)
         self.logprob_chunk = logprob_chunk
@@ -215,21 +217,29 @@ class HFCausalLM(CausalLM):
         return hasattr(self.lm, "disable_adapter")
 
     def hidden(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
-        if cache is None:
-            positions = (mask.long().cumsum(1) - 1).clamp(min=0)
-            out = self._decoder(input_ids=tokens, attention_mask=mask.long(), position_ids=positions, use_cache=False)
-            return out.last_hidden_state  # type: ignore[no-any-return]
-        assert isinstance(cache, HFCache)
-        positions = (cache.n_real[:, None] + mask.long().cumsum(1) - 1).clamp(min=0)
-        cache.mask = torch.cat([cache.mask, mask], 1)
-        out = self._decoder(input_ids=tokens, attention_mask=cache.mask.long(), position_ids=positions,
-                            use_cache=True, **{self._cache_key: cache.past})  # fmt: skip
-        cache.past = getattr(out, self._cache_key)
-        cache.n_real = cache.n_real + mask.long().sum(1)
-        return out.last_hidden_state  # type: ignore[no-any-return]
+        with self._precision(tokens.device):
+            if cache is None:
+                positions = (mask.long().cumsum(1) - 1).clamp(min=0)
+                out = self._decoder(input_ids=tokens, attention_mask=mask.long(), position_ids=positions,
+                                    use_cache=False)  # fmt: skip
+            else:
+                assert isinstance(cache, HFCache)
+                positions = (cache.n_real[:, None] + mask.long().cumsum(1) - 1).clamp(min=0)
+                cache.mask = torch.cat([cache.mask, mask], 1)
+                out = self._decoder(input_ids=tokens, attention_mask=cache.mask.long(), position_ids=positions,
+                                    use_cache=True, **{self._cache_key: cache.past})  # fmt: skip
+                cache.past = getattr(out, self._cache_key)
+                cache.n_real = cache.n_real + mask.long().sum(1)
+        hidden: Tensor = out.last_hidden_state
+        return hidden.float() if self.autocast is not None else hidden  # a float32 value head reads it as it is
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return self._head(hidden)  # type: ignore[no-any-return]
+        with self._precision(hidden.device):
+            return self._head(hidden)  # type: ignore[no-any-return]
+
+    def _precision(self, device: torch.device) -> Any:
+        """The autocast context of :attr:`autocast` (a no-op without it)."""
+        return torch.autocast(device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None)
 
     def new_cache(self, batch: int, max_len: int) -> HFCache:
         del max_len  # the model's cache grows as it goes
@@ -289,7 +299,14 @@ def load_hf_policy(cfg: HFModelConfig, device: torch.device, state: dict[str, Te
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora.r > 0:
         lm = _with_lora(lm, cfg)
-    return HFCausalLM(lm.to(device), logprob_chunk=cfg.logprob_chunk)
+    return HFCausalLM(lm.to(device), logprob_chunk=cfg.logprob_chunk, autocast=mixed_precision(cfg, device))
+
+
+def mixed_precision(cfg: HFModelConfig, device: torch.device) -> torch.dtype | None:
+    """bfloat16 autocast over float32 weights on a GPU that has it (the weights and Adam's steps stay float32: a
+    bfloat16 weight loses an update below 1/256 of itself); None on a CPU or with half-precision weights."""
+    gpu = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.bfloat16 if gpu and cfg.dtype == "float32" else None
 
 
 def _with_lora(lm: nn.Module, cfg: HFModelConfig) -> nn.Module:
@@ -299,9 +316,12 @@ def _with_lora(lm: nn.Module, cfg: HFModelConfig) -> nn.Module:
     targets: Any = cfg.lora.target_modules
     if list(targets) == ["all-linear"]:
         targets = "all-linear"
+    from transformers.pytorch_utils import Conv1D
+
     alpha: Any = cfg.lora.alpha  # peft annotates an int and takes a float
+    conv1d = any(isinstance(m, Conv1D) for m in lm.modules())  # GPT-2 stores its linear layers transposed
     config = LoraConfig(r=cfg.lora.r, lora_alpha=alpha, lora_dropout=cfg.lora.dropout, target_modules=targets,
-                        task_type="CAUSAL_LM")  # fmt: skip
+                        fan_in_fan_out=conv1d, task_type="CAUSAL_LM")  # fmt: skip
     try:
         with warnings.catch_warnings():  # peft reads an attribute transformers deprecated: not the user's concern
             warnings.simplefilter("ignore", FutureWarning)

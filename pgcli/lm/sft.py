@@ -8,8 +8,12 @@ the prompt, averaged over completion tokens (the prompt is not a target):
 
 on fresh training problems every step (the held-out set is never drawn), with AdamW, a linear learning-rate warm-up
 over ``warmup_steps`` demonstrations and a global gradient-norm clip. A "step" is one demonstration, so
-``total_steps`` is the number of demonstrations seen. The run's final ``model/policy.pt`` is what
-``pgcli train init=<this run>`` starts from and keeps as its frozen KL reference.
+``total_steps`` is the number of demonstrations seen. The run's final ``model/policy.pt`` is what ``pgcli train
+init=<this run>`` starts from and keeps as its frozen KL reference.
+
+With ``model.micro_batch`` = k > 0 the forward/backward passes take k demonstrations at a time, each pass's loss its
+share of the batch's (its rows' summed NLL over the batch's completion tokens), and the gradients accumulate before
+the one clip and step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
+from pgcli.ops.grpo import batch_totals
+from pgcli.ops.lm import masked_mean, micro_batches
 
 OPTIMIZER_FILE = "optimizer.pt"
 WEIGHTS_FILE = "weights.pt"
@@ -50,8 +56,8 @@ class SFT:
         seed: int,
         device: torch.device,
     ) -> None:
-        del reference, model  # SFT has no KL term and samples nothing
-        self.cfg, self.task, self.device = cfg, task, device
+        del reference  # SFT has no KL term and samples nothing
+        self.cfg, self.task, self.device, self.micro_batch = cfg, task, device, model.micro_batch
         self.policy = policy.to(device).train()
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)  # fmt: skip
@@ -74,26 +80,34 @@ class SFT:
         return self.steps
 
     def _step(self) -> dict[str, float]:
-        """One gradient step on a fresh batch of demonstrations."""
+        """One gradient step on a fresh batch of demonstrations, ``model.micro_batch`` of them per forward/backward
+        pass (0: all at once)."""
         problems = self.task.sample(self.rng, self.cfg.batch_size)
         prompts, prompt_mask = encode_prompts(self.task.vocab, problems, self.device)  # [B, P]
         targets = [self.task.demonstration(p) for p in problems]
         completion, completion_mask = encode_completions(self.task.vocab, targets, self.task.max_completion_len,
                                                          self.device)  # fmt: skip  # [B, C]
-        logprobs, _ = completion_logprobs(self.policy, prompts, prompt_mask, completion, completion_mask)  # [B, C]
         weights = completion_mask.float()
-        loss = -(logprobs * weights).sum() / weights.sum()
+        totals = None if self.micro_batch == 0 else batch_totals(weights)  # each pass's loss: its share of the mean
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        exact: list[torch.Tensor] = []  # [B'] per pass: every target token is the argmax
+        for rows in micro_batches(torch.arange(len(problems), device=self.device), self.micro_batch):
+            logprobs, _ = completion_logprobs(self.policy, prompts[rows], prompt_mask[rows], completion[rows],
+                                              completion_mask[rows])  # fmt: skip  # [B', C]
+            nll = -masked_mean(logprobs, weights[rows], totals=totals)
+            nll.backward()
+            loss += float(nll.detach())
+            with torch.no_grad():  # teacher-forced exact match
+                exact.append(((logprobs > np.log(0.5)) | ~completion_mask[rows]).all(1))  # [B']
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
-        with torch.no_grad():  # sequences whose every target token is the argmax (teacher-forced exact match)
-            seq_exact = ((logprobs > np.log(0.5)) | ~completion_mask).all(1).float().mean()
+        seq_exact = torch.cat(exact).float().mean()
         return {
-            "train/loss": float(loss.detach()),
+            "train/loss": loss,
             "train/grad_norm": float(grad_norm),
             "train/learning_rate": lr,
             "train/teacher_forced_exact": float(seq_exact),

@@ -23,6 +23,10 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
   `loss_agg` of `LOSS_AGGREGATIONS`, plus the clip fraction; `sequence_clipped_policy_loss`: the same with GSPO's
   sequence ratio s_i = exp(mean_t (log pi_theta - log pi_old)) (Zheng et al., 2025) in place of the token ratio.
 - `masked_mean`, `masked_whiten`: statistics over the real tokens.
+- `micro_batches`: a minibatch's rows in chunks for gradient accumulation. Every loss and statistic above that
+  averages over a minibatch takes the minibatch's `BatchTotals` (`pgcli.ops.grpo.batch_totals`) and then returns a
+  chunk's share of it: the shares of the chunks sum to the minibatch's value, so the accumulated gradient is the
+  minibatch's (up to float32 summation order).
 - `kl_penalized_rewards` and `token_gae`: the per-token reward of RLHF (Ziegler et al., 2019; Ouyang et al., 2022),
   r_t = -beta (log pi(y_t) - log pi_ref(y_t)) + [t = last] R, and GAE over the tokens of each completion
   (gamma, lambda) with a value head, for PPO.
@@ -39,6 +43,7 @@ from torch import Tensor
 from pgcli.ops.advantages import gae
 from pgcli.ops.grpo import (
     LOSS_AGGREGATIONS,
+    BatchTotals,
     clip_fractions,
     group_normalized_advantages,
     grpo_clipped_objective,
@@ -282,6 +287,7 @@ def clipped_policy_loss(
     high: float,
     loss_agg: str,
     max_len: int,
+    totals: BatchTotals | None = None,
 ) -> PolicyLoss:
     """-min(r A, clip(r, low, high) A) per token with r = exp(logp - old_logp), aggregated by `loss_agg`.
 
@@ -294,6 +300,8 @@ def clipped_policy_loss(
         high: upper ratio bound (1 + epsilon_high).
         loss_agg: "seq_mean" (GRPO), "token_mean" (DAPO) or "constant" (Dr. GRPO: sum / (B * max_len)).
         max_len: the longest possible completion, >= C (the constant normaliser).
+        totals: the minibatch these rows are a chunk of (None: they are the minibatch): the loss and the clip
+            fractions are then the chunk's shares of the minibatch's.
 
     Returns:
         `PolicyLoss`.
@@ -304,7 +312,8 @@ def clipped_policy_loss(
     _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     _check_loss_agg(loss_agg)
     ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len)
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len,
+                         totals=totals)  # fmt: skip
 
 
 def sequence_clipped_policy_loss(
@@ -317,6 +326,7 @@ def sequence_clipped_policy_loss(
     high: float,
     loss_agg: str,
     max_len: int,
+    totals: BatchTotals | None = None,
 ) -> PolicyLoss:
     """GSPO (Zheng et al., 2025): -min(s_i A_i, clip(s_i, low, high) A_i) on every token of completion i, with the
     sequence ratio s_i = (pi_theta(o_i|q) / pi_old(o_i|q))^(1/|o_i|) = exp(mean_t (logp - old_logp)), aggregated by
@@ -338,7 +348,8 @@ def sequence_clipped_policy_loss(
         raise ValueError("advantages must hold one value per completion (see token_advantages)")
     log_ratio = torch.where(real, logp - old_logp.detach(), 0.0).sum(1) / mask.sum(1)  # [B]: mean over real tokens
     ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len)
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len,
+                         totals=totals)  # fmt: skip
 
 
 def _check_loss_agg(loss_agg: str) -> None:
@@ -347,23 +358,48 @@ def _check_loss_agg(loss_agg: str) -> None:
 
 
 def _clipped_loss(
-    ratio: Tensor, advantages: Tensor, mask: Tensor, *, low: float, high: float, loss_agg: str, max_len: int
+    ratio: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    low: float,
+    high: float,
+    loss_agg: str,
+    max_len: int,
+    totals: BatchTotals | None,
 ) -> PolicyLoss:
     """The aggregated negated clipped surrogate of ratios and advantages [B, C] and its clip fractions."""
     objective = grpo_clipped_objective(ratio, advantages, low, high)
-    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len)
-    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask)
+    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len, totals=totals)
+    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask, totals=totals)
     return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of `values` [B, C] over the real tokens of `mask` [B, C] (at least one): a 0-dim tensor."""
+def masked_mean(values: Tensor, mask: Tensor, *, totals: BatchTotals | None = None) -> Tensor:
+    """Mean of `values` [B, C] over the real tokens of `mask` [B, C] (at least one): a 0-dim tensor. With `totals`
+    (the minibatch these rows are a chunk of), the sum over the chunk's real tokens / the minibatch's: its share of
+    the minibatch's mean."""
     if values.shape != mask.shape:
         raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have one shape")
-    n_real = mask.sum()
+    n_real: Tensor | int = mask.sum()
+    if totals is not None:
+        if totals.n_rows < mask.shape[0] or totals.n_real < n_real:
+            raise ValueError(f"totals {tuple(totals)} must cover the chunk's {mask.shape[0]} rows and real tokens")
+        n_real = totals.n_real
     if n_real == 0:
         raise ValueError("masked_mean: mask has no real token")
     return torch.where(mask.bool(), values, 0.0).sum() / n_real
+
+
+def micro_batches(rows: Tensor, size: int) -> tuple[Tensor, ...]:
+    """The row indices `rows` [B'] of a minibatch in chunks of at most `size` (0: one chunk, `rows` itself), in order.
+
+    Raises:
+        ValueError: on a negative size.
+    """
+    if size < 0:
+        raise ValueError(f"micro-batch size must be >= 0 (got {size})")
+    return (rows,) if size == 0 else rows.split(size)
 
 
 def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:

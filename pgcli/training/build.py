@@ -269,7 +269,7 @@ def prepare_process(cfg: TrainConfig) -> torch.device:
     """The run's device, with torch's thread count (``hardware.torch_threads``) and every global RNG seeded."""
     import torch
 
-    device = select_device(cfg.hardware)
+    device = select_device(cfg.hardware, "text" if isinstance(cfg.env, TextEnvConfig) else "control")
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
     seed_everything(cfg.seed)

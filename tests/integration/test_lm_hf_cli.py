@@ -201,3 +201,15 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
                       cwd=hf_sft.workdir, timeout=300)  # fmt: skip
     assert again.returncode == 2
     assert again.stderr.strip() == f"pgcli: error: --out {out} exists and is not empty; pass another --out"
+
+
+def test_micro_batches_train_the_hf_model(tiny_hf_model: Path, tmp_path: Path):
+    # model.micro_batch=2: each minibatch of 8 completions in forward/backward passes of 2, gradients accumulated
+    store = Store(tmp_path / "store")
+    args = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "model.lora.r=4",
+            "model.micro_batch=2", "algo.beta=0.04", f"tracking.uri={store.uri}", *RL_SMALL, *HF_SMALL]  # fmt: skip
+    proc = run_pgcli(args, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = store.runs("addition")
+    assert run.info.status == "FINISHED" and run.data.params["model.micro_batch"] == "2"
+    assert "train/loss" in run.data.metrics and "eval/accuracy" in run.data.metrics

@@ -149,3 +149,41 @@ def test_model_hf_composes_for_a_text_task_and_needs_a_path(tiny_hf_model: Path)
         train_config(["env=addition", "algo=sft", "model=hf"])
     with pytest.raises(ConfigError, match=r"^model must be an MLP option .* model=hf is for text tasks"):
         train_config(["env=cartpole", "model=hf", f"model.path={tiny_hf_model}"])
+
+
+def test_hardware_auto_puts_text_runs_on_a_visible_gpu_and_keeps_control_on_the_cpu(monkeypatch: pytest.MonkeyPatch):
+    from pgcli.config import HardwareConfig
+    from pgcli.hardware.placement import select_device
+
+    auto = HardwareConfig(device="auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert (select_device(auto, "text").type, select_device(auto, "control").type) == ("cuda", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert select_device(auto, "text").type == "cpu"
+
+
+def test_bf16_autocast_over_float32_weights_scores_close_and_trains_float32_adapters(tiny_hf_model: Path):
+    # what a GPU run gets by default (pgcli.lm.hf.mixed_precision); CPU autocast runs the same code path here
+    model = policy(tiny_hf_model)
+    tokens, mask, vocab = prompts(tiny_hf_model)
+    gen = generate(model, tokens, mask, max_new_tokens=6, eos_id=vocab.stop_ids,
+                   generator=torch.Generator().manual_seed(0), pad_id=vocab.pad_id)  # fmt: skip
+    plain, _ = completion_logprobs(model, tokens, mask, gen.tokens, gen.mask)
+    model.autocast = torch.bfloat16
+    mixed, _ = completion_logprobs(model, tokens, mask, gen.tokens, gen.mask)
+    assert model.hidden(tokens, mask).dtype == torch.float32  # a float32 value head reads it
+    torch.testing.assert_close(mixed.detach(), plain.detach(), atol=0.1, rtol=0.05)  # bfloat16's 8 mantissa bits
+    (mixed * gen.mask).sum().backward()
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in lora)
+
+
+def test_mixed_precision_is_for_float32_weights_on_a_gpu(tiny_hf_model: Path, monkeypatch: pytest.MonkeyPatch):
+    from pgcli.lm.hf import mixed_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert mixed_precision(hf_config(tiny_hf_model), cuda) == torch.bfloat16
+    assert mixed_precision(hf_config(tiny_hf_model, dtype="bfloat16"), cuda) is None
+    assert mixed_precision(hf_config(tiny_hf_model), cpu) is None

@@ -1,22 +1,23 @@
-"""The SFT trainer: the loss it minimises, its warm-up, and exact continuation from a checkpoint."""
+"""The SFT trainer: the loss it minimises, its warm-up, exact continuation from a checkpoint, and micro-batches
+giving the batch's step."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pgcli.config import SFTConfig
+from pgcli.config import LMModelConfig, SFTConfig
 from pgcli.lm.model import TinyGPT, TinyGPTSizes, completion_logprobs
 from pgcli.lm.sft import SFT
 from pgcli.lm.tasks import Sort, Task, encode_completions, encode_prompts
 
 
-def make_sft(seed: int = 0, **cfg) -> SFT:
+def make_sft(seed: int = 0, *, micro_batch: int = 0, **cfg) -> SFT:
     task = Task("sort", Sort(3), n_eval=10, eval_seed=0)
     torch.manual_seed(0)
     policy = TinyGPT(TinyGPTSizes(vocab_size=task.vocab.size, max_len=12, n_layers=1, n_heads=2, d_model=16, d_ff=32))
     return SFT(SFTConfig(**{"batch_size": 16, "warmup_steps": 32, **cfg}), task=task, policy=policy, reference=None,
-               model=None, seed=seed, device=torch.device("cpu"))  # type: ignore[arg-type]  # fmt: skip
+               model=LMModelConfig(micro_batch=micro_batch), seed=seed, device=torch.device("cpu"))  # fmt: skip
 
 
 def test_the_loss_is_the_mean_nll_of_the_demonstration_tokens():
@@ -65,3 +66,23 @@ def test_checkpoint_continues_exactly(tmp_path):
         assert a._step()["train/loss"] == b._step()["train/loss"]
     for x, y in zip(a.policy.parameters(), b.policy.parameters(), strict=True):
         assert torch.equal(x, y)
+
+
+def test_micro_batches_give_the_batch_step_and_stats():
+    # micro_batch=3 does not divide batch_size=16 (passes of 3, 3, 3, 3, 3, 1 demonstrations): the same step and stats
+    # as the whole batch at once, up to float32 summation order (docs/lm.md, "Memory")
+    whole, chunked = make_sft(micro_batch=0), make_sft(micro_batch=3)
+    rows_per_pass: list[int] = []
+    chunked.policy.tok_emb.register_forward_hook(lambda module, args, out: rows_per_pass.append(out.shape[0]))
+    for sft in (whole, chunked):
+        # SGD, not AdamW: Adam's first step is about lr * sign(g), and attention's key-bias gradient is float noise
+        # around an exact 0 whose sign the summation order decides
+        sft.optimizer = torch.optim.SGD(sft.policy.parameters(), lr=0.5)
+    for _ in range(2):
+        expected, got = whole._step(), chunked._step()
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert rows_per_pass == [3, 3, 3, 3, 3, 1] * 2
+    for a, b in zip(whole.policy.parameters(), chunked.policy.parameters(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)

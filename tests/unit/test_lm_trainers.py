@@ -1,6 +1,7 @@
 """The language-model trainers (pgcli.algo.lm_grpo, lm_ppo): sampling, one update's direction, metrics, dropping
 zero-variance groups and truncated completions, where the KL to the reference goes (reward or loss, which estimator),
-exact resume from a checkpoint. Tiny model and task, CPU, a few seconds."""
+exact resume from a checkpoint, micro-batches giving the minibatch's update. Tiny model and task, CPU, a few
+seconds."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ CPU = torch.device("cpu")
 class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
+    micro_batch: int = 0
 
 
 def first_digit_is_one(problem: Problem, completion: str) -> float:
@@ -72,12 +74,12 @@ CONFIGS = {
 }
 
 
-def make_trainer(algo: str, task: Task | None = None, **kw) -> LMGRPO | LMPPO:
+def make_trainer(algo: str, task: Task | None = None, *, micro_batch: int = 0, **kw) -> LMGRPO | LMPPO:
     task = task or make_task()
     cfg = CONFIGS[algo](**kw)
     trainer_class = LMPPO if algo == "ppo_lm" else LMGRPO
-    return trainer_class(cfg, task=task, policy=make_policy(task), reference=None, model=Sampling(), seed=0,
-                         device=CPU)  # type: ignore[arg-type]  # fmt: skip
+    return trainer_class(cfg, task=task, policy=make_policy(task), reference=None,
+                         model=Sampling(micro_batch=micro_batch), seed=0, device=CPU)  # fmt: skip
 
 
 LM_METRICS = {
@@ -280,3 +282,57 @@ def test_resume_from_a_checkpoint_continues_exactly(algo, tmp_path: Path):
     assert resumed.steps == straight.steps == 48
     for a, b in zip(params_of(straight), params_of(resumed), strict=True):
         assert torch.equal(a, b)
+
+
+MICRO_BATCH_CASES = {
+    "grpo_seq_mean": ("grpo", {"loss_agg": "seq_mean"}),
+    "grpo_token_mean": ("grpo", {"loss_agg": "token_mean"}),
+    "grpo_constant": ("grpo", {"loss_agg": "constant"}),
+    "rloo": ("rloo", {}),
+    "gspo": ("gspo", {}),
+    "reinforce_pp": ("reinforce_pp", {}),
+    "ppo_lm": ("ppo_lm", {"clip_range_vf": 0.2}),
+}
+
+
+def drift_reference(trainer) -> None:
+    """Move the reference away from the policy, so the KL terms have a gradient."""
+    with torch.no_grad():
+        for param in trainer.reference.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("case", list(MICRO_BATCH_CASES))
+def test_micro_batches_give_the_minibatch_update_and_stats(case):
+    # micro_batch=3 does not divide batch_size=8 (passes of 3, 3, 2 completions): one update from the same state
+    # must equal the unchunked one up to float32 summation order, stats included (docs/lm.md, "Memory")
+    algo, kw = MICRO_BATCH_CASES[case]
+    task = make_task(reward=starts_low)
+    kw = {"beta": 0.04, "ent_coef": 0.01, "n_iterations": 2, "epsilon": 0.1} | kw
+    if algo == "gspo":
+        kw["epsilon"] = 3e-3  # GSPO's sequence-ratio clip is small
+    whole, chunked = (make_trainer(algo, task, micro_batch=size, **kw) for size in (0, 3))
+    for trainer in (whole, chunked):
+        drift_reference(trainer)
+        # SGD, not Adam: Adam's first step is about lr * sign(g), and some gradients are float noise around an exact
+        # 0 (attention's key bias), whose sign the summation order decides; SGD keeps the parameters' difference at
+        # the size of the gradients' difference
+        trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.5)
+        if isinstance(trainer, LMPPO):
+            trainer.vf_optimizer = torch.optim.SGD(trainer.value.parameters(), lr=0.5)
+    batch = sampled_batch(whole, task)
+    rows_per_pass: list[int] = []  # completions in each forward pass of the chunked trainer's policy
+    chunked.policy.tok_emb.register_forward_hook(lambda module, args, out: rows_per_pass.append(out.shape[0]))
+    stats = []
+    for trainer in (whole, chunked):
+        torch.manual_seed(0)  # the same minibatches
+        stats.append(trainer._update(batch))
+    assert max(rows_per_pass) == 3 and 2 in rows_per_pass
+    assert stats[0].keys() == stats[1].keys() and "train/kl_ref" in stats[0]
+    assert stats[0]["train/clip_fraction"] > 0  # the clip and its fraction are exercised
+    for key, value in stats[0].items():
+        assert stats[1][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    modules = ["policy", "value"] if algo == "ppo_lm" else ["policy"]
+    for name in modules:
+        for a, b in zip(getattr(whole, name).parameters(), getattr(chunked, name).parameters(), strict=True):
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)

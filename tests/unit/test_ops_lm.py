@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pgcli.ops.grpo import clip_bounds, k3_kl
+from pgcli.ops.grpo import BatchTotals, batch_totals, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     batch_mean_advantages,
     clipped_policy_loss,
@@ -17,6 +17,7 @@ from pgcli.ops.lm import (
     last_token_mask,
     masked_mean,
     masked_whiten,
+    micro_batches,
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_clipped_policy_loss,
@@ -268,3 +269,58 @@ def test_gspo_equals_the_token_loss_on_one_token_completions_and_wants_one_advan
     with pytest.raises(ValueError, match="one value per completion"):
         sequence_clipped_policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), T([[1.0, 2.0]]), torch.ones(1, 2),
                                      **kwargs | {"max_len": 2})  # fmt: skip
+
+
+def ragged_batch():
+    """8 completions of up to 5 tokens (lengths 1 to 5), a drifted policy and per-completion advantages."""
+    gen = torch.Generator().manual_seed(0)
+    lengths = T([5, 1, 3, 4, 2, 5, 1, 3])
+    mask = (torch.arange(5)[None, :] < lengths[:, None]).float()  # [8, 5]
+    old = -torch.rand(8, 5, generator=gen)
+    logp = old + 0.3 * torch.randn(8, 5, generator=gen)
+    adv = token_advantages(torch.randn(8, generator=gen), mask)
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize("loss", [clipped_policy_loss, sequence_clipped_policy_loss])
+@pytest.mark.parametrize("loss_agg", ["seq_mean", "token_mean", "constant"])
+def test_micro_batch_shares_sum_to_the_minibatch_loss_and_gradient(loss, loss_agg):
+    # chunks of 3, 3 and 2 rows with the minibatch's totals: their losses, clip fractions and gradients add up to
+    # the whole minibatch's (gradient accumulation over micro-batches)
+    logp, old, adv, mask = ragged_batch()
+    kwargs = {"low": 0.8, "high": 1.2, "loss_agg": loss_agg, "max_len": 6}
+    whole_logp = logp.clone().requires_grad_()
+    whole = loss(whole_logp, old, adv, mask, **kwargs)
+    whole.loss.backward()
+    assert 0 < whole.clip_fraction < 1  # the clip is active on some tokens
+    totals = batch_totals(mask)
+    assert totals == BatchTotals(n_rows=8, n_real=24)
+    chunked_logp = logp.clone().requires_grad_()
+    parts = [loss(chunked_logp[rows], old[rows], adv[rows], mask[rows], **kwargs, totals=totals)
+             for rows in micro_batches(torch.arange(8), 3)]  # fmt: skip
+    sum(part.loss for part in parts).backward()
+    assert sum(part.loss.item() for part in parts) == pytest.approx(whole.loss.item(), rel=1e-6)
+    for key in ("clip_fraction", "clip_fraction_low", "clip_fraction_high"):
+        assert sum(getattr(part, key) for part in parts) == pytest.approx(getattr(whole, key))
+    assert torch.allclose(chunked_logp.grad, whole_logp.grad, atol=1e-7)
+
+
+def test_masked_mean_shares_sum_to_the_mean_and_totals_must_cover_the_chunk():
+    logp, _, _, mask = ragged_batch()
+    totals = batch_totals(mask)
+    shares = [masked_mean(logp[rows], mask[rows], totals=totals) for rows in micro_batches(torch.arange(8), 3)]
+    assert sum(shares).item() == pytest.approx(masked_mean(logp, mask).item(), rel=1e-6)
+    with pytest.raises(ValueError, match="must cover"):
+        masked_mean(logp, mask, totals=BatchTotals(n_rows=8, n_real=10))
+    with pytest.raises(ValueError, match="must cover"):
+        clipped_policy_loss(logp, logp, logp, mask, low=0.8, high=1.2, loss_agg="token_mean", max_len=5,
+                            totals=BatchTotals(n_rows=4, n_real=24))  # fmt: skip
+
+
+def test_micro_batches_split_the_rows_in_order():
+    rows = T([7, 2, 5, 0, 1, 4, 3, 6])
+    assert [c.tolist() for c in micro_batches(rows, 3)] == [[7, 2, 5], [0, 1, 4], [3, 6]]
+    (whole,) = micro_batches(rows, 0)
+    assert whole is rows
+    with pytest.raises(ValueError, match=">= 0"):
+        micro_batches(rows, -1)
