@@ -11,7 +11,9 @@ cannot prune (the trial never reaches the job). This one, per batch of ``n_jobs`
    job (in this process, a joblib worker or a Ray worker) can report its periodic evaluations to the study and be
    pruned (:class:`pgcli.sweeps.study.TrialLink`);
 3. tells the study each job's outcome: its return value (COMPLETE), PRUNED when the job raised
-   :class:`pgcli.sweeps.study.TrialPruned`, FAIL otherwise.
+   :class:`pgcli.sweeps.study.TrialPruned`, FAIL otherwise. A batch with more failures than ``max_failure_rate``
+   ends the search as a failed job ends a basic sweep (:mod:`pgcli.sweeps.failures`): the results of the trials so
+   far are written, then :class:`~pgcli.sweeps.failures.SweepJobFailed` (exit status 1, no traceback).
 
 The study is bound to its budget (``total_steps``, ``n_seeds``, ``eval.episodes``;
 :func:`pgcli.sweeps.study.check_budget`). Each trial records its sweep's base overrides (user attr ``base_overrides``),
@@ -27,7 +29,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
@@ -36,7 +38,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from pgcli.redact import redact_text
+from pgcli.redact import redact_text, redact_yaml_file
+from pgcli.sweeps.failures import JobFailed, SweepJobFailed
 from pgcli.sweeps.results import BASE_ATTR, DUPLICATE_ATTR, RESULTS_FILE, save_results
 from pgcli.sweeps.study import (
     OptunaSearchConfig,
@@ -95,6 +98,7 @@ class OptunaSweeper(Sweeper):
             load_if_exists=True,
         )
         check_budget(study, budget, cfg.storage)
+        self._save_config()
         n_before = len(study.trials)
         study.sampler = make_sampler(cfg, n_before)
         seed = "unseeded" if cfg.seed is None else f"seed {cfg.seed + n_before}"
@@ -124,11 +128,25 @@ class OptunaSweeper(Sweeper):
             n_run += len(trials)
             failed = [ret for trial, ret in zip(trials, returns, strict=True) if not self._tell(study, trial, ret)]
             if failed and len(failed) / len(returns) > cfg.max_failure_rate:
-                log.error(f"{len(failed)} of {len(returns)} trials failed (max_failure_rate={cfg.max_failure_rate})")
-                failed[0].return_value  # noqa: B018  (re-raises the first failed job's exception)
+                log.error(
+                    f"{len(failed)} of {len(returns)} trials failed (max_failure_rate={cfg.max_failure_rate}): "
+                    "the search stops"
+                )
+                self._save_results(study, space.fixed)  # the trials so far, as a search that ends normally
+                _end_search(failed)
         self._save_results(study, space.fixed)
 
     # ---------------------------------------------------------------------------------------------------------------
+
+    def _save_config(self) -> None:
+        """``multirun.yaml`` in the sweep directory, as Hydra's basic sweeper writes it: a failed job's line names
+        the keys the sweep varies from it (:func:`pgcli.sweeps.failures.distinct_overrides`), and the parent run logs
+        it. Credentials masked at once (docs/tracking.md, "Credentials and secrets")."""
+        assert self.config is not None
+        path = Path(str(self.config.hydra.sweep.dir)) / "multirun.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, path)
+        redact_yaml_file(path)
 
     def _ask_batch(self, study: Any, space: SearchSpace, n: int) -> list[Any]:
         """Up to ``n`` new trials (fewer once the space is exhausted), each recording its sweep's base overrides:
@@ -189,9 +207,7 @@ class OptunaSweeper(Sweeper):
             value = float(ret.return_value)  # re-raises the job's exception when it failed
         except Exception as exc:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            log.warning(
-                f"Trial {trial.number} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            )
+            log.warning(f"Trial {trial.number} failed: {_reason(exc)}")
             return False
         if math.isnan(value):
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -210,6 +226,25 @@ class OptunaSweeper(Sweeper):
             shown = " ".join(f"{k}={_rounded(v)}" for k, v in results["best_params"].items())
             log.info(f"Best trial {results['best_trial']}: value {results['best_value']:.2f}, {shown}")
         log.info(f"Results, plots and the best trial's re-run command: {out / RESULTS_FILE}")
+
+
+def _end_search(failed: Sequence[Any]) -> NoReturn:
+    """End the search on its failed jobs' records: :class:`SweepJobFailed` once each job has said so on one line; a
+    failure no job reported (one before pgcli's job code, or any under ``PGCLI_DEBUG=1``) is re-raised instead, for
+    Hydra to print with its traceback."""
+    for ret in failed:
+        if ret.status == JobStatus.FAILED and not isinstance(ret._return_value, JobFailed):
+            ret.return_value  # noqa: B018  (re-raises the job's exception)
+    raise SweepJobFailed(1)
+
+
+def _reason(exc: Exception) -> str:
+    """Why a trial failed: a reported failure's reason (its job printed the line that names it), else the
+    exception's type and first line."""
+    if isinstance(exc, JobFailed):
+        return str(exc)
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _rounded(value: Any) -> Any:

@@ -10,7 +10,8 @@ with its traceback. pgcli's rule is one line for an error (docs/sweeps.md, "Fail
 - the sweep's callback then marks Hydra's record of the job as reported (:func:`quiet_failure`): reading it raises
   without Hydra's line, and the basic sweeper ends the sweep by :class:`SweepJobFailed` (a ``SystemExit``, which
   Hydra lets through without a traceback; ``pgcli train`` then closes the sweep and exits 1), as its re-raise did.
-  Other sweepers get :class:`JobFailed`, an ordinary exception: Optuna's tells the study the trial failed and goes on.
+  Other sweepers get :class:`JobFailed`, an ordinary exception: Optuna's tells the study the trial failed and goes on,
+  or, past its ``max_failure_rate``, writes its results and ends the search by :class:`SweepJobFailed` too.
 
 ``PGCLI_DEBUG=1`` leaves all of this out: Hydra's own report, with the traceback on the terminal.
 """
@@ -43,8 +44,9 @@ class JobFailed(PgcliError):
 
 
 class SweepJobFailed(SystemExit):
-    """What the basic sweeper re-raises for a reported failure: it ends the sweep, exit status 1, no traceback.
-    Built as ``SweepJobFailed(1)``: a launcher's worker pickles it back with its args."""
+    """What ends a sweep on a reported failure (the basic sweeper re-raises it; the Optuna sweeper raises it past its
+    ``max_failure_rate``): exit status 1, no traceback. Built as ``SweepJobFailed(1)``: a launcher's worker pickles it
+    back with its args."""
 
 
 class ReportedFailure(JobReturn):

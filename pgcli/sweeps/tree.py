@@ -223,7 +223,8 @@ class SweepCallback(Callback):
             result = OmegaConf.to_container(OmegaConf.load(optuna))
             assert isinstance(result, dict)
             if "best_params" in result:
-                store.log_params(parent_id, {f"best.{k}": v for k, v in result["best_params"].items()})
+                # an appended key (++env.kwargs.g) is no MLflow param name: log it as env.kwargs.g
+                store.log_params(parent_id, {f"best.{k.lstrip('+~')}": v for k, v in result["best_params"].items()})
                 metrics["best_value"] = float(result["best_value"])
             store.log_artifact(parent_id, optuna)
             for name in result.get("plots", []):  # optuna_history.png, optuna_importance.png

@@ -184,3 +184,50 @@ def test_a_trial_whose_evaluation_is_bad_is_pruned(store: Store, workdir: Path) 
     assert [p.name for p in sweep_dir.glob("optuna_*.png")] == ["optuna_history.png"]
     assert "pgcli: no importance plot: fANOVA needs 5 complete trials, the study has 1" in proc.stderr
     assert re.search(r"^pgcli: re-run the best trial: pgcli train .* env.max_episode_steps=50$", proc.stderr, re.M)
+
+
+def test_a_failed_trial_ends_the_search_on_one_line(store: Store, workdir: Path) -> None:
+    # Deterministic: the enqueued first trial sets Pendulum's g="bad", so its first step raises a TypeError. With the
+    # sweeper's default max_failure_rate=0 the search stops there: the second trial never runs.
+    (workdir / "outputs").mkdir()
+    study = optuna.create_study(study_name="fail", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}",
+                                direction="maximize")  # fmt: skip
+    study.enqueue_trial({"++env.kwargs.g": "bad"})
+    proc = search(store, workdir, "fail", "total_steps=128", "eval.every=0", "hydra.sweeper.n_trials=2",
+                  "++env.kwargs.g=choice(bad,10.0)")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr, proc.stderr[-3000:]
+
+    # the job's one line names it by the value the search gave it; the sweeper's warning adds the reason only
+    reason = "TypeError: unsupported operand type(s) for /: 'str' and 'float'"
+    job_lines = [line for line in proc.stderr.splitlines() if line.startswith("pgcli: job #0 ")]
+    assert len(job_lines) == 1 and job_lines[0].startswith(f"pgcli: job #0 ++env.kwargs.g=bad failed: {reason} ")
+    assert f"Trial 0 failed: {reason} " in proc.stderr and "JobFailed" not in proc.stderr
+
+    # one closing line (a one-job summary keeps the job's whole command line), then what the search leaves as on a
+    # normal end
+    lines = proc.stderr.strip().splitlines()
+    (closing,) = [i for i, line in enumerate(lines) if line.startswith("pgcli: sweep failed:")]
+    assert lines[closing].startswith("pgcli: sweep failed: 1 job, 1 failed: #0 ")
+    assert lines[closing].endswith(f" ++env.kwargs.g=bad: FAILED ({reason})")
+    assert lines[closing + 1 :] == [
+        "pgcli: no trial of study 'fail' completed: no best trial to re-run",
+        "pgcli: no importance plot: fANOVA needs 5 complete trials, the study has 0",
+    ]
+
+    assert [t.state.name for t in load(workdir, "fail").trials] == ["FAIL"]
+    parent = parent_run(store, proc)
+    assert parent.info.status == "FAILED"
+    results = OmegaConf.load(Path(parent.data.tags["sweep_dir"]) / "optimization_results.yaml")
+    assert (results.n_trials, results.n_failed) == (1, 1)
+    assert "optimization_results.yaml" in {a.path for a in store.client().list_artifacts(parent.info.run_id)}
+
+
+def test_a_search_over_an_appended_key_logs_its_best_value_under_the_plain_key(store: Store, workdir: Path) -> None:
+    # "best.++env.kwargs.g" is no MLflow param name: the search used to end with an MlflowException after its trials
+    proc = search(store, workdir, "appended", "total_steps=128", "eval.every=0", "hydra.sweeper.n_trials=2",
+                  "++env.kwargs.g=choice(9.81,10.0)")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent = parent_run(store, proc)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["best.env.kwargs.g"] in ("9.81", "10.0")
