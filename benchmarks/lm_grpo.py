@@ -47,6 +47,8 @@ ALGOS: dict[str, list[str]] = {
     "ppo_lm": ["algo=ppo_lm"],
     "rloo": ["algo=rloo"],
     "reinforce": ["algo=reinforce"],
+    "gspo": ["algo=gspo"],
+    "reinforce_pp": ["algo=reinforce_pp"],
 }
 """Benchmark label -> the algo overrides of its ``pgcli train`` command (presets apply as for any run)."""
 
@@ -99,7 +101,9 @@ def sft(args: argparse.Namespace, seed: int, results: Path = RESULTS) -> dict[st
     ``results/runs``)."""
     out = results / f"sft_d{args.n_digits}_s{seed}.json"
     if out.exists() and not args.force:
-        return json.loads(out.read_text())
+        kept: dict[str, Any] = json.loads(out.read_text())
+        if (Path(kept["run_dir"]) / "model").is_dir():
+            return kept  # else the JSON outlived its (gitignored) run directory: train the same command again
     run_dir = results / "runs" / f"sft_d{args.n_digits}_s{seed}"
     overrides = [f"env.n_digits={args.n_digits}", f"total_steps={args.sft_demos}", f"seed={seed}",
                  f"eval.every={args.sft_demos}", "checkpoint_every=0"]  # fmt: skip

@@ -63,8 +63,6 @@ def learn(args: argparse.Namespace) -> None:
     sft_args = argparse.Namespace(n_digits=2, sft_demos=19200, force=False)
     for seed in args.seeds:
         warm = lm_grpo.sft(sft_args, seed, RESULTS)  # the TinyGPT table's command, run again here: its run dir
-        if not Path(warm["run_dir"], "model").is_dir():  # the JSON outlived its run directory: train it again
-            warm = lm_grpo.sft(argparse.Namespace(**{**vars(sft_args), "force": True}), seed, RESULTS)
         model = export(warm["run_dir"], seed)
         for label in args.variants:
             out = RESULTS / f"grpo_{label}_d2_c{args.completions}_s{seed}.json"
