@@ -41,14 +41,8 @@ from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
-from pgcli.ops.grpo import (
-    LOSS_AGGREGATIONS,
-    clip_bounds,
-    clip_fractions,
-    group_normalized_advantages,
-    grpo_clipped_objective,
-    k3_kl,
-)
+from pgcli.ops.aggregate import LOSS_AGGREGATIONS
+from pgcli.ops.grpo import clip_bounds, clip_fractions, group_normalized_advantages, grpo_clipped_objective, k3_kl
 
 STD_EPS = 1e-4
 """Added to the std before dividing the advantages (TRL's value)."""

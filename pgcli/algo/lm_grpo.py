@@ -59,7 +59,8 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.ops.grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS, BatchTotals, batch_totals, clip_bounds, k3_kl
+from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals
+from pgcli.ops.grpo import KL_ESTIMATORS, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     PolicyLoss,
     batch_mean_advantages,

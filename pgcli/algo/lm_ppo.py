@@ -45,7 +45,8 @@ from pgcli.algo.lm_rollout import (
 from pgcli.config import PPOLMConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
-from pgcli.ops.grpo import BatchTotals, batch_totals, clip_bounds, k3_kl
+from pgcli.ops.aggregate import BatchTotals, batch_totals
+from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
     clipped_policy_loss,
     kl_penalized_rewards,

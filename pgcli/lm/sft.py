@@ -32,7 +32,7 @@ from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
-from pgcli.ops.grpo import batch_totals
+from pgcli.ops.aggregate import batch_totals
 from pgcli.ops.lm import masked_mean, micro_batches
 
 OPTIMIZER_FILE = "optimizer.pt"

@@ -14,10 +14,8 @@ group start from the same initial state. Implemented here:
   (logp - ref) and `k2_kl` ((logp - ref)^2 / 2), the three by name in `KL_ESTIMATORS` (Schulman, 2020).
 - `clip_bounds`, `grpo_clipped_objective`, `clip_fractions`: the PPO-clip surrogate with decoupled bounds
   [1 - eps, 1 + eps_high] (DAPO "Clip-Higher", Yu et al., 2025, arXiv:2503.14476).
-- `seq_mean_loss`, `token_mean_loss`, `constant_loss` (`LOSS_AGGREGATIONS`): per-episode mean then mean (GRPO),
-  mean over all real steps (DAPO), sum over E * max_len (Dr. GRPO). Given the `BatchTotals` of a whole batch, each
-  (and `clip_fractions`) returns a row chunk's share of the batch's value instead, so the shares of a batch's chunks
-  sum to it: gradient accumulation over micro-batches (`batch_totals`).
+- The loss aggregations (per-episode mean, token mean, constant; `LOSS_AGGREGATIONS`) are in `pgcli.ops.aggregate`;
+  given a whole batch's `BatchTotals`, `clip_fractions` returns a row chunk's share as they do.
 
 Standard deviations are population stds (divide by n, not n - 1), unlike TRL's `torch.std` (unbiased): a group of
 one then has std 0 (and is degenerate) instead of NaN, the ragged per-step sets of `process` and `step_baseline` are
@@ -27,10 +25,15 @@ plain z-scores, and with eps = 0 and a two-member group the advantages are exact
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from pgcli.ops.aggregate import (
+    BatchTotals,
+    _check_totals,
+)
 
 
 class GroupAdvantages(NamedTuple):
@@ -320,28 +323,6 @@ def clip_bounds(epsilon: float, epsilon_high: float | None = None) -> tuple[floa
     return 1.0 - epsilon, 1.0 + high
 
 
-class BatchTotals(NamedTuple):
-    """The sizes of a whole batch a row chunk's aggregates divide by: their shares of the batch's then sum to it."""
-
-    n_rows: int
-    """Episodes (completions) in the whole batch."""
-    n_real: int
-    """Real steps (tokens) in the whole batch: where its mask is 1.0."""
-
-
-def batch_totals(mask: Tensor) -> BatchTotals:
-    """The `BatchTotals` of the batch whose [E, L] prefix mask is `mask`."""
-    return BatchTotals(n_rows=int(mask.shape[0]), n_real=int(mask.sum()))
-
-
-def _check_totals(totals: BatchTotals, mask: Tensor) -> None:
-    """A chunk holds at most its batch's rows and real steps, and the batch at least one real step."""
-    if totals.n_real <= 0 or totals.n_rows < mask.shape[0] or totals.n_real < float(mask.sum()):
-        raise ValueError(
-            f"totals {tuple(totals)} must cover the chunk's {mask.shape[0]} rows and its real steps (>= 1)"
-        )
-
-
 def _check_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> None:
     if ratio.shape != advantages.shape:
         raise ValueError(f"ratio {tuple(ratio.shape)} and advantages {tuple(advantages.shape)} must have one shape")
@@ -402,95 +383,3 @@ def clip_fractions(
         at_low = ((ratio < low) & (advantages < 0)).to(mask.dtype)
         at_high = ((ratio > high) & (advantages > 0)).to(mask.dtype)
         return float((at_low * mask).sum()) / n_real, float((at_high * mask).sum()) / n_real
-
-
-def _check_loss(loss: Tensor, mask: Tensor, max_len: int, totals: BatchTotals | None) -> None:
-    if loss.ndim != 2 or mask.shape != loss.shape:
-        raise ValueError(f"loss and mask must be [E, L] of one shape (got {tuple(loss.shape)}, {tuple(mask.shape)})")
-    if max_len < loss.shape[1]:
-        raise ValueError(f"max_len must be >= the padded length L={loss.shape[1]} (got {max_len})")
-    if totals is not None:
-        _check_totals(totals, mask)
-
-
-def seq_mean_loss(loss: Tensor, mask: Tensor, *, max_len: int, totals: BatchTotals | None = None) -> Tensor:
-    """Mean over each episode's real steps, then mean over episodes (GRPO; short episodes weigh more per step).
-
-    (1/E) sum_i (1/|o_i|) sum_t loss_{i,t}; with `totals`, E is the whole batch's `n_rows`.
-
-    Args:
-        loss: [E, L] per-step loss; padding is ignored.
-        mask: [E, L] 1.0 on real steps; every episode needs at least one.
-        max_len: unused here; accepted so the three aggregations are interchangeable (checked >= L).
-        totals: the whole batch these rows are a chunk of (None: they are the batch): the chunk's share of its loss.
-
-    Returns:
-        0-dim tensor.
-
-    Raises:
-        ValueError: on shape mismatch, max_len < L, or an episode without real steps.
-    """
-    _check_loss(loss, mask, max_len, totals)
-    lengths = mask.sum(1)  # [E]
-    if (lengths == 0).any():
-        raise ValueError("seq_mean_loss: every episode needs at least one real step in mask")
-    per_episode = torch.where(mask.bool(), loss, 0.0).sum(1) / lengths  # [E]
-    return per_episode.mean() if totals is None else per_episode.sum() / totals.n_rows
-
-
-def token_mean_loss(loss: Tensor, mask: Tensor, *, max_len: int, totals: BatchTotals | None = None) -> Tensor:
-    """Sum over all real steps / number of real steps (DAPO token-level loss; every step weighs the same); with
-    `totals`, the number of real steps is the whole batch's `n_real`.
-
-    Args:
-        loss: [E, L] per-step loss; padding is ignored.
-        mask: [E, L] 1.0 on real steps; at least one in total (with `totals`: in the whole batch).
-        max_len: unused here; accepted so the three aggregations are interchangeable (checked >= L).
-        totals: the whole batch these rows are a chunk of (None: they are the batch): the chunk's share of its loss.
-
-    Returns:
-        0-dim tensor.
-
-    Raises:
-        ValueError: on shape mismatch, max_len < L, or no real step.
-    """
-    _check_loss(loss, mask, max_len, totals)
-    n_real = mask.sum() if totals is None else totals.n_real
-    if n_real == 0:
-        raise ValueError("token_mean_loss: mask has no real step")
-    return torch.where(mask.bool(), loss, 0.0).sum() / n_real
-
-
-def constant_loss(loss: Tensor, mask: Tensor, *, max_len: int, totals: BatchTotals | None = None) -> Tensor:
-    """Sum over all real steps / (E * max_len) (Dr. GRPO: a constant normaliser, no length bias); with `totals`, E
-    is the whole batch's `n_rows`.
-
-    Args:
-        loss: [E, L] per-step loss; padding is ignored.
-        mask: [E, L] 1.0 on real steps.
-        max_len: the longest possible episode (e.g. the env's time limit), >= L.
-        totals: the whole batch these rows are a chunk of (None: they are the batch): the chunk's share of its loss.
-
-    Returns:
-        0-dim tensor.
-
-    Raises:
-        ValueError: on shape mismatch or max_len < L.
-    """
-    _check_loss(loss, mask, max_len, totals)
-    n_rows = loss.shape[0] if totals is None else totals.n_rows
-    return torch.where(mask.bool(), loss, 0.0).sum() / (n_rows * max_len)
-
-
-class LossAggregation(Protocol):
-    """Signature shared by the entries of `LOSS_AGGREGATIONS`."""
-
-    def __call__(self, loss: Tensor, mask: Tensor, *, max_len: int, totals: BatchTotals | None = None) -> Tensor: ...
-
-
-LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
-    "seq_mean": seq_mean_loss,
-    "token_mean": token_mean_loss,
-    "constant": constant_loss,
-}
-"""Per-step [E, L] loss -> scalar, by name (TRL `loss_type` grpo / dapo / dr_grpo)."""

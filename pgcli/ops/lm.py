@@ -24,7 +24,7 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
   sequence ratio s_i = exp(mean_t (log pi_theta - log pi_old)) (Zheng et al., 2025) in place of the token ratio.
 - `masked_mean`, `masked_whiten`: statistics over the real tokens.
 - `micro_batches`: a minibatch's rows in chunks for gradient accumulation. Every loss and statistic above that
-  averages over a minibatch takes the minibatch's `BatchTotals` (`pgcli.ops.grpo.batch_totals`) and then returns a
+  averages over a minibatch takes the minibatch's `BatchTotals` (`pgcli.ops.aggregate.batch_totals`) and then returns a
   chunk's share of it: the shares of the chunks sum to the minibatch's value, so the accumulated gradient is the
   minibatch's (up to float32 summation order).
 - `kl_penalized_rewards` and `token_gae`: the per-token reward of RLHF (Ziegler et al., 2019; Ouyang et al., 2022),
@@ -41,13 +41,8 @@ import torch
 from torch import Tensor
 
 from pgcli.ops.advantages import gae
-from pgcli.ops.grpo import (
-    LOSS_AGGREGATIONS,
-    BatchTotals,
-    clip_fractions,
-    group_normalized_advantages,
-    grpo_clipped_objective,
-)
+from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals
+from pgcli.ops.grpo import clip_fractions, group_normalized_advantages, grpo_clipped_objective
 
 
 def _check_sequence_batch(rewards: Tensor, group_ids: Tensor) -> int:

@@ -18,7 +18,8 @@ from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
 from pgcli.config import GRPOConfig, GSPOConfig, PPOLMConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import POLICY_FILE, TinyGPT, TinyGPTSizes, completion_logprobs
 from pgcli.lm.tasks import Addition, Problem, Task
-from pgcli.ops.grpo import KL_ESTIMATORS, k3_kl, token_mean_loss
+from pgcli.ops.aggregate import token_mean_loss
+from pgcli.ops.grpo import KL_ESTIMATORS, k3_kl
 from pgcli.ops.lm import masked_mean
 
 CPU = torch.device("cpu")

@@ -5,21 +5,18 @@ import math
 import pytest
 import torch
 
+from pgcli.ops.aggregate import LOSS_AGGREGATIONS, constant_loss, seq_mean_loss, token_mean_loss
 from pgcli.ops.grpo import (
     ADVANTAGE_MODES,
     KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
     REWARD_SCALES,
     clip_bounds,
     clip_fractions,
-    constant_loss,
     group_normalized_advantages,
     grpo_clipped_objective,
     k1_kl,
     k2_kl,
     k3_kl,
-    seq_mean_loss,
-    token_mean_loss,
 )
 
 NAN = float("nan")  # padding holds garbage; every function must ignore it

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from pgcli.ops.grpo import BatchTotals, batch_totals, clip_bounds, k3_kl
+from pgcli.ops.aggregate import BatchTotals, batch_totals
+from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
     batch_mean_advantages,
     clipped_policy_loss,
