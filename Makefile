@@ -6,7 +6,7 @@ PGCLI := $(VENV)/bin/pgcli
 # The CPU wheel goes in first: with no torch present, a plain `torch` requirement resolves to the newest CUDA build
 # (several GB). Once this version is installed, the package's `torch>=2.13` floor (this version) is satisfied.
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= dev,sweep,ray,lm
+EXTRAS ?= dev,sweep,ray,lm,pixels
 # Test processes (pytest-xdist): most tests wait on a real `pgcli` subprocess, a server or a browser, so two workers
 # overlap those waits (2 cores: 20.7 min in one process, 16.3 min in two with benchmark runs beside them).
 TEST_WORKERS ?= 2
@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/uv pip uninstall -q --python $(PY) hydra-optuna-sweeper 2>/dev/null || true
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep, ray and lm extras
+install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep, ray, lm and pixels extras
 
 train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
 	$(PGCLI) train $(ARGS)

@@ -27,6 +27,7 @@ usage: pgcli <command> [options] [key=value ...]
 commands:
   train      train one agent, or a sweep with -m        pgcli train algo=trpo env=hopper seed=1
   sft        supervised warm start on a text task        pgcli sft env=addition total_steps=200000
+  rm         reward model on a text task's preferences   pgcli rm env=addition algo.label_noise=0.1
   eval       score a trained agent (and record video)    pgcli eval <run id | run dir> --video
   compare    aggregate runs across seeds (table + plot)  pgcli compare --experiment cartpole
   ui         open the MLflow UI on the run store          pgcli ui
@@ -88,7 +89,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
-    return {"train": _train, "sft": _sft, "eval": _eval, "ui": _ui, "compare": _compare, "runs": _runs,
+    return {"train": _train, "sft": _sft, "rm": _rm, "eval": _eval, "ui": _ui, "compare": _compare, "runs": _runs,
             "sync": _sync, "export": _export, "completion": _completion}  # fmt: skip
 
 
@@ -105,6 +106,12 @@ def _sft(args: list[str]) -> int:
     from pgcli.commands import sft
 
     return sft.main(args)
+
+
+def _rm(args: list[str]) -> int:
+    from pgcli.commands import rm
+
+    return rm.main(args)
 
 
 def _eval(args: list[str]) -> int:

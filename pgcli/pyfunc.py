@@ -9,7 +9,9 @@ Every run logs its final agent as ``model`` (and its best one as ``best_model``)
   DataFrame with one column per observation dimension) to the actions the env takes, normalisation inside,
   deterministic;
 - a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
-  them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions.
+  them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions;
+- a reward model (:class:`RewardModelPyfunc`, ``pgcli rm``): ``predict`` maps (prompt, completion) pairs (a DataFrame
+  with ``prompt`` and ``completion`` columns, or a list of pairs) to their rewards.
 
 This module never imports MLflow (only the ``pgcli.tracking`` package does): a loader module needs no MLflow
 class, and the model directory holds no pickled Python object of ours -- the weights load with
@@ -99,9 +101,48 @@ class TextPyfunc:
         return decode_completions(vocab, gen.tokens)
 
 
-def _load_pyfunc(data_path: str) -> AgentPyfunc | TextPyfunc:
+class RewardModelPyfunc:
+    """A reward model's MLflow Model (``pgcli rm``): (prompt, completion) pairs in, rewards out."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+
+        from pgcli.agent import agent_config, read_agent_spec
+        from pgcli.lm.load import make_text_task
+        from pgcli.lm.reward_model import load_reward_model
+
+        cfg = agent_config(read_agent_spec(model_dir))
+        self.task = make_text_task(cfg.env, cfg.model)  # a reward model's spec holds a text env and model
+        self.device = torch.device("cpu")
+        self.model = load_reward_model(self.task, cfg.model, self.device, model_dir)
+
+    def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
+        """Rewards [B] (float64) of completions (as the task writes them, no EOS) given their prompts: a DataFrame
+        with ``prompt`` and ``completion`` columns, or a list of (prompt, completion) pairs."""
+        import pandas as pd
+
+        from pgcli.lm.reward_model import score_texts
+
+        if isinstance(model_input, pd.DataFrame):
+            missing = {"prompt", "completion"} - set(model_input.columns)
+            if missing:
+                raise ValueError(f"a reward model scores a DataFrame with columns prompt and completion (missing "
+                                 f"{', '.join(sorted(missing))})")  # fmt: skip
+            pairs = list(zip(model_input["prompt"], model_input["completion"], strict=True))
+        else:
+            pairs = [tuple(row) for row in model_input]
+            if any(len(row) != 2 for row in pairs):
+                raise ValueError("a reward model scores (prompt, completion) pairs")
+        prompts, completions = [str(p) for p, _ in pairs], [str(c) for _, c in pairs]
+        return score_texts(self.model, self.task.vocab, prompts, completions, self.device)
+
+
+def _load_pyfunc(data_path: str) -> AgentPyfunc | TextPyfunc | RewardModelPyfunc:
     """MLflow's loader-module entry point: ``data_path`` is the model directory."""
     from pgcli.agent import read_agent_spec
 
     model_dir = Path(data_path)
-    return TextPyfunc(model_dir) if read_agent_spec(model_dir).get("backend") == "text" else AgentPyfunc(model_dir)
+    spec = read_agent_spec(model_dir)
+    if spec.get("backend") != "text":
+        return AgentPyfunc(model_dir)
+    return RewardModelPyfunc(model_dir) if spec.get("algo") == "rm" else TextPyfunc(model_dir)

@@ -56,7 +56,7 @@ def make_recording_env(cfg: EnvConfig, *, seed: int, n_envs: int) -> VectorEnv:
     """
     prepare_rendering()
     try:
-        env = make_vec_env(rendering_env_config(cfg), seed=seed, n_envs=n_envs)
+        env = make_vec_env(rendering_env_config(cfg), seed=seed, n_envs=n_envs, training=False)
     except Exception as exc:  # MuJoCo's import with an unusable GL backend
         raise _render_error(cfg.id, exc) from None
     try:

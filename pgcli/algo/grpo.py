@@ -41,6 +41,7 @@ from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS
 from pgcli.ops.grpo import clip_bounds, clip_fractions, group_normalized_advantages, grpo_clipped_objective, k3_kl
 
@@ -52,7 +53,8 @@ class EpisodeBatch(NamedTuple):
     """The E = M * G episodes of one update, padded to the longest (L steps); member e belongs to group e // G."""
 
     obs: Tensor
-    """[E, L, D] observations (padding repeats the episode's last observation: finite, never evaluated)."""
+    """[E, L, D] observations, or [E, L, C, H, W] uint8 frames (padding repeats the episode's last observation:
+    finite, never evaluated)."""
     actions: Tensor
     """[E, L] (discrete) or [E, L, A] sampled, unclipped actions."""
     rewards: Tensor
@@ -90,7 +92,7 @@ def collect_groups(
     obs, _ = env.reset(seed=schedule.seeds(schedule.playing >= 0))  # type: ignore[arg-type]
     obs_steps, action_steps, reward_steps = [], [], []  # one [N, ...] entry per vector step
     while schedule.n_done < schedule.n_members:
-        actions = policy.sample(obs_tensor(obs, device))  # [N] or [N, A]
+        actions = policy.sample(obs_tensor(obs, device, policy.obs_dtype))  # [N] or [N, A]
         obs_steps.append(obs)
         action_steps.append(actions)
         obs, rewards, terminated, truncated, info = env.step(policy.to_env(actions))
@@ -99,7 +101,8 @@ def collect_groups(
         if restart.any():  # overrides the same-step autoreset of these sub-envs
             obs, _ = env.reset(seed=schedule.seeds(restart), options={"reset_mask": restart})  # type: ignore[arg-type]
     group_ids = torch.arange(len(group_seeds), device=device).repeat_interleave(group_size)  # [E]
-    return _episode_batch(schedule, obs_steps, action_steps, reward_steps, group_ids=group_ids, device=device)
+    return _episode_batch(schedule, obs_steps, action_steps, reward_steps, group_ids=group_ids,
+                          obs_dtype=policy.obs_dtype, device=device)  # fmt: skip
 
 
 class _Schedule:
@@ -145,6 +148,7 @@ def _episode_batch(
     reward_steps: list[np.ndarray],
     *,
     group_ids: Tensor,
+    obs_dtype: torch.dtype,
     device: torch.device,
 ) -> EpisodeBatch:
     """Gather each member's steps from its sub-env's column of the T recorded vector steps: [T, N, ...] ->
@@ -155,7 +159,7 @@ def _episode_batch(
     last = torch.minimum(offsets[None, :], lengths_t[:, None] - 1)  # [E, L]
     step_idx = torch.as_tensor(schedule.first_step, device=device)[:, None] + last  # [E, L]
     env_idx = torch.as_tensor(schedule.env_index, device=device)[:, None].expand_as(step_idx)  # [E, L]
-    obs_all = torch.as_tensor(np.stack(obs_steps), dtype=torch.float32, device=device)  # [T, N, D]
+    obs_all = torch.as_tensor(np.stack(obs_steps), dtype=obs_dtype, device=device)  # [T, N, D] or [T, N, C, H, W]
     rewards_all = torch.as_tensor(np.stack(reward_steps), dtype=torch.float32, device=device)  # [T, N]
     return EpisodeBatch(
         obs=obs_all[step_idx, env_idx],
@@ -195,7 +199,7 @@ def evaluate_steps(policy: Policy, obs: Tensor, actions: Tensor, mask: Tensor) -
 
     Args:
         policy: the policy to evaluate.
-        obs: [B, L, D] observations.
+        obs: [B, L, D] observations (or [B, L, C, H, W] frames).
         actions: [B, L] or [B, L, A] actions.
         mask: [B, L] 1.0 on real steps.
     """
@@ -246,7 +250,9 @@ def grpo_loss(
 class GRPO:
     """Critic-free GRPO trainer: collect M groups of G episodes, group-normalise, clipped policy epochs."""
 
-    def __init__(self, cfg: GRPOConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> None:
+    def __init__(
+        self, cfg: GRPOConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
+    ) -> None:
         self.cfg, self.env, self.device = cfg, env, device
         self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)

@@ -3,8 +3,9 @@ and save or restore a text trainer's state.
 
 `sample_completions` is the text counterpart of `pgcli.algo.rollout`: M training prompts from the task, each
 repeated G times, one batched key/value-cache generation (`pgcli.lm.model.generate`) with the sampling settings, the
-task's reward per completion. Row b of the batch answers prompt b // G (its group). A "step" of a text run is one
-sampled completion, so every algorithm compares at the same number of sampled completions.
+task's reward per completion (with `env.reward=rm:<run>` a reward model's score, the checker's verdict kept beside it
+as `correct`: docs/lm.md, "RL on a learned reward"). Row b of the batch answers prompt b // G (its group). A "step"
+of a text run is one sampled completion, so every algorithm compares at the same number of sampled completions.
 
 A text trainer's checkpoint directory holds ``model.pt`` (its networks and optimizers as state dicts, as every
 trainer of ours), ``policy.pt`` (the policy alone, what ``init=<run>`` and ``pgcli eval`` load) and ``state.json``
@@ -58,9 +59,10 @@ class CompletionBatch(NamedTuple):
     mask: Tensor
     """[B, C] float prefix mask: 1.0 on sampled tokens up to and including EOS."""
     rewards: Tensor
-    """[B] float task reward of each completion."""
+    """[B] float task reward of each completion (the reward being optimised: a reward model's score with
+    ``env.reward=rm:``)."""
     correct: Tensor
-    """[B] bool: the completion is correct (exact match / verified)."""
+    """[B] bool: the completion is correct (exact match / verified): the gold checker, whatever the reward."""
     group_ids: Tensor
     """[B] long, 0..M-1."""
     sample_seconds: float
@@ -109,7 +111,7 @@ def sample_completions(
                    pad_id=task.vocab.pad_id)  # fmt: skip
     policy.train(training)
     texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
-    rewards = [task.reward(p, text) for p, text in zip(repeated, texts, strict=True)]
+    rewards = task.rewards(repeated, texts)  # env.reward=rm:<run>: the reward model's scores, one batched pass
     correct = [task.correct(p, text) for p, text in zip(repeated, texts, strict=True)]
     seconds = time.perf_counter() - start
     return CompletionBatch(

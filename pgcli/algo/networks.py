@@ -47,6 +47,9 @@ class MLP(nn.Module):
     on batches of 8 observations the per-module call overhead is a visible share of a rollout step.
     """
 
+    obs_dtype = torch.float32
+    """The dtype observations are handed over in (``pgcli.algo.cnn.CNNNet`` takes uint8 frames)."""
+
     def __init__(
         self,
         in_dim: int,

@@ -21,6 +21,12 @@ is the Gaussian's) and clipped to the action bounds only on their way to the env
 The value network :class:`ValueNetwork` is separate from the policy (no shared trunk), as in SB3's default
 ``net_arch=dict(pi=[64, 64], vf=[64, 64])`` and the TRPO paper. Both are built on ``pgcli.algo.networks.MLP``, whose
 hand-written Jacobian gives the Fisher-vector products (:meth:`Policy.fisher_product`) and the critic's gradients.
+
+On frames (``model=cnn``; docs/pixels.md) both are a CNN torso with the MLP head after it
+(``pgcli.algo.cnn.CNNNet``): one torso for both when ``model.share_features`` (:func:`make_actor_critic`; as SB3's
+``share_features_extractor``: the policy's and the value's updates both train it), else one each. Observations reach
+them as uint8 frames (:func:`obs_layout`, ``obs_dtype``), scaled by 1/255 in the torso on the device. Without a
+hand-written Jacobian, ``fisher_product`` is None there and TRPO differentiates the KL twice (autograd).
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from pgcli.algo.cnn import CNNNet, Torso, make_torso, orthogonal_init
 from pgcli.algo.networks import MLP
 from pgcli.config import ModelConfig
+from pgcli.config.pixels import CNNModelConfig
 
 DistParams = tuple[Tensor, ...]
 """A policy's distribution at a batch of states: ``(logits [B, n],)`` or ``(mean [B, A], log_std [A])``."""
@@ -50,7 +58,13 @@ HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class Policy(Protocol):
-    """What a trainer needs from a stochastic policy. Shapes: B states, actions [B] (discrete) or [B, A]."""
+    """What a trainer needs from a stochastic policy. Shapes: B states ([B, D] vectors or [B, C, H, W] frames),
+    actions [B] (discrete) or [B, A]."""
+
+    @property
+    def obs_dtype(self) -> torch.dtype:
+        """The dtype its observations are handed over in: float32 (an MLP) or uint8 (frames)."""
+        ...
 
     def dist_params(self, obs: Tensor) -> DistParams:
         """Differentiable distribution parameters at ``obs`` [B, D]."""
@@ -124,13 +138,20 @@ def detach_params(params: DistParams) -> DistParams:
     return tuple(p.detach() for p in params)
 
 
-def obs_tensor(obs: np.ndarray, device: torch.device) -> Tensor:
-    """A numpy observation batch as a float32 tensor (no copy when it is already float32 on the CPU)."""
-    return torch.as_tensor(obs, dtype=torch.float32, device=device)
+def obs_tensor(obs: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A numpy observation batch as a tensor of ``dtype`` (a policy's ``obs_dtype``; no copy when it already has it,
+    on the CPU)."""
+    return torch.as_tensor(obs, dtype=dtype, device=device)
 
 
 class _PolicyModule(nn.Module):
     """What both policies compute the same way from their ``dist_params`` and ``*_of`` functions."""
+
+    net: MLP | CNNNet
+
+    @property
+    def obs_dtype(self) -> torch.dtype:
+        return self.net.obs_dtype
 
     def dist_params(self, obs: Tensor) -> DistParams:
         raise NotImplementedError
@@ -160,10 +181,10 @@ class _PolicyModule(nn.Module):
 class CategoricalPolicy(_PolicyModule):
     """pi(a|s) = softmax(logits(s)) over ``n_actions`` discrete actions."""
 
-    def __init__(self, obs_dim: int, n_actions: int, model: ModelConfig) -> None:
+    def __init__(self, obs_shape: int | tuple[int, ...], n_actions: int, model: AnyModel, *,
+                 torso: Torso | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.net = MLP(obs_dim, model.pi_hidden_sizes, n_actions, activation=model.activation,
-                       ortho_init=model.ortho_init, out_gain=POLICY_HEAD_GAIN)  # fmt: skip
+        self.net = network(obs_shape, model.pi_hidden_sizes, n_actions, model, out_gain=POLICY_HEAD_GAIN, torso=torso)
         self.n_actions = n_actions
 
     def dist_params(self, obs: Tensor) -> DistParams:
@@ -224,17 +245,17 @@ class CategoricalPolicy(_PolicyModule):
 
     @torch.no_grad()
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.to_env(self.sample(obs_tensor(obs, self.net.device), deterministic))
+        return self.to_env(self.sample(obs_tensor(obs, self.net.device, self.net.obs_dtype), deterministic))
 
 
 class DiagGaussianPolicy(_PolicyModule):
     """pi(a|s) = N(mean(s), diag(exp(log_std))^2), ``log_std`` a state-independent parameter."""
 
-    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, model: ModelConfig) -> None:
+    def __init__(self, obs_shape: int | tuple[int, ...], action_space: gym.spaces.Box, model: AnyModel, *,
+                 torso: Torso | None = None) -> None:  # fmt: skip
         super().__init__()
         action_dim = int(np.prod(action_space.shape))
-        self.net = MLP(obs_dim, model.pi_hidden_sizes, action_dim, activation=model.activation,
-                       ortho_init=model.ortho_init, out_gain=POLICY_HEAD_GAIN)  # fmt: skip
+        self.net = network(obs_shape, model.pi_hidden_sizes, action_dim, model, out_gain=POLICY_HEAD_GAIN, torso=torso)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(model.log_std_init)))
         self.low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
         self.high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
@@ -308,7 +329,7 @@ class DiagGaussianPolicy(_PolicyModule):
 
     @torch.no_grad()
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.to_env(self.sample(obs_tensor(obs, self.log_std.device), deterministic))
+        return self.to_env(self.sample(obs_tensor(obs, self.log_std.device, self.net.obs_dtype), deterministic))
 
 
 class PolicySnapshot:
@@ -323,15 +344,15 @@ class PolicySnapshot:
 
 
 class ValueNetwork(nn.Module):
-    """V(s): an MLP with a scalar head, separate from the policy."""
+    """V(s): an MLP with a scalar head, separate from the policy (on frames: a CNN torso, maybe the policy's, and the
+    head after it)."""
 
-    def __init__(self, obs_dim: int, model: ModelConfig) -> None:
+    def __init__(self, obs_shape: int | tuple[int, ...], model: AnyModel, *, torso: Torso | None = None) -> None:
         super().__init__()
-        self.net = MLP(obs_dim, model.vf_hidden_sizes, 1, activation=model.activation,
-                       ortho_init=model.ortho_init, out_gain=VALUE_HEAD_GAIN)  # fmt: skip
+        self.net = network(obs_shape, model.vf_hidden_sizes, 1, model, out_gain=VALUE_HEAD_GAIN, torso=torso)
 
     def forward(self, obs: Tensor) -> Tensor:
-        """[B, D] -> [B]."""
+        """[B, D] (or [B, C, H, W] frames) -> [B]."""
         return self.net(obs).squeeze(-1)
 
     def critic_parameters(self) -> list[nn.Parameter]:
@@ -353,20 +374,98 @@ def obs_dim(obs_space: gym.Space) -> int:
     return int(obs_space.shape[0])
 
 
-def make_policy(obs_space: gym.Space, action_space: gym.Space, model: ModelConfig) -> Policy:
-    """The policy for these spaces: categorical for ``Discrete``, diagonal Gaussian for a 1-D ``Box``.
+def frame_shape(obs_space: gym.Space) -> tuple[int, int, int]:
+    """(C, H, W) of an image observation space: a 3-D uint8 ``Box`` (``pgcli.envs.pixels``' frames)."""
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 3 or obs_space.dtype != np.uint8:
+        raise ValueError(f"model=cnn needs (C, H, W) uint8 frames, got {obs_space}")
+    channels, height, width = (int(n) for n in obs_space.shape)
+    return channels, height, width
+
+
+def obs_layout(obs_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape and dtype one observation is stored in (rollout buffers): (D,) float32 for a 1-D ``Box``, (C, H, W)
+    uint8 for frames (a quarter of float32's memory; the torso scales them on the device).
+
+    Raises:
+        ValueError: for other observation spaces.
+    """
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3:
+        return frame_shape(obs_space), torch.uint8
+    return (obs_dim(obs_space),), torch.float32
+
+
+AnyModel = ModelConfig | CNNModelConfig
+"""The model configs of pgcli's own policies: an MLP (``model=mlp``) or a CNN torso with MLP heads (``model=cnn``)."""
+
+
+def network(
+    obs_shape: int | tuple[int, ...],
+    hidden_sizes: list[int],
+    out_dim: int,
+    model: AnyModel,
+    *,
+    out_gain: float,
+    torso: Torso | None = None,
+) -> MLP | CNNNet:
+    """The network under a policy or value head: an MLP on D = ``obs_shape`` inputs, or (``model=cnn``) ``torso`` (a
+    new one for frames of ``obs_shape`` (C, H, W) when None) with an MLP head."""
+    if not isinstance(model, CNNModelConfig):
+        if not isinstance(obs_shape, int):
+            raise ValueError(f"an MLP takes D inputs, got the shape {obs_shape}")
+        return MLP(obs_shape, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init,
+                   out_gain=out_gain)  # fmt: skip
+    if torso is None:
+        if isinstance(obs_shape, int) or len(obs_shape) != 3:
+            raise ValueError(f"model=cnn needs frames of shape (C, H, W), got {obs_shape}")
+        torso = new_torso(obs_shape, model)
+    return CNNNet(torso, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init,
+                  out_gain=out_gain)  # fmt: skip
+
+
+def new_torso(obs_shape: tuple[int, ...], model: CNNModelConfig) -> Torso:
+    """The torso ``model.arch`` names for frames of ``obs_shape`` (C, H, W), initialised as SB3 does with
+    ``ortho_init``."""
+    torso = make_torso(model.arch, obs_shape)
+    return orthogonal_init(torso) if model.ortho_init else torso
+
+
+def _obs_shape(obs_space: gym.Space, model: AnyModel) -> int | tuple[int, ...]:
+    return frame_shape(obs_space) if isinstance(model, CNNModelConfig) else obs_dim(obs_space)
+
+
+def make_policy(
+    obs_space: gym.Space, action_space: gym.Space, model: AnyModel, *, torso: Torso | None = None
+) -> Policy:
+    """The policy for these spaces: categorical for ``Discrete``, diagonal Gaussian for a 1-D ``Box``; an MLP on a
+    1-D ``Box`` of observations, or ``torso`` (or a new one) and an MLP head on frames (``model=cnn``).
 
     Raises:
         ValueError: for other observation or action spaces.
     """
-    dim = obs_dim(obs_space)
+    shape = _obs_shape(obs_space, model)
     if isinstance(action_space, gym.spaces.Discrete):
-        return CategoricalPolicy(dim, int(action_space.n), model)
+        return CategoricalPolicy(shape, int(action_space.n), model, torso=torso)
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-        return DiagGaussianPolicy(dim, action_space, model)
+        return DiagGaussianPolicy(shape, action_space, model, torso=torso)
     raise ValueError(f"pgcli's own trainers support Discrete and 1-D Box action spaces, got {action_space}")
 
 
-def make_value(obs_space: gym.Space, model: ModelConfig) -> ValueNetwork:
-    """The value network for this observation space."""
-    return ValueNetwork(obs_dim(obs_space), model)
+def make_value(obs_space: gym.Space, model: AnyModel, *, torso: Torso | None = None) -> ValueNetwork:
+    """The value network for this observation space (on frames: on ``torso``, or a new one)."""
+    return ValueNetwork(_obs_shape(obs_space, model), model, torso=torso)
+
+
+def make_actor_critic(obs_space: gym.Space, action_space: gym.Space, model: AnyModel) -> tuple[Policy, ValueNetwork]:
+    """The policy, then the value network (in that order: an MLP's parameters come from the seed as they always did).
+    With ``model=cnn`` and ``model.share_features`` both heads sit on one torso (SB3's ``share_features_extractor``):
+    one module, in both ``actor_parameters()`` and ``critic_parameters()``, trained by both updates."""
+    shared = None
+    if isinstance(model, CNNModelConfig) and model.share_features:
+        shared = new_torso(frame_shape(obs_space), model)
+    return make_policy(obs_space, action_space, model, torso=shared), make_value(obs_space, model, torso=shared)
+
+
+def shares_parameters(policy: Policy, value: ValueNetwork) -> bool:
+    """Whether the policy and the value network share parameters (a shared CNN torso)."""
+    actor = {id(p) for p in policy.actor_parameters()}
+    return any(id(p) in actor for p in value.critic_parameters())

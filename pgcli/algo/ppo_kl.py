@@ -28,9 +28,10 @@ from torch import Tensor
 from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_actor_critic
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
 
@@ -106,12 +107,13 @@ class PPOKL:
     """PPO with the adaptive KL penalty instead of the clipped ratio."""
 
     def __init__(
-        self, cfg: PPOKLConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device
+        self, cfg: PPOKLConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
     ) -> None:
         self.cfg, self.env, self.device = cfg, env, device
-        self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
-        self.value = make_value(env.single_observation_space, model).to(device)
-        self.params = [*self.policy.actor_parameters(), *self.value.critic_parameters()]
+        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
+        self.policy, self.value = policy.to(device), value.to(device)
+        # once each: a CNN torso shared by both (model.share_features) is in both lists
+        self.params = list(dict.fromkeys([*self.policy.actor_parameters(), *self.value.critic_parameters()]))
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=1e-5)
         self.beta = cfg.beta_init
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)

@@ -4,7 +4,8 @@ the critic regression (:func:`fit_value`).
 :class:`RolloutCollector` steps a pgcli vector env (same-step autoreset, see ``pgcli.envs.make``) for ``n_steps`` steps
 with the current policy and returns a :class:`Rollout` of [T, N] tensors (T = n_steps, N = n_envs):
 
-- ``obs`` [T, N, D], ``actions`` [T, N] (discrete) or [T, N, A] (continuous, unclipped);
+- ``obs`` [T, N, D] float32, or [T, N, C, H, W] uint8 frames (``model=cnn``: a quarter of float32's memory; the
+  torso scales them on the device), ``actions`` [T, N] (discrete) or [T, N, A] (continuous, unclipped);
 - ``rewards``, ``terminated`` and ``dones`` (terminated or truncated) as float [T, N];
 - ``log_probs`` = log pi_old(a_t | s_t), ``values`` = V(s_t) and ``next_values`` = V(s_{t+1}), where s_{t+1} is the
   TRUE final observation when the episode ended at t (``info["final_obs"]``), not the auto-reset one, so a truncated
@@ -31,7 +32,7 @@ from torch import Tensor
 from pgcli.algo import kernels
 from pgcli.algo.base import Monitor
 from pgcli.algo.guard import check_steps
-from pgcli.algo.policies import Policy, ValueNetwork, obs_dim
+from pgcli.algo.policies import Policy, ValueNetwork, obs_layout
 from pgcli.errors import PgcliError
 from pgcli.hardware.child import ChildProcess
 
@@ -42,7 +43,7 @@ class Rollout:
     valid until its next ``collect``."""
 
     obs: Tensor
-    """[T, N, D] observations s_t (normalised when the env normalises)."""
+    """[T, N, D] observations s_t (normalised when the env normalises), or [T, N, C, H, W] uint8 frames."""
     actions: Tensor
     """[T, N] (discrete, int64) or [T, N, A] (continuous, unclipped) actions a_t."""
     log_probs: Tensor
@@ -76,12 +77,12 @@ class RolloutCollector:
 
     def __init__(self, env: VectorEnv, *, n_steps: int, seed: int, device: torch.device) -> None:
         self.env, self.n_steps, self.device = env, n_steps, device
-        n_envs, dim = env.num_envs, obs_dim(env.single_observation_space)
+        n_envs, (obs_shape, obs_dtype) = env.num_envs, obs_layout(env.single_observation_space)
         action_shape = tuple(env.single_action_space.shape or ())
         action_dtype = torch.int64 if not action_shape else torch.float32
         # [T + 1]: the row after the last step holds the bootstrap observation
-        self.obs = torch.zeros(n_steps + 1, n_envs, dim)
-        self.final_obs = torch.zeros(n_steps, n_envs, dim)  # filled only where an episode ended
+        self.obs = torch.zeros(n_steps + 1, n_envs, *obs_shape, dtype=obs_dtype)
+        self.final_obs = torch.zeros(n_steps, n_envs, *obs_shape, dtype=obs_dtype)  # filled only where an episode ended
         self.actions = torch.zeros(n_steps, n_envs, *action_shape, dtype=action_dtype)
         self.rewards = torch.zeros(n_steps, n_envs)
         self.terminated = torch.zeros(n_steps, n_envs)
@@ -108,7 +109,7 @@ class RolloutCollector:
 
         Args:
             policy: samples the actions.
-            value_fn: V, mapping [B, D] observations to [B] values.
+            value_fn: V, mapping [B, D] observations (or [B, C, H, W] frames) to [B] values.
             monitor: receives ``episodes(step, info)`` whenever an episode ends.
             step: env steps taken before this rollout (``step`` of the episode records).
 
@@ -145,7 +146,7 @@ class RolloutCollector:
         """Batched log pi_old(a|s), V(s_t) and V(s_{t+1}) (the true final observation where an episode ended)."""
         n_steps, device = self.n_steps, self.device
         obs = self.obs.to(device)
-        flat_obs = obs.flatten(0, 1)  # [(T + 1) N, D]
+        flat_obs = obs.flatten(0, 1)  # [(T + 1) N, D] or [(T + 1) N, C, H, W]
         actions, dones = self.actions.to(device), self.dones.to(device)
         all_values = value_fn(flat_obs).view(n_steps + 1, -1)  # [T + 1, N]
         next_values = all_values[1:].clone()

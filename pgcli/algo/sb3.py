@@ -26,12 +26,15 @@ from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
 from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
+from pgcli.algo.cnn import make_torso
 from pgcli.algo.guard import check_update, describe
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
+from pgcli.config.pixels import CNNModelConfig
 
 ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
     "tanh": torch.nn.Tanh,
@@ -57,14 +60,37 @@ MIN_STEPS_PER_DUMP = 2048
 """SB3 dumps its logger every ``log_interval`` updates; pick it so a dump covers at least this many env steps."""
 
 
-def policy_kwargs(model: ModelConfig) -> dict[str, Any]:
-    """The backend-neutral model config as SB3 ``policy_kwargs`` (separate policy and value networks)."""
-    return {
+def policy_kwargs(model: ModelConfig | CNNModelConfig) -> dict[str, Any]:
+    """The backend-neutral model config as SB3 ``policy_kwargs`` (separate policy and value networks; for
+    ``model=cnn``, pgcli's CNN torso as the features extractor, shared or one each, and the heads after it)."""
+    kwargs: dict[str, Any] = {
         "net_arch": {"pi": list(model.pi_hidden_sizes), "vf": list(model.vf_hidden_sizes)},
         "activation_fn": ACTIVATION_FNS[model.activation],
         "ortho_init": model.ortho_init,
         "log_std_init": model.log_std_init,
     }
+    if isinstance(model, CNNModelConfig):
+        kwargs["features_extractor_class"] = CNNFeatures
+        kwargs["features_extractor_kwargs"] = {"arch": model.arch}
+        kwargs["share_features_extractor"] = model.share_features
+    return kwargs
+
+
+def sb3_policy(model: ModelConfig | CNNModelConfig) -> str:
+    """SB3's policy class for ``model``: ``CnnPolicy`` (frames; SB3 scales uint8 images to [0, 1]) or ``MlpPolicy``."""
+    return "CnnPolicy" if isinstance(model, CNNModelConfig) else "MlpPolicy"
+
+
+class CNNFeatures(BaseFeaturesExtractor):
+    """pgcli's CNN torso (:mod:`pgcli.algo.cnn`, ``model.arch``) as SB3's features extractor."""
+
+    def __init__(self, observation_space: Any, arch: str = "auto") -> None:
+        torso = make_torso(arch, tuple(observation_space.shape))
+        super().__init__(observation_space, torso.features_dim)
+        self.torso = torso
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.torso(observations)
 
 
 def _schedule(value: float, kind: str) -> float | Callable[[float], float]:
@@ -263,7 +289,7 @@ class SB3Trainer:
         cfg: PPOConfig | A2CConfig | SB3TRPOConfig,
         *,
         env: VectorEnv,
-        model: ModelConfig,
+        model: ModelConfig | CNNModelConfig,
         seed: int,
         device: torch.device,
     ) -> None:
@@ -271,7 +297,13 @@ class SB3Trainer:
         self.algo_cls, kwargs = SB3_ALGOS[type(cfg)](cfg)
         self.vec = SB3VecEnv(env)
         self.model = self.algo_cls(
-            "MlpPolicy", self.vec, policy_kwargs=policy_kwargs(model), seed=seed, device=device, verbose=0, **kwargs
+            sb3_policy(model),
+            self.vec,
+            policy_kwargs=policy_kwargs(model),
+            seed=seed,
+            device=device,
+            verbose=0,
+            **kwargs,
         )
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:

@@ -21,11 +21,14 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
    mean KL(pi_old || pi_new) <= delta and L(theta_new) > L(theta_old); if none passes, keep theta_old. With
    ``npg`` the full step is taken without the search (natural policy gradient; Kakade, 2002).
 6. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2. Only the value
-   network's parameters are in its optimizer, so the critic never moves the policy outside the trust region.
+   network's parameters are in its optimizer, so the critic never moves the policy outside the trust region
+   (except through a CNN torso shared by both, ``model.share_features``, as sb3-contrib's TRPO with a shared
+   features extractor: there the trust region bounds step 5 only; ``share_features=false`` keeps the guarantee).
    With ``vf_lr_schedule`` linear, Adam's step size is vf_learning_rate * p (decays to 0, as tianshou's lr_decay).
 
 Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). The J^T M J form of step 3 costs about
 a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks/trpo.md, "Speed").
+A CNN policy (``model=cnn``; docs/pixels.md) has no hand-written Jacobian and takes the double-backprop route.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ from torch import Tensor
 from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic, shares_parameters
 from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.hardware.placement import usable_cpus
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
@@ -125,20 +129,26 @@ def damped(fisher: Callable[[Tensor], Tensor], damping: float) -> Callable[[Tens
 class TRPO:
     """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
 
-    def __init__(self, cfg: TRPOConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> None:
+    def __init__(
+        self, cfg: TRPOConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
+    ) -> None:
         self.cfg, self.env, self.device = cfg, env, device
-        self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
-        self.value = make_value(env.single_observation_space, model).to(device)
+        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
+        self.policy, self.value = policy.to(device), value.to(device)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
         self.steps = 0
         """Env steps taken (continues across a checkpoint)."""
         self.critic_process = (
             CriticProcess(self.value, self.vf_optimizer)
-            if cfg.critic_process and device.type == "cpu" and usable_cpus() >= 2
+            if cfg.critic_process
+            and device.type == "cpu"
+            and usable_cpus() >= 2
+            and not shares_parameters(self.policy, self.value)
             else None
         )
-        """Step 6 in a second process while this one takes steps 2-5 (``algo.critic_process``; same numbers)."""
+        """Step 6 in a second process while this one takes steps 2-5 (``algo.critic_process``; same numbers). Not with
+        a shared CNN torso, which steps 5 and 6 both move (``pgcli.config.run`` refuses the combination)."""
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
         cfg = self.cfg

@@ -25,9 +25,10 @@ from torch import Tensor
 from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_policy, make_value
+from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic
 from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, VPGConfig
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance
 
@@ -64,10 +65,12 @@ def vpg_loss(policy: Policy, new: DistParams, actions: Tensor, advantages: Tenso
 class VPG:
     """REINFORCE with a learned baseline: one policy-gradient step per batch, then value regression."""
 
-    def __init__(self, cfg: VPGConfig, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> None:
+    def __init__(
+        self, cfg: VPGConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
+    ) -> None:
         self.cfg, self.env, self.device = cfg, env, device
-        self.policy = make_policy(env.single_observation_space, env.single_action_space, model).to(device)
-        self.value = make_value(env.single_observation_space, model).to(device)
+        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
+        self.policy, self.value = policy.to(device), value.to(device)
         self.pi_optimizer = torch.optim.Adam(self.policy.actor_parameters(), lr=cfg.learning_rate)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)

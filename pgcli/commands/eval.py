@@ -212,7 +212,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     env = (
         make_recording_env(cfg.env, seed=seed, n_envs=n_envs)
         if ns.video
-        else make_vec_env(cfg.env, seed=seed, n_envs=n_envs, vectorization="lean")
+        else make_vec_env(cfg.env, seed=seed, n_envs=n_envs, vectorization="lean", training=False)
     )
     try:
         load_saved_normalizer(env, target.model_dir)  # frozen

@@ -57,7 +57,24 @@ The algo is always sft; the task is env=addition unless given, with model=tiny_g
 pgcli train resume=<run id | run dir>. Runs: outputs/runs/<date>/<time>_sft_<task>_s<seed>/; browse with `pgcli ui`.
 """
 
-PAGES = {"train": (HEADER, FOOTER), "sft": (SFT_HEADER, SFT_FOOTER)}
+RM_HEADER = """\
+pgcli rm: a reward model on a text task's preference pairs (pgcli train algo=rm; docs/lm.md); tracked in MLflow.
+
+usage: pgcli rm [-m] [--cfg job] [env=<text task>] [group=option ...] [key=value ...]
+"""
+
+RM_FOOTER = """\
+Examples:
+  pgcli rm                                               # addition (the rm_addition preset)
+  pgcli rm env=addition algo.label_noise=0.2 seed=1      # 20% of the training labels flipped
+  pgcli rm env=countdown algo.pairs=partial init=<sft run id>
+  pgcli rm --cfg job env=sort                            # print the composed config and exit
+
+The algo is always rm; the task is env=addition unless given, with model=tiny_gpt. A run resumes with
+pgcli train resume=<run id | run dir>. Runs: outputs/runs/<date>/<time>_rm_<task>_s<seed>/; browse with `pgcli ui`.
+"""
+
+PAGES = {"train": (HEADER, FOOTER), "sft": (SFT_HEADER, SFT_FOOTER), "rm": (RM_HEADER, RM_FOOTER)}
 """command -> the head and foot of its help page."""
 
 

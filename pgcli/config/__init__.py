@@ -17,6 +17,7 @@ from pgcli.config.control import (
     VPGConfig,
 )
 from pgcli.config.hf import HFModelConfig, LoRAConfig
+from pgcli.config.rm import RMConfig
 from pgcli.config.run import (
     ALGO_CONFIGS,
     CONTROL_ALGOS,
@@ -65,6 +66,7 @@ __all__ = [
     "PPOLMConfig",
     "REINFORCEConfig",
     "RLOOConfig",
+    "RMConfig",
     "ReinforcePPConfig",
     "SB3TRPOConfig",
     "SFTConfig",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgcli.config.hf import HFModelConfig
 from pgcli.config.labels import register_resolver
+from pgcli.config.pixels import IMAGE_ENVS, CNNModelConfig
 from pgcli.config.run import ALGO_CONFIGS, EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
 from pgcli.config.text import TEXT_ENV_CONFIGS, LMModelConfig
 from pgcli.errors import ConfigError, PgcliError
@@ -56,6 +57,7 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="model", node=ModelConfig)
     cs.store(group="schema/model", name="tiny_gpt", node=LMModelConfig)
     cs.store(group="schema/model", name="hf", node=HFModelConfig)
+    cs.store(group="schema/model", name="cnn", node=CNNModelConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
     cs.store(group="schema/tracking", name="tracking", node=TrackingConfig)
 
@@ -142,15 +144,19 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
 
 
 def text_task_overrides(overrides: list[str]) -> list[str]:
-    """The group choices a text task implies when the command line leaves them out (docs/lm.md).
+    """The group choices a text task or an image env implies when the command line leaves them out (docs/lm.md,
+    docs/pixels.md).
 
     ``env=addition`` (a text task) without ``model=`` adds ``model=tiny_gpt`` (the MLP default cannot read text), and
     without ``algo=`` adds ``algo=grpo`` (PPO is SB3's, for gymnasium envs); so does a sweep over text tasks only
-    (``env=addition,sort``).
+    (``env=addition,sort``). ``env=pong`` (an image env) without ``model=`` adds ``model=cnn``; so does a sweep over
+    image envs only.
     """
     values = {o.split("=", 1)[0].strip(): o.split("=", 1)[1].strip() for o in overrides if "=" in o}
-    envs = values.get("env", "").split(",")
-    if not all(env.strip() in TEXT_ENV_CONFIGS for env in envs):
+    envs = [env.strip() for env in values.get("env", "").split(",")]
+    if all(env in IMAGE_ENVS for env in envs):
+        return [] if "model" in values else ["model=cnn"]
+    if not all(env in TEXT_ENV_CONFIGS for env in envs):
         return []
     return [f"{group}={option}" for group, option in (("model", "tiny_gpt"), ("algo", "grpo")) if group not in values]
 

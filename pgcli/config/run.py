@@ -24,6 +24,8 @@ from pgcli.config.control import (
     VPGConfig,
 )
 from pgcli.config.hf import HFModelConfig
+from pgcli.config.pixels import CNNModelConfig, PixelsConfig
+from pgcli.config.rm import RMConfig
 from pgcli.config.rules import (
     ACTIVATIONS,
     MAX_N_ENVS,
@@ -53,8 +55,8 @@ _FIRST_ALGOS: tuple[type, ...] = (
     GRPOConfig,
     SFTConfig,
 )
-ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS)}
-TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS)
+ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS, RMConfig)}
+TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS, RMConfig)
 """Algo configs that train on a text env (``pgcli.training.build.TEXT_TRAINERS`` holds their trainers)."""
 CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
 """Algo configs that train on a gymnasium env (``pgcli.training.build.TRAINERS``)."""
@@ -90,6 +92,9 @@ class EnvConfig:
     """Extra keyword arguments for gymnasium.make."""
     wrappers: list[dict[str, Any]] = field(default_factory=list)
     """Gymnasium wrappers for each sub-env, innermost first: {_target_: module.Wrapper, arg: value, ...}."""
+    pixels: PixelsConfig | None = None
+    """Image observations and their preprocessing (docs/pixels.md; set by env=pong, env=minatar_breakout, ...); None:
+    a vector env."""
 
     def __post_init__(self) -> None:
         _finite_fields(self, "env")
@@ -99,6 +104,9 @@ class EnvConfig:
             require(self.max_episode_steps >= 1, "env.max_episode_steps", self.max_episode_steps, ">= 1")
         _positive("env.clip_obs", self.clip_obs)
         _positive("env.clip_reward", self.clip_reward)
+        if self.pixels is not None:
+            require(not self.normalize_obs, "env.normalize_obs", self.normalize_obs, "false on an image env",
+                     "frames stay uint8 and the CNN scales them by 1/255")  # fmt: skip
 
 
 @dataclass
@@ -218,8 +226,8 @@ class TrainConfig:
     env: Any = MISSING
     """A gymnasium env (EnvConfig) or a text task (AdditionEnvConfig, ...)."""
     model: Any = MISSING
-    """ModelConfig (MLP actor-critic) for gymnasium envs; LMModelConfig (model=tiny_gpt) or HFModelConfig (model=hf)
-    for text tasks."""
+    """ModelConfig (MLP actor-critic) for gymnasium envs, CNNModelConfig (model=cnn) for image envs; LMModelConfig
+    (model=tiny_gpt) or HFModelConfig (model=hf) for text tasks."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -265,12 +273,31 @@ class TrainConfig:
         if type(self.algo) not in CONTROL_ALGOS:
             raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown); "
                               f"{self.env.id} is a gymnasium env")  # fmt: skip
-        model = self.model.name if isinstance(self.model, LMModelConfig | HFModelConfig) else self.model
-        require(isinstance(self.model, ModelConfig), "model", model, "an MLP option (mlp, mlp_large) on a gymnasium "
-                 "env", f"model={model} is for text tasks")  # fmt: skip
+        if self.env.pixels is not None or isinstance(self.model, CNNModelConfig):
+            self._check_image()
+        else:
+            model = self.model.name if isinstance(self.model, LMModelConfig | HFModelConfig) else self.model
+            require(isinstance(self.model, ModelConfig), "model", model, "an MLP option (mlp, mlp_large) on a "
+                     "gymnasium env", f"model={model} is for text tasks")  # fmt: skip
         require(self.init is None, "init", self.init, "null on a gymnasium env",
                  f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
+
+    def _check_image(self) -> None:
+        """Cross-group rules of an image run (docs/pixels.md): an image env and model=cnn go together, and TRPO's
+        critic process needs a torso of its own (the spaces and the torso's frame size are
+        :mod:`pgcli.training.checks`')."""
+        env_id = self.env.id
+        if self.env.pixels is None:
+            raise ConfigError(f"model=cnn needs an image env (env=pong, env=minatar_breakout, ...: an env.pixels "
+                              f"section); env.id {env_id!r} has none: use model=mlp")  # fmt: skip
+        if not isinstance(self.model, CNNModelConfig):
+            text = isinstance(self.model, LMModelConfig | HFModelConfig)
+            got = f"model={self.model.name}" if text else "an MLP model option"
+            raise ConfigError(f"env.id {env_id!r} is an image env (env.pixels is set): it needs model=cnn (got {got})")
+        if isinstance(self.algo, TRPOConfig) and self.algo.critic_process and self.model.share_features:
+            raise ConfigError("algo.critic_process=true needs model.share_features=false: the critic process fits the "
+                              "value network while the policy step moves the torso they share")  # fmt: skip
 
     def _check_text(self) -> None:
         """Cross-group rules of a text run: a text algo, a language model (TinyGPT or Hugging Face), no videos (the

@@ -2,12 +2,13 @@
 text only (``algo=sft|rloo|reinforce|gspo|reinforce_pp|ppo_lm``), the tasks (``env=addition|sort|countdown``) and the
 TinyGPT model (``model=tiny_gpt``).
 
-Pure value rules only: whether a task's prompts fit ``model.max_len`` and whether ``env.reward`` names a function are
-decided after composition, by :mod:`pgcli.training.checks`.
+Pure value rules only: whether a task's prompts fit ``model.max_len`` and whether ``env.reward`` names a function (or a
+finished reward-model run) are decided after composition, by :mod:`pgcli.training.checks`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -355,6 +356,10 @@ TEXT_RL_ALGOS: tuple[Any, ...] = (RLOOConfig, REINFORCEConfig, GSPOConfig, Reinf
 # --------------------------------------------------------------------------------------------------------------------
 
 
+REWARD_MODEL_PREFIX = "rm:"
+"""``env.reward=rm:<run>``: a reward model's score is the reward (docs/lm.md, "RL on a learned reward")."""
+
+
 @dataclass
 class TextEnvConfig:
     """A generated text task (docs/lm.md): character prompts, a verifiable reward and a fixed held-out set."""
@@ -367,8 +372,9 @@ class TextEnvConfig:
     """Held-out problems (never sampled for training) scored at each evaluation."""
     eval_seed: int = 1234
     """Seed of the held-out set: the same set for every run, whatever its seed."""
-    reward: dict[str, Any] = field(default_factory=dict)
-    """{_target_: module.fn, **kwargs}: fn(problem, completion) -> float replaces the 0/1 checker ({}: the checker)."""
+    reward: Any = field(default_factory=dict)
+    """{_target_: module.fn, **kwargs}: fn(problem, completion) -> float replaces the 0/1 checker; rm:<run id or run
+    dir>: a reward model's score (pgcli rm; docs/lm.md, "RL on a learned reward"); {}: the checker."""
     format_reward: float = 0.0
     """Added to the reward when the completion is well formed (a number; digits; a parsable expression)."""
     eval_pass_k: int = 8
@@ -382,6 +388,9 @@ class TextEnvConfig:
                  "choose the task with env=addition|sort|countdown")  # fmt: skip
         require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
         require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
+        named = isinstance(self.reward, str) and self.reward.startswith(REWARD_MODEL_PREFIX) and self.reward[3:].strip()
+        require(isinstance(self.reward, Mapping) or bool(named), "env.reward", self.reward,
+                "rm:<run id | run dir> or {_target_: module.function, ...}", "rm: names a pgcli rm run")  # fmt: skip
         require(self.format_reward >= 0, "env.format_reward", self.format_reward, ">= 0", "0 turns it off")
         require(1 <= self.eval_pass_k <= 256, "env.eval_pass_k", self.eval_pass_k, "in [1, 256]", "typical: 8")
         require(self.eval_samples >= 0, "env.eval_samples", self.eval_samples, ">= 0", "0 writes no samples table")

@@ -9,6 +9,9 @@ the first observation of the next episode and puts the true final observation in
     -> FlattenObservation (Box observations of rank != 1) -> RescaleAction([-1, 1], bounded Box actions)
     -> EpisodeState (snapshots of the episode in progress, for checkpoints: ``pgcli.envs.state``)
 
+An image env (``env.pixels``) keeps its frames, uint8 and channels first, and gets its preprocessing on both sides of
+RecordEpisodeStatistics (``pgcli.envs.pixels``: the logged return is the raw score of whole games).
+
 and over the vector env an optional ``VecNormalize`` (running observation / return statistics, as SB3's
 VecNormalize; ``pgcli.envs.normalize``), whose state is saved with the model and frozen for evaluation. Which vector
 env steps the sub-envs is ``hardware.vec_env`` (:func:`make_vec_env`).
@@ -24,6 +27,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from pgcli.config import EnvConfig
 from pgcli.envs.normalize import VecNormalize
+from pgcli.envs.pixels import wrap_above_monitor, wrap_below_monitor
 from pgcli.envs.shm import SharedMemoryVectorEnv
 from pgcli.envs.spec import apply_wrappers, registered_id
 from pgcli.envs.state import EpisodeState
@@ -34,23 +38,30 @@ EVAL_SEED_OFFSET = 10_000
 """Evaluation envs are seeded with seed + this, so they never replay the training episodes."""
 
 
-def make_env(cfg: EnvConfig) -> gym.Env:
+def make_env(cfg: EnvConfig, *, training: bool = True) -> gym.Env:
     """One sub-env: ``gymnasium.make`` (a ``module:EnvId`` id imports its module first) wrapped by :func:`wrap_env`."""
     registered_id(cfg.id)  # imports the module of a `module:EnvId` id (also from the working directory)
-    return wrap_env(gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs)), cfg)
+    env = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))
+    return wrap_env(env, cfg, training=training)
 
 
-def wrap_env(env: gym.Env, cfg: EnvConfig) -> gym.Env:
+def wrap_env(env: gym.Env, cfg: EnvConfig, *, training: bool = True) -> gym.Env:
     """The wrappers every trainer sees, innermost first.
 
     RecordEpisodeStatistics comes first, so returns are the env's own (as rl-baselines3-zoo's Monitor records them),
     then ``env.wrappers``; a Box observation of rank != 1 (a frame stack) is flattened for the MLPs; bounded Box
-    actions are rescaled to [-1, 1].
+    actions are rescaled to [-1, 1]. An image env (``env.pixels``) has its no-op starts and frame skip below the
+    monitor, the rest of its preprocessing above it (the life handling and reward clipping only when ``training``),
+    and keeps its frames.
     """
+    if cfg.pixels is not None:
+        env = wrap_below_monitor(env, cfg.pixels)
     env = gym.wrappers.RecordEpisodeStatistics(env)
+    if cfg.pixels is not None:
+        env = wrap_above_monitor(env, cfg.pixels, training=training)
     env = apply_wrappers(env, cfg.wrappers)
     obs_space, action_space = env.observation_space, env.action_space
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) != 1:
+    if cfg.pixels is None and isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) != 1:
         env = gym.wrappers.FlattenObservation(env)
     if cfg.rescale_actions and isinstance(action_space, gym.spaces.Box) and _bounded(action_space):
         ones = np.ones(action_space.shape, dtype=np.float32)
@@ -69,6 +80,7 @@ def make_vec_env(
     n_envs: int | None = None,
     vectorization: str = "sync",
     gamma: float = 0.99,
+    training: bool = True,
 ) -> VectorEnv:
     """Build the vectorised env described by ``cfg`` and reset it with ``seed`` (sub-env i gets seed + i).
 
@@ -83,9 +95,11 @@ def make_vec_env(
             'lean' (that env's lean step with every sub-env in this process: the sync env's arrays and end-of-episode
             infos, about 11 us less per step of one normalised Hopper env; what evaluations step).
         gamma: discount used by return-based reward normalisation.
+        training: an image env's training-only preprocessing (life loss ends an episode, reward signs); False for
+            evaluation envs, which play whole games on the raw rewards (docs/pixels.md).
     """
     n = cfg.n_envs if n_envs is None else n_envs
-    fns = [partial(make_env, cfg) for _ in range(n)]
+    fns = [partial(make_env, cfg, training=training) for _ in range(n)]
     venv: VectorEnv
     if vectorization == "worker" and n >= 2 and usable_cpus() >= 2:  # else nothing to gain
         venv = WorkerVectorEnv(fns)

@@ -9,7 +9,13 @@ On the task's fixed held-out problems (never sampled for training):
   pass@k estimator of Chen et al. (2021). MLflow metric names cannot hold ``@``, hence ``pass_at``;
 - ``eval/reward_mean``: mean reward of those sampled completions (format reward included);
 - ``eval/completion_len``: mean length in tokens (EOS included) of the greedy completions;
-- ``eval/return_mean`` (every run's key): mean reward of the greedy completions, what the best model is chosen by.
+- ``eval/return_mean`` (every run's key): mean reward of the greedy completions, what the best model is chosen by;
+- with a learned reward (``env.reward=rm:<run>``, docs/lm.md, "RL on a learned reward"): ``eval/proxy_reward_mean``,
+  the reward model's mean score of the greedy completions, and ``eval/proxy_reward_sampled_mean``, of the sampled
+  ones (``eval/accuracy`` stays the checker's: the gold beside the proxy);
+- with a reference policy (``init=``, or LoRA's base): ``eval/kl_ref``, the mean over the sampled completions of
+  log pi(y|x) - log pi_ref(y|x) at the sampling temperature, an unbiased estimate of KL(pi || pi_ref) per completion
+  in nats; gold accuracy against it is the over-optimisation curve.
 
 The sampled completions use a generator seeded the same way at every evaluation, so curves compare like with like.
 The first ``env.eval_samples`` problems go into a samples table (prompt, reference, greedy and sampled completions).
@@ -26,8 +32,8 @@ import torch
 
 from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig
-from pgcli.lm.model import CausalLM, generate
-from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
+from pgcli.lm.model import CausalLM, completion_logprobs, generate
+from pgcli.lm.tasks import LearnedReward, Problem, TextTask, decode_completions, encode_prompts
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation's sampling seed is the run's seed plus this (as for gymnasium evaluation envs)."""
@@ -54,8 +60,11 @@ def evaluate_text(
     *,
     seed: int,
     device: torch.device,
+    reference: CausalLM | None = None,
+    learned_reward: LearnedReward | None = None,
 ) -> EvalResult:
-    """Score ``policy`` on ``problems`` (module docstring); the policy's train/eval mode is restored afterwards."""
+    """Score ``policy`` on ``problems`` (module docstring; ``eval/kl_ref`` with a ``reference``, the proxy metrics
+    with a ``learned_reward``); the policy's train/eval mode is restored afterwards."""
     was_training = policy.training
     policy.eval()
     try:
@@ -64,10 +73,28 @@ def evaluate_text(
         k = settings.pass_k
         repeated = [p for p in problems for _ in range(k)]
         sampled = _complete(task, policy, repeated, settings, temperature=settings.temperature, generator=generator,
-                            device=device)  # fmt: skip
+                            device=device, reference=reference)  # fmt: skip
     finally:
         policy.train(was_training)
-    return score_completions(task, problems, *greedy, sampled[0], k=settings.pass_k, n_table_rows=settings.n_table_rows)
+    result = score_completions(task, problems, greedy[0], greedy[1], sampled[0], k=settings.pass_k,
+                               n_table_rows=settings.n_table_rows)  # fmt: skip
+    if reference is not None:
+        result.extra["eval/kl_ref"] = float(np.mean(sampled[2]))
+    if learned_reward is not None:
+        result.extra |= proxy_metrics(learned_reward, problems, greedy[0], sampled[0], k=k)
+    return result
+
+
+def proxy_metrics(
+    learned_reward: LearnedReward, problems: list[Problem], greedy: list[str], sampled: list[str], *, k: int
+) -> dict[str, float]:
+    """``eval/proxy_reward_mean`` and ``eval/proxy_reward_sampled_mean``: the learned reward's mean score of the greedy
+    completions and of the k sampled ones per problem (module docstring)."""
+    repeated = [p.prompt for p in problems for _ in range(k)]
+    return {
+        "eval/proxy_reward_mean": float(np.mean(list(learned_reward([p.prompt for p in problems], greedy)))),
+        "eval/proxy_reward_sampled_mean": float(np.mean(list(learned_reward(repeated, sampled)))),
+    }
 
 
 def score_completions(
@@ -83,10 +110,10 @@ def score_completions(
     """The evaluation of given completions: ``greedy[i]`` (``greedy_lens[i]`` tokens) answers ``problems[i]``, and
     ``sampled[i * k : (i + 1) * k]`` are its k samples (module docstring for the metrics)."""
     correct = np.array([task.correct(p, c) for p, c in zip(problems, greedy, strict=True)])
-    rewards = np.array([task.reward(p, c) for p, c in zip(problems, greedy, strict=True)])
+    rewards = np.array(task.rewards(problems, greedy))
     repeated = [p for p in problems for _ in range(k)]
     sampled_correct = np.array([task.correct(p, c) for p, c in zip(repeated, sampled, strict=True)])
-    sampled_rewards = np.array([task.reward(p, c) for p, c in zip(repeated, sampled, strict=True)])
+    sampled_rewards = np.array(task.rewards(repeated, sampled))
     passed = sampled_correct.reshape(len(problems), k).any(axis=1)
     rows: list[dict[str, Any]] = [
         {
@@ -118,10 +145,13 @@ def _complete(
     temperature: float,
     generator: torch.Generator | None,
     device: torch.device,
-) -> tuple[list[str], list[int]]:
-    """Completions of ``problems`` in batches: their texts and lengths in tokens (EOS included)."""
+    reference: CausalLM | None = None,
+) -> tuple[list[str], list[int], list[float]]:
+    """Completions of ``problems`` in batches: their texts, lengths in tokens (EOS included) and, with a
+    ``reference``, log pi(y|x) - log pi_ref(y|x) of each (else no values)."""
     texts: list[str] = []
     lengths: list[int] = []
+    log_ratios: list[float] = []
     for start in range(0, len(problems), settings.batch_size):
         chunk = problems[start : start + settings.batch_size]
         tokens, mask = encode_prompts(task.vocab, chunk, device)
@@ -130,11 +160,16 @@ def _complete(
                        pad_id=task.vocab.pad_id)  # fmt: skip
         texts += decode_completions(task.vocab, gen.tokens)
         lengths += gen.mask.sum(1).tolist()
-    return texts, lengths
+        if reference is not None:
+            logp, _ = completion_logprobs(policy, tokens, mask, gen.tokens, gen.mask, temperature=temperature)
+            ref_logp, _ = completion_logprobs(reference, tokens, mask, gen.tokens, gen.mask, temperature=temperature)
+            log_ratios += ((logp - ref_logp).float() * gen.mask).sum(1).tolist()  # [B]
+    return texts, lengths, log_ratios
 
 
 class TextEvaluator:
-    """The monitor's evaluator on a text task: :func:`evaluate_text` on the held-out set.
+    """The monitor's evaluator on a text task: :func:`evaluate_text` on the held-out set (with the KL to
+    ``reference`` and the ``learned_reward``'s proxy metrics where given).
 
     It scores the policy module it was built with, which the run's trainer trains in place (the ``agent`` the
     monitor passes is the trainer, used by the monitor for saving only).
@@ -149,13 +184,17 @@ class TextEvaluator:
         *,
         seed: int,
         device: torch.device,
+        reference: CausalLM | None = None,
+        learned_reward: LearnedReward | None = None,
     ) -> None:
         self.task, self.policy, self.settings, self.cfg = task, policy, settings, cfg
         self.seed, self.device = seed, device
+        self.reference, self.learned_reward = reference, learned_reward
         self.problems = task.eval_problems()
 
     def __call__(self, agent: Agent) -> EvalResult:
-        return evaluate_text(self.task, self.policy, self.problems, self.settings, seed=self.seed, device=self.device)
+        return evaluate_text(self.task, self.policy, self.problems, self.settings, seed=self.seed, device=self.device,
+                             reference=self.reference, learned_reward=self.learned_reward)  # fmt: skip
 
     def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
         """Text tasks have no video (``eval.video_every`` is refused for them): an evaluation, no files."""

@@ -9,31 +9,20 @@ The source must fit the new run: the same character vocabulary (the same task fa
 (``n_layers``, ``n_heads``, ``d_model``, ``d_ff``, ``max_len``) and a task whose prompts fit that ``max_len``; a
 mismatch is a one-line error naming the key, before anything is created. ``pgcli train`` takes the source's task
 settings and model sizes for every one of them the command line leaves out (:func:`init_overrides`; docs/lm.md,
-"Starting RL from SFT").
+"Starting RL from SFT"). The source is found by :func:`pgcli.lm.locate.locate_model`.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, fields
+from typing import Any
 
 from pgcli.config import HFModelConfig, LMModelConfig, TextEnvConfig, TrackingConfig
 from pgcli.errors import ConfigError
 from pgcli.lm.load import TextModelConfig
-from pgcli.training.logged import LoggedRun, Wording
+from pgcli.lm.locate import InitSource, ModelRef, locate_model
 
-if TYPE_CHECKING:
-    from pgcli.tracking.store import RunStore
-
-INIT = Wording(
-    not_a_run="init={ref}: no such run directory (and not an MLflow run id)",
-    no_store="init={ref}: no such run directory (and not an MLflow run id)",
-    not_found="init={ref}: no run with this id in {uri}; pass the run directory, or tracking.uri=...",
-    doing="start from",
-)
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_ff", "max_len")
 """LMModelConfig fields that fix the shape of the weights."""
 NOT_CARRIED = ("id", "reward", "format_reward")
@@ -41,80 +30,9 @@ NOT_CARRIED = ("id", "reward", "format_reward")
 the source's), the reward is what RL optimises (SFT trains on none)."""
 
 
-@dataclass(frozen=True)
-class InitSource:
-    """Where the initial weights come from."""
-
-    model_dir: Path
-    """A directory with ``policy.pt`` and ``agent.json``."""
-    spec: dict[str, Any]
-    """Its ``agent.json``."""
-    run_id: str | None
-    """The SFT run's MLflow run id (None for a ``tracking=off`` run)."""
-
-
 def locate_init(init: str, tracking: TrackingConfig) -> InitSource:
     """The model directory ``init`` names (module docstring); one-line ConfigError when there is none."""
-    from pgcli.lm.model import POLICY_FILE
-
-    run = LoggedRun.locate(init, store=lambda: _init_store(init, tracking), wording=INIT)
-    if run.record is None:  # a run directory, or its model directory
-        assert run.run_dir is not None
-        for candidate in (run.run_dir / "model", run.run_dir):
-            if (candidate / POLICY_FILE).is_file():
-                return InitSource(candidate.resolve(), _read_spec(candidate, init), run.run_id)
-        raise ConfigError(
-            f"init={init}: {run.run_dir} holds no model/{POLICY_FILE}; pass an SFT run's directory or run id"
-        )
-    return _from_store(run, init, tracking)
-
-
-def _read_spec(model_dir: Path, init: str) -> dict[str, Any]:
-    from pgcli.agent import AGENT_FILE
-
-    try:
-        spec: dict[str, Any] = json.loads((model_dir / AGENT_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"init={init}: cannot read {model_dir / AGENT_FILE} ({type(exc).__name__})") from None
-    if spec.get("backend") != "text":
-        raise ConfigError(f"init={init}: {model_dir} is not a text policy (trained on env {spec.get('env')!r})")
-    return spec
-
-
-def _init_store(init: str, tracking: TrackingConfig) -> RunStore | None:
-    """The store to look a run id up in; None with ``tracking=off``; a missing SQLite file is an error here (opening
-    it would create one)."""
-    from pgcli.tracking.store import open_run_store
-    from pgcli.tracking.uri import resolve_tracking_target
-
-    if tracking.backend != "mlflow":
-        return None
-    uri = resolve_tracking_target(tracking).uri
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ConfigError(f"init={init}: no tracking store at {uri} to look the run up in")
-    return open_run_store(tracking)
-
-
-def _from_store(run: LoggedRun, init: str, tracking: TrackingConfig) -> InitSource:
-    """The final model of a run named by id (or a prefix of it: ``init`` as typed names it in messages only): from its
-    run directory where it is here, else downloaded from its ``model`` artifact into ``<store_dir>/init/<run id>/``
-    (kept: the next run starting from it reads it there, whichever prefix names it)."""
-    from pgcli.lm.model import POLICY_FILE
-
-    assert run.record is not None and run.store is not None
-    run_id = run.record.run_id
-    if run.record.status != "FINISHED":
-        raise ConfigError(
-            f"init={init}: run {run_id} is {run.record.status}, not FINISHED; its final model may be missing"
-        )
-    if run.run_dir is not None and (run.run_dir / "model" / POLICY_FILE).is_file():
-        return InitSource(run.run_dir.resolve() / "model", _read_spec(run.run_dir / "model", init), run_id)
-    cache = Path(tracking.store_dir) / "init" / run_id
-    if not (cache / "model" / POLICY_FILE).is_file():
-        run.store.download(run_id, "model", cache)
-    if not (cache / "model" / POLICY_FILE).is_file():
-        raise ConfigError(f"init={init}: run {run_id} has no model/{POLICY_FILE} (was it an SFT run of pgcli?)")
-    return InitSource((cache / "model").resolve(), _read_spec(cache / "model", init), run_id)
+    return locate_model(init, tracking, ModelRef(f"init={init}"))
 
 
 def _source_model(source: InitSource) -> tuple[str, dict[str, Any]]:

@@ -16,13 +16,16 @@ are rejection-sampled against it, so accuracy is measured on prompts the policy 
 
 Reward = ``reward_fn(problem, completion)`` + ``format_reward`` * [the completion is well formed], where
 ``reward_fn`` is 1.0 for a correct completion and 0.0 otherwise unless ``env.reward`` names another function
-``(problem, completion) -> float`` with ``_target_`` (extra keys are passed to it as keyword arguments).
+``(problem, completion) -> float`` with ``_target_`` (extra keys are passed to it as keyword arguments), or a reward
+model's score (``env.reward=rm:<run>``: a :class:`LearnedReward` scores a batch of strings, docs/lm.md, "RL on a
+learned reward"). ``correct`` stays the task's checker: the gold beside any learned reward.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +34,7 @@ import numpy as np
 from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, SortEnvConfig, TextEnvConfig
 from pgcli.envs.spec import resolve_target
 from pgcli.errors import ConfigError
+from pgcli.lm.arithmetic import evaluate_expression, uses_given_numbers
 
 if TYPE_CHECKING:
     import torch
@@ -122,6 +126,8 @@ class TextTask(Protocol):
     def eval_problems(self) -> list[Problem]: ...
 
     def reward(self, problem: Problem, completion: str) -> float: ...
+
+    def rewards(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]: ...
 
     def correct(self, problem: Problem, completion: str) -> bool: ...
 
@@ -228,101 +234,11 @@ class Countdown:
 
     def correct(self, problem: Problem, completion: str) -> bool:
         numbers, target = self.parse_prompt(problem.prompt)
-        return _uses_given_numbers(completion, numbers) and evaluate_expression(completion) == target
+        return uses_given_numbers(completion, numbers) and evaluate_expression(completion) == target
 
     def well_formed(self, problem: Problem, completion: str) -> bool:
         numbers, _ = self.parse_prompt(problem.prompt)
-        return _uses_given_numbers(completion, numbers) and evaluate_expression(completion) is not None
-
-
-def _tokens(expr: str) -> list[str] | None:
-    """Numbers, operators and brackets of ``expr`` (None on any other character or a number with a leading 0)."""
-    out: list[str] = []
-    i = 0
-    while i < len(expr):
-        c = expr[i]
-        if c.isdigit():
-            j = i
-            while j < len(expr) and expr[j].isdigit():
-                j += 1
-            if expr[i] == "0" and j - i > 1:
-                return None
-            out.append(expr[i:j])
-            i = j
-        elif c in "+-*()":
-            out.append(c)
-            i += 1
-        else:
-            return None
-    return out
-
-
-def evaluate_expression(expr: str) -> int | None:
-    """The integer value of an expression of non-negative integers, ``+ - *`` and parentheses with the usual
-    precedence; None when it does not parse (no ``eval``: a small recursive-descent parser)."""
-    tokens = _tokens(expr)
-    if not tokens:
-        return None
-    parser = _Parser(tokens)
-    value = parser.expression()
-    return value if parser.pos == len(tokens) else None
-
-
-class _Parser:
-    """Recursive descent over :func:`_tokens`' output: expression = term (('+' | '-') term)*, term = factor ('*'
-    factor)*, factor = number | '(' expression ')'. Each rule returns None when the input does not parse."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-
-    def peek(self) -> str | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def factor(self) -> int | None:
-        tok = self.peek()
-        if tok == "(":
-            self.pos += 1
-            value = self.expression()
-            if value is None or self.peek() != ")":
-                return None
-            self.pos += 1
-            return value
-        if tok is not None and tok.isdigit():
-            self.pos += 1
-            return int(tok)
-        return None
-
-    def term(self) -> int | None:
-        value = self.factor()
-        while value is not None and self.peek() == "*":
-            self.pos += 1
-            right = self.factor()
-            value = None if right is None else value * right
-        return value
-
-    def expression(self) -> int | None:
-        value = self.term()
-        while value is not None and self.peek() in ("+", "-"):
-            op = self.tokens[self.pos]
-            self.pos += 1
-            right = self.term()
-            value = None if right is None else (value + right if op == "+" else value - right)
-        return value
-
-
-def _uses_given_numbers(expr: str, numbers: Sequence[int]) -> bool:
-    """Every number in ``expr`` is one of ``numbers``, each used at most as often as it is given."""
-    tokens = _tokens(expr)
-    if tokens is None:
-        return False
-    left = list(numbers)
-    for tok in tokens:
-        if tok.isdigit():
-            if int(tok) not in left:
-                return False
-            left.remove(int(tok))
-    return True
+        return uses_given_numbers(completion, numbers) and evaluate_expression(completion) is not None
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -330,6 +246,12 @@ def _uses_given_numbers(expr: str, numbers: Sequence[int]) -> bool:
 # --------------------------------------------------------------------------------------------------------------------
 
 RewardFn = Callable[[Problem, str], float]
+
+
+class LearnedReward(Protocol):
+    """A reward model's scores of completions given their prompts, one batch at a time (``env.reward=rm:<run>``)."""
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> Iterable[float]: ...
 
 
 class Task:
@@ -358,6 +280,7 @@ class Task:
         # a subword token holds at least one character: the longest answer + EOS bounds every tokenizer's count
         self.max_completion_len = max_new_tokens or puzzle.max_answer_chars + 1
         self.reward_fn, self.format_reward = reward_fn, format_reward
+        self.learned_reward: LearnedReward | None = None
         self._eval = self._draw_unique(np.random.default_rng(eval_seed), n_eval)
         self._eval_prompts = frozenset(p.prompt for p in self._eval)
 
@@ -388,24 +311,42 @@ class Task:
         return self.puzzle.well_formed(problem, completion)
 
     def reward(self, problem: Problem, completion: str) -> float:
-        base = (
-            float(self.correct(problem, completion)) if self.reward_fn is None else self.reward_fn(problem, completion)
-        )
+        return self.rewards([problem], [completion])[0]
+
+    def rewards(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
+        """The reward of ``completions[i]`` given ``problems[i]`` (module docstring); a learned reward scores them all
+        in one call (batched on its device)."""
+        pairs = list(zip(problems, completions, strict=True))
+        if self.learned_reward is not None:
+            base = [float(r) for r in self.learned_reward([p.prompt for p, _ in pairs], [c for _, c in pairs])]
+        elif self.reward_fn is not None:
+            base = [self.reward_fn(p, c) for p, c in pairs]
+        else:
+            base = [float(self.correct(p, c)) for p, c in pairs]
         if self.format_reward:
-            base += self.format_reward * float(self.well_formed(problem, completion))
-        return float(base)
+            base = [
+                b + self.format_reward * float(self.well_formed(p, c)) for b, (p, c) in zip(base, pairs, strict=True)
+            ]
+        return [float(b) for b in base]
+
+    def with_learned_reward(self, learned_reward: LearnedReward) -> Task:
+        """This task with ``learned_reward`` as its reward (the checker stays ``correct``); ``self`` is unchanged."""
+        task = copy.copy(self)
+        task.learned_reward = learned_reward
+        return task
 
     def demonstration(self, problem: Problem) -> str:
         return problem.answer
 
 
-def resolve_reward(spec: Mapping[str, Any] | None) -> RewardFn | None:
-    """The function ``env.reward`` names (``{_target_: module.fn, **kwargs}``), or None (``{}``) for the checker.
+def resolve_reward(spec: Mapping[str, Any] | str | None) -> RewardFn | None:
+    """The function ``env.reward`` names (``{_target_: module.fn, **kwargs}``), or None for the checker (``{}``) or a
+    reward model (``rm:<run>``: :mod:`pgcli.lm.learned_reward` loads it where the run has its device).
 
     Raises:
         ConfigError: no ``_target_``, or it does not import, or it is not callable.
     """
-    if not spec:
+    if not spec or isinstance(spec, str):
         return None
     spec = dict(spec)
     target = spec.pop("_target_", None)

@@ -94,7 +94,10 @@ def _plot_control(history: History) -> tuple[Any, str]:
 
 
 def step_unit(history: History) -> str:
-    """What a text run's step counts: demonstrations (SFT) or sampled completions (RL)."""
+    """What a text run's step counts: demonstrations (SFT), preference pairs (a reward model) or sampled completions
+    (RL)."""
+    if "eval/pairwise_accuracy" in history or "train/pairwise_accuracy" in history:
+        return "preference pairs"
     return "demonstrations" if "train/teacher_forced_exact" in history else "sampled completions"
 
 
@@ -103,12 +106,12 @@ def text_panels(history: History) -> list[Panel]:
     the training signal (an RL run's mean reward of its sampled completions, else SFT's loss); the KL to the
     reference policy."""
     pass_k = sorted((k for k in history if k.startswith("eval/pass_at_")), key=lambda k: int(k.rpartition("_")[2]))
-    accuracy = tuple(k for k in ("eval/accuracy", *pass_k) if history.get(k))
+    accuracy = tuple(k for k in ("eval/accuracy", *pass_k, "eval/pairwise_accuracy") if history.get(k))
     panels = [Panel("held-out accuracy", accuracy, unit_interval=True)] if accuracy else []
     if history.get("rollout/reward_mean"):
         panels.append(Panel("reward of sampled completions", ("rollout/reward_mean",)))
     elif history.get("train/loss"):
-        panels.append(Panel("training loss", ("train/loss",)))
+        panels.append(Panel("training loss", tuple(k for k in ("train/loss", "eval/loss") if history.get(k))))
     if history.get("train/kl_ref"):
         panels.append(Panel("KL to the reference", ("train/kl_ref",)))
     return panels
@@ -118,16 +121,26 @@ SERIES_LABELS = {
     "eval/accuracy": "greedy completion correct",
     "rollout/reward_mean": "mean over each update's batch",
     "train/loss": "NLL per answer token, each update",
+    "eval/pairwise_accuracy": "reward model ranks the pair right",
+    "eval/loss": "Bradley-Terry loss, held-out pairs",
     "train/kl_ref": "k3 estimate, each update",
 }
 
 
-def _label(key: str) -> str:
+def _label(key: str, history: History) -> str:
     """A series' legend entry: what it measures, and its key."""
+    if key == "train/loss":
+        return f"{_train_loss_label(history)} ({key})"
     if key.startswith("eval/pass_at_"):
         k = key.removeprefix("eval/pass_at_")
         return f"pass@{k}: one of {k} sampled correct ({key})"
     return f"{SERIES_LABELS.get(key, key)} ({key})"
+
+
+def _train_loss_label(history: History) -> str:
+    """``train/loss`` is a reward model's Bradley-Terry loss, else SFT's NLL."""
+    rm = "eval/pairwise_accuracy" in history
+    return "Bradley-Terry loss, each update" if rm else SERIES_LABELS["train/loss"]
 
 
 def _plot_text(history: History) -> tuple[Any, str]:
@@ -142,7 +155,7 @@ def _plot_text(history: History) -> tuple[Any, str]:
         for key in panel.keys:
             steps, values = zip(*history[key], strict=True)
             style: dict[str, Any] = {"marker": "o", "clip_on": False} if key.startswith("eval/") else {"alpha": 0.7}
-            ax.plot(steps, values, label=_label(key), **style)
+            ax.plot(steps, values, label=_label(key, history), **style)
         if panel.unit_interval:
             ax.set_ylim(0.0, 1.0)
         ax.set_ylabel(panel.ylabel)

@@ -33,6 +33,7 @@ from pgcli.config import (
     REINFORCEConfig,
     ReinforcePPConfig,
     RLOOConfig,
+    RMConfig,
     SB3TRPOConfig,
     SFTConfig,
     TextEnvConfig,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
     from pgcli.algo.base import EvalResult, Learner, Trainer
     from pgcli.lm.model import CausalLM
-    from pgcli.lm.tasks import TextTask
+    from pgcli.lm.tasks import Task, TextTask
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
@@ -73,6 +74,7 @@ TEXT_TRAINERS: dict[type, str] = {
     GSPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     ReinforcePPConfig: "pgcli.algo.lm_grpo:LMGRPO",
     PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
+    RMConfig: "pgcli.lm.reward_model:RewardModelTrainer",
 }
 """Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
 device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
@@ -372,13 +374,17 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     also the frozen reference), the text trainer and the held-out evaluator, in the same
     :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
+    from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_task
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
     task = make_text_task(cfg.env, cfg.model)
+    reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
+    if reward_model is not None:
+        task = task.with_learned_reward(reward_model)
     policy, reference, init_tags = start_from_init(cfg, task, device)
-    tags = run_tags(cfg, ctx, device) | init_tags
+    tags = run_tags(cfg, ctx, device) | init_tags | reward_tags
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:
@@ -390,9 +396,9 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
                 cfg.algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=cfg.seed, device=device
             )
         )
-        monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device))
+        monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device, reference=reference))
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
-    unit = "demonstrations" if isinstance(cfg.algo, SFTConfig) else "sampled completions"
+    unit = {SFTConfig: "demonstrations", RMConfig: "preference pairs"}.get(type(cfg.algo), "sampled completions")
     return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
 
 
@@ -428,20 +434,38 @@ def start_from_init(
 
 
 def text_monitor(
-    cfg: TrainConfig, ctx: RunContext, run: Run, task: TextTask, policy: CausalLM, device: torch.device
+    cfg: TrainConfig,
+    ctx: RunContext,
+    run: Run,
+    task: Task,
+    policy: CausalLM,
+    device: torch.device,
+    *,
+    reference: CausalLM | None = None,
 ) -> TrainingMonitor:
-    """The monitor of a text run: held-out evaluations of ``policy`` on ``task`` (also at step 0 for a run from
-    ``init``: the model it starts from), samples tables under the run dir."""
+    """The monitor of a text run: held-out evaluations of ``policy`` on ``task`` (a reward model's: of its held-out
+    preference pairs; also at step 0 for a run from ``init``: the model it starts from), with the proxy reward of a
+    learned reward and the KL to ``reference`` when there are, samples tables under the run dir."""
     from pgcli.lm.evaluation import TextEvalSettings, TextEvaluator
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
-    settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
-                                top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
+    evaluator: TextEvaluator | PairEvaluator
+    if isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
+        from pgcli.lm.pairs import PairGenerator
+        from pgcli.lm.reward_model import PairEvaluator
+
+        evaluator = PairEvaluator(task, PairGenerator(task, cfg.algo.pairs), cfg.eval, seed=cfg.env.eval_seed,
+                                  n_table_rows=cfg.env.eval_samples, device=device)  # fmt: skip
+    else:
+        settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
+                                    top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
+        evaluator = TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device, reference=reference,
+                                  learned_reward=task.learned_reward)  # fmt: skip
     return TrainingMonitor(
         run.logger,
         replace(monitor_schedule(cfg), eval_at_start=cfg.init is not None),  # the init model's score at step 0
-        evaluator=TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device),
+        evaluator=evaluator,
         outputs=monitor_outputs(cfg, ctx.output_dir, samples=True),
         hooks=Hooks(stop=run.stop, on_eval=ctx.on_eval),
         progress=cfg.progress,

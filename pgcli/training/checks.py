@@ -5,7 +5,8 @@ here and fits together (docs/configuration.md, "Validation"):
 
 - a gymnasium env: ``env.id`` is registered (its ``module:`` imported), each of ``env.wrappers`` resolves and takes
   its arguments, and the trainer takes the spaces of one throwaway env built exactly as training builds it, with no
-  continuous-only option on discrete actions;
+  continuous-only option on discrete actions; an image env's package is installed (``pgcli[pixels]``) and its
+  frames fit ``model.arch``;
 - a text task: ``env.reward`` names a function, the held-out set is at most half of the task's distinct prompts, and
   prompt + completion fit ``model.max_len``; ``model=hf``: ``model.path`` is a model directory or a hub id in the
   local cache, and its LoRA targets exist;
@@ -36,8 +37,10 @@ from pgcli.config import (
     TrainConfig,
 )
 from pgcli.config.compose import compose_train_config, job_overrides, to_train_config
+from pgcli.config.pixels import MIN_FRAME_SIZE, CNNModelConfig
 from pgcli.config.rules import require
 from pgcli.envs.make import wrap_env
+from pgcli.envs.pixels import missing_package
 from pgcli.envs.spec import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -48,6 +51,7 @@ from pgcli.envs.spec import (
 )
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import select_device
+from pgcli.lm.learned_reward import check_reward_model, locate_reward_model, reward_model_ref
 from pgcli.lm.tasks import make_puzzle, resolve_reward
 
 if TYPE_CHECKING:
@@ -91,6 +95,7 @@ def check_world(cfg: TrainConfig, *, device: bool = True) -> TrainConfig:
     else:
         check_env(cfg.env)
         check_spaces(cfg)
+        check_frames(cfg)
     if device and cfg.hardware.device == "cuda":
         select_device(cfg.hardware)  # imports torch: only when a GPU is asked for
     return cfg
@@ -104,6 +109,9 @@ def check_world(cfg: TrainConfig, *, device: bool = True) -> TrainConfig:
 def check_env(env: EnvConfig) -> None:
     """``env.id`` is registered (its module imported) and every wrapper resolves and takes its arguments; no env is
     made here."""
+    missing = missing_package(env.id)  # an ALE or MinAtar id without its package: the install command, not an import
+    if missing is not None:
+        raise missing
     registered_id(env.id)
     for index, spec in enumerate(env.wrappers):
         check_wrapper(index, spec)
@@ -144,6 +152,21 @@ def check_spaces(cfg: TrainConfig) -> None:
             f"model.log_std_init={cfg.model.log_std_init} only sets the std of continuous (Box) actions; {env_id!r} "
             f"has {actions} actions; drop the override"
         )
+
+
+def check_frames(cfg: TrainConfig) -> None:
+    """An image env's observations are frames, (C, H, W) uint8, large enough for ``model.arch`` (docs/pixels.md)."""
+    probed = probe_spaces(cfg.env)
+    if cfg.env.pixels is None or probed is None or not isinstance(cfg.model, CNNModelConfig):
+        return
+    obs_space, env_id, arch = probed[0], cfg.env.id, cfg.model.arch
+    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == "uint8"):
+        raise ConfigError(f"env.id {env_id!r}: env.wrappers turn its frames into {describe_space(obs_space)}; "
+                          "model=cnn takes (C, H, W) uint8 frames")  # fmt: skip
+    need = MIN_FRAME_SIZE["minatar" if arch == "auto" else arch]
+    if min(obs_space.shape[1:]) < need:
+        raise ConfigError(f"model.arch={arch} needs frames of {need}x{need} px or more; env.id {env_id!r} gives "
+                          f"{describe_space(obs_space)}; use model.arch=impala (any size)")  # fmt: skip
 
 
 def _unsupported(kind: str, env_id: str, space: spaces.Space, algo: str, able: list[str], fix: str) -> ConfigError:
@@ -192,10 +215,13 @@ def _probe(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
 
 
 def check_text_task(cfg: TrainConfig) -> None:
-    """``env.reward`` resolves, the held-out set leaves the task prompts to train on, and the longest prompt plus its
-    completion fit ``model.max_len``."""
+    """``env.reward`` resolves (a function, or a finished reward-model run that reads this run's text), the held-out
+    set leaves the task prompts to train on, and the longest prompt plus its completion fit ``model.max_len``."""
     env: TextEnvConfig = cfg.env
     resolve_reward(env.reward)
+    ref = reward_model_ref(env.reward)
+    if ref is not None:  # env.reward=rm:<run> (docs/lm.md, "RL on a learned reward")
+        check_reward_model(locate_reward_model(ref, cfg.tracking), env, cfg.model, ref)
     puzzle = make_puzzle(env)
     distinct = puzzle.n_distinct
     require(env.n_eval <= distinct // 2, "env.n_eval", env.n_eval, f"<= half of the {distinct} distinct "

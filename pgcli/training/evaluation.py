@@ -104,7 +104,8 @@ class Evaluator:
             if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
                 self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
             else:
-                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs, vectorization="lean")
+                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs, vectorization="lean",
+                                         training=False)  # fmt: skip  # whole games, raw rewards (docs/pixels.md)
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
         recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
@@ -129,7 +130,7 @@ def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:
 def eval_plan(env_cfg: EnvConfig, cfg: EvalConfig, seed: int) -> EvalPlan:
     """What an evaluation away from the trainer plays (picklable): ``cfg``'s episodes on the lean env an in-process
     :class:`Evaluator` builds, seeded ``seed`` (built once, on the first request)."""
-    make_env = partial(make_vec_env, env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean")
+    make_env = partial(make_vec_env, env_cfg, seed=seed, n_envs=cfg.n_envs, vectorization="lean", training=False)
     return EvalPlan(make_env, episodes=cfg.episodes, deterministic=cfg.deterministic, seed=seed)
 
 

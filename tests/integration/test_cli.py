@@ -94,6 +94,13 @@ def test_sft_help_is_headed_pgcli_sft_with_its_algo_task_and_model(workdir: Path
     assert "warmup_steps:" in out.split("== Config (")[1] and "pgcli train algo=a2c" not in out
 
 
+def test_rm_help_is_headed_pgcli_rm_with_its_algo(workdir: Path):
+    proc = run_pgcli(["rm", "--help"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("pgcli rm") and "usage: pgcli rm " in proc.stdout
+    assert "\nalgo: rm\n" in proc.stdout.split("== Config (")[0] and "label_noise:" in proc.stdout
+
+
 TINY_RUN = ["tracking=off", "total_steps=256", "eval.episodes=2", "eval.every=0", "progress=false",
             "checkpoint_every=0"]  # fmt: skip
 

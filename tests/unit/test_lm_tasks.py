@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pgcli.errors import ConfigError
+from pgcli.lm.arithmetic import evaluate_expression
 from pgcli.lm.tasks import (
     Addition,
     CharVocab,
@@ -18,7 +19,6 @@ from pgcli.lm.tasks import (
     decode_completions,
     encode_completions,
     encode_prompts,
-    evaluate_expression,
     resolve_reward,
 )
 

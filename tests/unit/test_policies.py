@@ -199,3 +199,40 @@ def test_linearization_matches_forward_and_reverse_mode_autodiff(activation):
 def test_fisher_product_is_none_for_activations_without_an_explicit_derivative():
     policy = make_policy(BOX4, ACT2, ModelConfig(activation="elu"))
     assert policy.fisher_product(torch.randn(3, 4)) is None
+
+
+def test_trpo_fisher_product_on_a_cnn_policy_is_the_hessian_of_the_mean_kl():
+    # frames (model=cnn; docs/pixels.md) take TRPO's autograd route: no hand-written Jacobian through the convolutions
+    from torch.func import functional_call, jacrev
+
+    from pgcli.algo.trpo import fisher_vector_product_fn
+    from pgcli.config.pixels import CNNModelConfig
+    from pgcli.ops.autodiff import fisher_vector_product
+
+    torch.manual_seed(5)
+    frames = gym.spaces.Box(0, 255, (2, 5, 5), np.uint8)
+    policy = make_policy(frames, gym.spaces.Discrete(3), CNNModelConfig(pi_hidden_sizes=[8])).double()
+    for p in policy.parameters():  # away from the init's near-uniform policy
+        p.data.normal_(0.0, 0.1)
+    obs = torch.randint(0, 256, (6, 2, 5, 5), dtype=torch.uint8)
+    assert policy.fisher_product(obs) is None  # the MLP fast path does not apply
+    params = policy.actor_parameters()
+    new = policy.dist_params(obs)
+    kl = policy.kl_of(detach_params(new), new).mean()
+    trpo_fvp = fisher_vector_product_fn(kl, params, damping=0.0)  # what TRPO's policy step uses on frames
+
+    # the closed form: F = mean_b J_b^T (diag(p_b) - p_b p_b^T) J_b, J_b = d logits_b / d theta
+    names = [name for name, _ in policy.net.named_parameters()]  # the categorical policy's parameters are its net's
+
+    def logits(*theta: torch.Tensor) -> torch.Tensor:
+        return functional_call(policy.net, dict(zip(names, theta, strict=True)), (obs,))
+
+    jac = torch.cat([j.flatten(2) for j in jacrev(logits, argnums=tuple(range(len(params))))(*params)], dim=2)
+    probs = torch.softmax(new[0].detach(), -1)  # [B, n]
+    for _ in range(3):
+        v = torch.randn(sum(p.numel() for p in params), dtype=torch.float64)
+        jv = jac @ v  # [B, n]
+        m_jv = probs * (jv - (probs * jv).sum(-1, keepdim=True))
+        closed_form = torch.einsum("bnp,bn->p", jac, m_jv) / obs.shape[0]
+        assert torch.allclose(trpo_fvp(v), fisher_vector_product(kl, params, v, damping=0.0), atol=1e-10)
+        assert torch.allclose(trpo_fvp(v), closed_form, atol=1e-10)

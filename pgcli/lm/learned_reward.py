@@ -1,0 +1,112 @@
+"""``env.reward=rm:<run id | run dir>``: RL on a learned reward (docs/lm.md, "RL on a learned reward").
+
+The reward of a completion y of prompt x is a reward model's score r_phi(x, y) (``pgcli rm``,
+:mod:`pgcli.lm.reward_model`) instead of the task's checker, and the trainers maximise it with their KL term to the
+reference (``algo.beta``): the RLHF objective r_phi(x, y) - beta * KL(pi || pi_ref) (Ouyang et al., 2022). The checker
+stays the gold: ``eval/accuracy`` and ``rollout/accuracy`` are its verdicts on the same completions, so a rising proxy
+reward with a falling gold accuracy shows over-optimisation.
+
+The reward model scores strings: the prompt and the policy's decoded completion, in the reward model's own tokenizer.
+A ``model=hf`` reward model thus scores any policy (TinyGPT, or another ``model=hf`` base); a ``model=tiny_gpt`` one
+knows its task's characters only, so it scores TinyGPT policies on a task with the same characters whose prompt +
+completion fit its ``max_len`` (:func:`check_reward_model`).
+
+The run is found as ``init=`` finds its run (:func:`pgcli.lm.locate.locate_model`): a missing run, one that did not
+finish or one that is not a reward model is a one-line ConfigError before anything is created. Scores are computed
+in batches on the policy's device, without gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from pgcli.config import HFModelConfig, TextEnvConfig, TrackingConfig
+from pgcli.config.text import REWARD_MODEL_PREFIX
+from pgcli.errors import ConfigError
+from pgcli.lm.load import TextModelConfig
+from pgcli.lm.locate import InitSource, ModelRef, locate_model
+
+if TYPE_CHECKING:
+    import torch
+
+    from pgcli.lm.tasks import LearnedReward
+
+SCORE_BATCH = 512
+"""(prompt, completion) rows per forward pass of the reward model."""
+
+
+def reward_model_ref(reward: Any) -> str | None:
+    """The run ``env.reward`` names with ``rm:<run>``; None for the checker or a ``_target_`` function."""
+    if isinstance(reward, str) and reward.startswith(REWARD_MODEL_PREFIX):
+        return reward.removeprefix(REWARD_MODEL_PREFIX).strip()
+    return None
+
+
+def _how(ref: str) -> ModelRef:
+    return ModelRef(f"env.reward={REWARD_MODEL_PREFIX}{ref}", kind="a reward-model run (pgcli rm)", doing="score with")
+
+
+def locate_reward_model(ref: str, tracking: TrackingConfig) -> InitSource:
+    """The final model of the reward-model run ``ref`` names; one-line ConfigError when there is none, the run did
+    not finish, or it is not a ``pgcli rm`` run."""
+    from pgcli.lm.reward_model import REWARD_HEAD_FILE
+
+    how = _how(ref)
+    source = locate_model(ref, tracking, how)
+    algo = source.spec.get("algo")
+    if algo != "rm" or not (source.model_dir / REWARD_HEAD_FILE).is_file():
+        raise ConfigError(f"{how.option}: {source.model_dir} is the model of an algo={algo} run, not a reward model; "
+                          f"train one with pgcli rm env={source.spec.get('env')}")  # fmt: skip
+    return source
+
+
+def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelConfig, ref: str) -> None:
+    """Raise a one-line ConfigError when the reward model cannot read this run's prompts and completions (module
+    docstring: a ``model=tiny_gpt`` reward model reads its task's characters only)."""
+    from pgcli.lm.tasks import make_puzzle
+
+    option = _how(ref).option
+    config = source.spec.get("config", {})
+    rm_model, rm_env = config.get("model", {}), config.get("env", {}).get("id")
+    if "path" in rm_model:  # model=hf: its tokenizer reads any string
+        return
+    if isinstance(model, HFModelConfig):
+        raise ConfigError(f"{option}: a model=tiny_gpt reward model reads only its task's characters and a model=hf "
+                          "policy writes any text; train the reward model with model=hf")  # fmt: skip
+    puzzle = make_puzzle(env)
+    if source.spec.get("vocab") != puzzle.chars:
+        raise ConfigError(f"{option}: the reward model was trained on env={rm_env}, whose characters differ from "
+                          f"env={env.id}'s; train it on env={env.id}")  # fmt: skip
+    need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
+    if need > int(rm_model.get("max_len", 0)):
+        raise ConfigError(f"{option}: env={env.id} needs model.max_len >= {need} and the reward model has "
+                          f"model.max_len={rm_model.get('max_len')}; train it with model.max_len={need}")  # fmt: skip
+
+
+def load_learned_reward(source: InitSource, device: torch.device) -> LearnedReward:
+    """The reward model in ``source`` as a :class:`~pgcli.lm.tasks.LearnedReward` on ``device``: its scores of
+    (prompt, completion) strings, :data:`SCORE_BATCH` rows per forward pass, without gradient."""
+    from pgcli.agent import agent_config
+    from pgcli.lm.load import make_text_task
+    from pgcli.lm.reward_model import load_reward_model, score_texts
+
+    cfg = agent_config(source.spec)
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # a text run's agent.json
+    rm_task = make_text_task(cfg.env, cfg.model)  # its vocabulary: the reward model's characters or tokenizer
+    model = load_reward_model(rm_task, cfg.model, device, source.model_dir).requires_grad_(False)
+    return functools.partial(score_texts, model, rm_task.vocab, device=device, batch_size=SCORE_BATCH)
+
+
+def learned_reward(
+    env: TextEnvConfig, model: TextModelConfig, tracking: TrackingConfig, device: torch.device
+) -> tuple[LearnedReward | None, dict[str, str]]:
+    """The learned reward ``env.reward`` names (None for the checker or a function) and the run's tags recording it
+    (``reward_model``: its model directory; ``reward_model_run_id``)."""
+    ref = reward_model_ref(env.reward)
+    if ref is None:
+        return None, {}
+    source = locate_reward_model(ref, tracking)
+    check_reward_model(source, env, model, ref)
+    tags = {"reward_model": str(source.model_dir), "reward_model_run_id": source.run_id or ""}
+    return load_learned_reward(source, device), tags

@@ -1,0 +1,311 @@
+"""A reward model of a text task trained on preference pairs (``pgcli rm``, ``algo=rm``; docs/lm.md, "Reward models:
+`pgcli rm`").
+
+The model is the policy's architecture with a scalar head (InstructGPT's reward model, Ouyang et al., 2022): the
+final hidden state at the last real token of prompt + completion (the completion's EOS) through a linear layer,
+
+    r_phi(x, y) = w^T h_phi(x, y)_last
+
+with TinyGPT or any Hugging Face model (``model=hf``: its LoRA adapters and the head train). Trained on pairs
+(x, y_c, y_r), y_c preferred (:mod:`pgcli.lm.pairs`), with the Bradley-Terry loss
+
+    L(phi) = - mean_pairs log sigmoid(r_phi(x, y_c) - r_phi(x, y_r))
+
+with AdamW, a linear learning-rate warm-up over ``warmup_steps`` pairs and a global gradient-norm clip; a "step" is
+one pair. The head starts at zero, so every reward starts at 0 and the loss at log 2. The loss only sees reward
+differences, so the head has no bias. Held-out pairs give ``eval/pairwise_accuracy``, the share of pairs with
+r(x, y_c) > r(x, y_r) (a tie counts as wrong), and ``eval/reward_margin``, the mean r(x, y_c) - r(x, y_r).
+
+The saved model directory holds ``policy.pt`` (the backbone's weights as a fresh model loads them: LoRA adapters
+merged), ``reward_head.pt`` (the head) and, written by the run, ``agent.json``; :func:`load_reward_model` reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pgcli.algo.base import Agent, EvalResult, Monitor
+from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
+from pgcli.algo.guard import check_update
+from pgcli.config import EvalConfig, RMConfig
+from pgcli.errors import PgcliError
+from pgcli.lm.load import TextModelConfig, make_text_policy
+from pgcli.lm.model import CausalLM, save_policy
+from pgcli.lm.pairs import Pair, PairGenerator
+from pgcli.lm.tasks import Problem, Task, Vocab, encode_completions, encode_prompts
+from pgcli.ops.lm import micro_batches
+
+REWARD_HEAD_FILE = "reward_head.pt"
+"""The scalar head's ``state_dict`` beside the backbone's ``policy.pt``."""
+OPTIMIZER_FILE = "optimizer.pt"
+WEIGHTS_FILE = "weights.pt"
+"""The reward model's own state (a LoRA backbone's adapters apart from the base, and the head) for resuming."""
+STATE_FILE = "state.json"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The loss and its metrics (pure)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _check_pair_shapes(r_chosen: Tensor, r_rejected: Tensor) -> None:
+    if r_chosen.ndim != 1 or r_chosen.shape != r_rejected.shape:
+        raise ValueError(f"rewards must be two [N] tensors (got {tuple(r_chosen.shape)} and {tuple(r_rejected.shape)})")
+
+
+def bradley_terry_loss(r_chosen: Tensor, r_rejected: Tensor) -> Tensor:
+    """``-mean log sigmoid(r_chosen - r_rejected)`` over N pairs: the negative log-likelihood of the labels under the
+    Bradley-Terry model P(y_c > y_r) = sigmoid(r_c - r_r). Inputs [N]; returns a scalar."""
+    _check_pair_shapes(r_chosen, r_rejected)
+    return -F.logsigmoid(r_chosen - r_rejected).mean()
+
+
+def pairwise_accuracy(r_chosen: Tensor, r_rejected: Tensor) -> Tensor:
+    """Share of the N pairs whose chosen completion gets the strictly higher reward (a tie counts as wrong)."""
+    _check_pair_shapes(r_chosen, r_rejected)
+    return (r_chosen > r_rejected).float().mean()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class RewardModel(nn.Module):
+    """A :class:`CausalLM` backbone with a linear scalar head on its last real token (module docstring)."""
+
+    def __init__(self, backbone: CausalLM) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.hidden_size, 1, bias=False)
+        nn.init.zeros_(self.head.weight)
+
+    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """Rewards [B] of rows ``tokens`` [B, T] with real-token ``mask`` [B, T] (each row's last real token read)."""
+        hidden = self.backbone.hidden(tokens, mask)  # [B, T, D]
+        t = mask.shape[1]
+        last = t - 1 - mask.flip(1).long().argmax(1)  # [B]
+        h = hidden[torch.arange(len(tokens), device=tokens.device), last]  # [B, D]
+        return self.head(h.to(self.head.weight.dtype)).squeeze(-1)
+
+    def score(self, prompts: Tensor, prompt_mask: Tensor, completions: Tensor, completion_mask: Tensor) -> Tensor:
+        """Rewards [B] of left-padded prompts [B, P] followed by right-padded completions [B, C] (EOS included)."""
+        return self(torch.cat([prompts, completions], 1), torch.cat([prompt_mask, completion_mask], 1))
+
+
+def encode_texts(
+    vocab: Vocab, prompts: Sequence[str], completions: Sequence[str], device: torch.device
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Prompts (left-padded, BOS first) and completions (text + EOS, right-padded to the longest): the four tensors of
+    :meth:`RewardModel.score`."""
+    tokens, mask = encode_prompts(vocab, [Problem(prompt, "") for prompt in prompts], device)  # [B, P]
+    width = max(len(vocab.encode(text)) + 1 for text in completions)
+    completion, completion_mask = encode_completions(vocab, completions, width, device)  # [B, C]
+    return tokens, mask, completion, completion_mask
+
+
+@torch.no_grad()
+def score_texts(
+    model: RewardModel,
+    vocab: Vocab,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    device: torch.device,
+    *,
+    batch_size: int = 512,
+) -> np.ndarray:
+    """Rewards [B] (float64) of ``completions[i]`` given ``prompts[i]``, ``batch_size`` rows per forward pass; the
+    model's train/eval mode is restored afterwards."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts and {len(completions)} completions: pass one completion per prompt")
+    was_training = model.training
+    model.eval()
+    out: list[np.ndarray] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            rows = slice(start, start + batch_size)
+            rewards = model.score(*encode_texts(vocab, prompts[rows], completions[rows], device))
+            out.append(rewards.double().cpu().numpy())
+    finally:
+        model.train(was_training)
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def load_reward_model(task: Task, model: TextModelConfig, device: torch.device, model_dir: Path) -> RewardModel:
+    """The reward model saved in ``model_dir`` (``policy.pt`` and ``reward_head.pt``) for ``task`` and ``model`` (the
+    saved run's config), in eval mode on ``device``."""
+    reward_model = RewardModel(make_text_policy(task, model, device, model_dir))
+    head = torch.load(model_dir / REWARD_HEAD_FILE, map_location=device, weights_only=True)
+    reward_model.head.load_state_dict(head)
+    return reward_model.to(device).eval()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class RewardModelTrainer:
+    """Bradley-Terry training of a :class:`RewardModel` on generated pairs (module docstring); the text-trainer
+    signature of ``pgcli.lm``. ``policy`` is the backbone (fresh, or ``init=<SFT run>``); no reference is used."""
+
+    def __init__(
+        self,
+        cfg: RMConfig,
+        *,
+        task: Task,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: TextModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        del reference  # no KL term: the reward model does not generate
+        self.cfg, self.task, self.device, self.micro_batch = cfg, task, device, model.micro_batch
+        self.reward_model = RewardModel(policy).to(device).train()
+        self.pairs = PairGenerator(task, cfg.pairs, cfg.label_noise)
+        params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+
+    def learning_rate(self) -> float:
+        """The step size at the current step (linear warm-up, then constant)."""
+        if self.cfg.warmup_steps == 0:
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * min(1.0, (self.steps + self.cfg.batch_size) / self.cfg.warmup_steps)
+
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
+        while self.steps < total_steps:
+            stats = self._step(self.pairs.sample(self.rng, self.cfg.batch_size))
+            self.steps += self.cfg.batch_size
+            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"),
+                         params=self.reward_model.parameters())  # fmt: skip
+            monitor.log(self.steps, stats)
+            monitor.update(self.steps, self)
+        return self.steps
+
+    def _step(self, pairs: list[Pair]) -> dict[str, float]:
+        """One gradient step on ``pairs``, ``model.micro_batch`` pairs per forward/backward pass (0: all at once);
+        each pass's loss is its share of the batch mean."""
+        n = len(pairs)
+        texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+        prompts, prompt_mask, completions, completion_mask = encode_texts(
+            self.task.vocab, [p.problem.prompt for p in pairs] * 2, texts, self.device
+        )  # [2N, P], [2N, C]: the chosen rows, then the rejected rows
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        margins: list[Tensor] = []  # [N'] per pass
+        for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
+            both = torch.cat([rows, rows + n])  # [2N']
+            rewards = self.reward_model.score(prompts[both], prompt_mask[both], completions[both],
+                                              completion_mask[both])  # fmt: skip  # [2N']
+            r_chosen, r_rejected = rewards.split(len(rows))
+            loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
+            loss.backward()
+            margins.append((r_chosen - r_rejected).detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        margin = torch.cat(margins)  # [N]
+        return {
+            "train/loss": float(-F.logsigmoid(margin).mean()),
+            "train/pairwise_accuracy": float((margin > 0).float().mean()),
+            "train/reward_margin": float(margin.mean()),
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": lr,
+        }
+
+    def save(self, path: Path) -> Path:
+        """Atomically write ``policy.pt`` and ``reward_head.pt`` (the model), ``weights.pt``, ``optimizer.pt`` and
+        ``state.json`` (steps, pair RNG, process RNGs)."""
+        with atomic_dir(path) as tmp:
+            save_policy(self.reward_model.backbone, tmp)
+            torch.save(self.reward_model.head.state_dict(), tmp / REWARD_HEAD_FILE)
+            torch.save(self.reward_model.state_dict(), tmp / WEIGHTS_FILE)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            state = {"steps": self.steps, "pair_rng": self.rng.bit_generator.state, "rng": rng_state()}
+            (tmp / STATE_FILE).write_text(json.dumps(state))
+        return path
+
+    def load(self, path: Path) -> None:
+        def torch_file(f: Path) -> Any:
+            return torch.load(f, map_location=self.device, weights_only=True)
+
+        self.reward_model.load_state_dict(read_file(path / WEIGHTS_FILE, torch_file))
+        self.optimizer.load_state_dict(read_file(path / OPTIMIZER_FILE, torch_file))
+        state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+        try:
+            self.steps = int(state["steps"])
+            self.rng.bit_generator.state = state["pair_rng"]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit a reward-model run ({exc})") from None
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Held-out evaluation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class PairEvaluator:
+    """The monitor's evaluator of a reward-model run: pairwise accuracy on the held-out pairs.
+
+    It scores the reward model of the trainer the monitor passes (the text evaluator's interface: ``__call__``,
+    ``record``, ``close``). ``eval/return_mean`` is the pairwise accuracy (each pair's "return" is 1 when ranked
+    right), so the best model (``eval.save_best``) is the one that ranks the most held-out pairs right.
+    """
+
+    def __init__(
+        self, task: Task, pairs: PairGenerator, cfg: EvalConfig, *, seed: int, n_table_rows: int, device: torch.device
+    ) -> None:
+        self.task, self.cfg, self.n_table_rows, self.device = task, cfg, n_table_rows, device
+        self.pairs = pairs.eval_pairs(seed)
+
+    def __call__(self, agent: Agent) -> EvalResult:
+        if not isinstance(agent, RewardModelTrainer):
+            raise TypeError(f"a reward-model evaluation scores a RewardModelTrainer (got {type(agent).__name__})")
+        return evaluate_pairs(agent.reward_model, self.task.vocab, self.pairs, self.device, self.n_table_rows)
+
+    def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
+        """Text tasks have no video: an evaluation, no files."""
+        return self(agent), []
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def evaluate_pairs(
+    model: RewardModel, vocab: Vocab, pairs: list[Pair], device: torch.device, n_table_rows: int = 0
+) -> EvalResult:
+    """``eval/pairwise_accuracy``, ``eval/reward_margin`` and ``eval/loss`` (the Bradley-Terry loss) of ``model`` on
+    ``pairs``, with a samples table of the first ``n_table_rows`` pairs."""
+    prompts = [p.problem.prompt for p in pairs]
+    r_chosen = score_texts(model, vocab, prompts, [p.chosen for p in pairs], device)  # [N]
+    r_rejected = score_texts(model, vocab, prompts, [p.rejected for p in pairs], device)  # [N]
+    ranked = (r_chosen > r_rejected).astype(np.float64)
+    margin = r_chosen - r_rejected
+    rows = [
+        {"prompt": p.problem.prompt, "chosen": p.chosen, "rejected": p.rejected, "reward_chosen": float(rc),
+         "reward_rejected": float(rr), "ranked_right": bool(rc > rr)}
+        for p, rc, rr in zip(pairs[:n_table_rows], r_chosen, r_rejected, strict=False)
+    ]  # fmt: skip
+    extra = {
+        "eval/pairwise_accuracy": float(ranked.mean()),
+        "eval/reward_margin": float(margin.mean()),
+        "eval/loss": float(np.logaddexp(0.0, -margin).mean()),  # -log sigmoid(m) = log(1 + e^-m)
+    }
+    lengths = np.array([len(vocab.encode(p.chosen)) + 1 for p in pairs])  # the chosen completions' tokens, EOS too
+    return EvalResult(ranked, lengths, extra=extra, samples=rows if n_table_rows else None)

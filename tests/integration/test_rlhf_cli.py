@@ -1,0 +1,90 @@
+"""RL on a learned reward end to end (docs/lm.md, "RL on a learned reward"): real `pgcli train` runs of ppo_lm and
+GRPO from the session's SFT run with ``env.reward=rm:<reward-model run>`` land FINISHED with the gold accuracy, the
+proxy reward and the KL to the reference at every evaluation; a reward model that cannot be used is one line, exit 2,
+before anything is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from tests.conftest import Store, run_pgcli
+from tests.integration.conftest import LM_SMALL, SFTRun
+
+RL_TINY = ["total_steps=32", "eval.every=16", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8",
+           "algo.beta=0.04"]  # fmt: skip
+EVAL_METRICS = {"eval/accuracy", "eval/proxy_reward_mean", "eval/proxy_reward_sampled_mean", "eval/kl_ref",
+                "eval/return_mean"}  # fmt: skip
+
+
+class RLHFSetup(NamedTuple):
+    store: Store
+    workdir: Path
+    rm_run_id: str
+    sft_dir: Path
+
+
+@pytest.fixture(scope="module")
+def rlhf(tmp_path_factory: pytest.TempPathFactory, lm_sft_run: SFTRun) -> RLHFSetup:
+    """One tiny `pgcli rm` run in a store of its own, and the session's SFT run (named by its run directory)."""
+    root = tmp_path_factory.mktemp("rlhf")
+    store, workdir = Store(root / "store"), root / "work"
+    workdir.mkdir()
+    args = ["rm", "env=addition", f"tracking.uri={store.uri}", "total_steps=128", "eval.every=128",
+            "checkpoint_every=128", "algo.batch_size=32", *LM_SMALL]  # fmt: skip
+    proc = run_pgcli(args, cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rm,) = store.runs("addition")
+    sft = lm_sft_run.store.client().get_run(lm_sft_run.run_id)
+    return RLHFSetup(store, workdir, rm.info.run_id, Path(sft.data.tags["output_dir"]))
+
+
+@pytest.mark.parametrize("algo", ["ppo_lm", "grpo"])
+def test_rl_on_the_reward_model_logs_gold_proxy_and_kl(rlhf: RLHFSetup, algo: str):
+    args = ["train", f"algo={algo}", "env=addition", f"init={rlhf.sft_dir}", f"env.reward=rm:{rlhf.rm_run_id}",
+            f"tracking.uri={rlhf.store.uri}", f"run_name=rlhf-{algo}", *RL_TINY, *LM_SMALL]  # fmt: skip
+    proc = run_pgcli(args, cwd=rlhf.workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = [r for r in rlhf.store.runs("addition") if r.info.run_name == f"rlhf-{algo}"]
+    assert run.info.status == "FINISHED" and run.data.tags["reward_model_run_id"] == rlhf.rm_run_id
+    assert set(run.data.metrics) >= EVAL_METRICS | {"rollout/reward_mean", "rollout/accuracy", "train/kl_ref"}
+    client = rlhf.store.client()
+
+    def history(key: str) -> list[tuple[int, float]]:
+        return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+
+    for key in EVAL_METRICS:  # every evaluation: the init model at 0, then every 16 sampled completions
+        assert [step for step, _ in history(key)] == [0, 16, 32], key
+    assert history("eval/kl_ref")[0][1] == pytest.approx(0.0, abs=1e-5)  # the policy starts as the reference
+    assert all(0.0 <= value <= 1.0 for _, value in history("eval/accuracy"))
+    # the reward optimised is the reward model's score (real numbers), not the checker's 0/1
+    rewards = [value for _, value in history("rollout/reward_mean")]
+    assert len(rewards) == 2 and any(value not in (0.0, 0.25, 0.5, 0.75, 1.0) for value in rewards)
+    proxy = dict(history("eval/proxy_reward_mean"))
+    assert proxy == pytest.approx(dict(history("eval/return_mean")), abs=1e-9)  # no format reward: the same scores
+
+
+def _running_run(store: Store) -> str:
+    """A run of the store that has not finished (as a reward model still training would be)."""
+    client = store.client()
+    experiment = client.get_experiment_by_name("addition")
+    return client.create_run(experiment.experiment_id, run_name="rm-still-running").info.run_id
+
+
+@pytest.mark.parametrize("case", ["missing", "not_rm", "running"])
+def test_an_unusable_reward_model_is_one_line_before_anything_is_created(rlhf: RLHFSetup, case: str, workdir: Path):
+    ref = {"missing": str(workdir / "no-such-run"), "not_rm": str(rlhf.sft_dir)}.get(case) or _running_run(rlhf.store)
+    message = {
+        "missing": f"env.reward=rm:{ref}: no such run directory (and not an MLflow run id)",
+        "not_rm": f"env.reward=rm:{ref}: {rlhf.sft_dir / 'model'} is the model of an algo=sft run, not a reward "
+        "model; train one with pgcli rm env=addition",
+        "running": f"env.reward=rm:{ref}: run {ref} is RUNNING, not FINISHED; its final model may be missing",
+    }[case]
+    before = len(rlhf.store.runs("addition"))
+    proc = run_pgcli(["train", "algo=grpo", "env=addition", f"env.reward=rm:{ref}", f"tracking.uri={rlhf.store.uri}",
+                      *RL_TINY, *LM_SMALL], cwd=workdir, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr == f"pgcli: error: {message}\n"
+    assert len(rlhf.store.runs("addition")) == before and not (workdir / "outputs").exists()
