@@ -85,6 +85,24 @@ class MinAtarEnv(gym.Env):
         self.last_action = 0
         return self.game.state(), {}
 
+    STATIC = ("random", "channels", "action_map", "ramping")
+    """The game's attributes that are not its dynamic state (the RNG is saved apart)."""
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The game's whole dynamic state as plain values (``pgcli.envs.state``: exact resume)."""
+        kind, keys, pos, has_gauss, gauss = self.random.get_state()
+        game = {k: _plain(v) for k, v in vars(self.game).items() if k not in self.STATIC}
+        return {"game": game, "random": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+                "last_action": int(self.last_action)}  # fmt: skip
+
+    def restore_checkpoint_state(self, state: dict[str, Any]) -> None:
+        kind, keys, pos, has_gauss, gauss = state["random"]
+        self.random = self.game.random = np.random.RandomState()
+        self.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        for name, value in state["game"].items():
+            setattr(self.game, name, _from_plain(value))
+        self.last_action = int(state["last_action"])
+
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         game_action = self.actions[int(action)]
         if self.random.rand() < self.sticky_action_prob:
@@ -92,6 +110,25 @@ class MinAtarEnv(gym.Env):
         self.last_action = game_action
         reward, terminated = self.game.act(game_action)
         return self.game.state(), float(reward), bool(terminated), False, {}
+
+
+def _plain(value: Any) -> Any:
+    """A MinAtar game attribute (ints, bools, nested lists, arrays) as JSON values, arrays with their dtype."""
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, dict) and "ndarray" in value:
+        return np.asarray(value["ndarray"], dtype=np.dtype(value["dtype"]))
+    if isinstance(value, list):
+        return [_from_plain(v) for v in value]
+    return value
 
 
 def _minatar_game(game: str) -> Any:

@@ -125,8 +125,11 @@ def _sim_state(env: gym.Env) -> dict[str, Any] | None:
 
     MuJoCo: ``mj_getState(mjSTATE_INTEGRATION)``: time, qpos, qvel, actuator activations, the solver's warm start,
     controls and applied forces (qpos/qvel alone would change the next step in the last bits). Classic control: the
-    env's ``state`` and its episode flags.
+    env's ``state`` and its episode flags. An env with ``checkpoint_state()`` / ``restore_checkpoint_state(state)``
+    (MinAtar: the game's fields, its RNG, the sticky action) says its own.
     """
+    if callable(getattr(env, "checkpoint_state", None)):  # an env that says its own state (MinAtar)
+        return {"own": env.checkpoint_state()}  # type: ignore[attr-defined]
     mujoco_env = sys.modules.get("gymnasium.envs.mujoco.mujoco_env")  # loaded iff a MuJoCo env was made
     if mujoco_env is not None and isinstance(env, mujoco_env.MujocoEnv):
         import mujoco
@@ -141,6 +144,9 @@ def _sim_state(env: gym.Env) -> dict[str, Any] | None:
 
 
 def _set_sim_state(env: Any, state: dict[str, Any]) -> None:
+    if "own" in state:
+        env.restore_checkpoint_state(state["own"])
+        return
     if "mujoco" in state:
         import mujoco
 

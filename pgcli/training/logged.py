@@ -33,6 +33,7 @@ from pgcli.config import (
     ModelConfig,
     TrainConfig,
 )
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -288,6 +289,15 @@ def _read_mapping(path: Path, ref: str, context: str) -> dict[str, Any]:
     return data
 
 
+def _logged_model_schema(model: Any, *, text: bool) -> type:
+    """The model schema a logged ``model`` section was written from: its keys tell the options apart (``path``:
+    model=hf; ``arch``: model=cnn; otherwise TinyGPT on a text task, the MLP on a gymnasium env)."""
+    keys = set(model) if isinstance(model, Mapping) else set()
+    if text:
+        return HFModelConfig if "path" in keys else LMModelConfig
+    return CNNModelConfig if "arch" in keys else ModelConfig
+
+
 def train_config_from_dict(
     values: Mapping[str, Any], algo_name: str, changes: Sequence[str] = (), *, context: str = ""
 ) -> TrainConfig:
@@ -310,9 +320,7 @@ def train_config_from_dict(
     env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
     text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
     schema.env = OmegaConf.structured(text_env or EnvConfig)
-    model = values.get("model")
-    hf = isinstance(model, Mapping) and "path" in model  # model=hf: the one text model with a path
-    schema.model = OmegaConf.structured((HFModelConfig if hf else LMModelConfig) if text_env else ModelConfig)
+    schema.model = OmegaConf.structured(_logged_model_schema(values.get("model"), text=text_env is not None))
     try:
         merged = OmegaConf.merge(schema, values)
     except OmegaConfBaseException as exc:

@@ -222,9 +222,7 @@ def build_on_frames(env_id: str, seed: int) -> TRPO:
     "env_id",
     [
         "PgcliTestCartPoleFrames-v0",
-        pytest.param("MinAtar/Breakout-v1", marks=pytest.mark.xfail(
-            strict=True, reason="MinAtar's game state is not in checkpoints yet (pgcli.envs.state._sim_state): a "
-            "resumed sub-env starts a new game")),
+        "MinAtar/Breakout-v1",
     ],
 )  # fmt: skip
 def test_trpo_on_frames_continues_exactly_from_a_checkpoint(env_id: str, tmp_path: Path):

@@ -67,3 +67,21 @@ def test_an_mlp_on_pong_is_one_line_and_creates_nothing(workdir: Path):
         "(got an MLP model option)"
     ]
     assert list(workdir.iterdir()) == []
+
+
+def test_an_image_run_is_evaluated_and_resumed_from_its_logged_cnn_config(migrated_store: Store, workdir: Path):
+    # pgcli eval and resume rebuild the run's config from what it logged: model=cnn, not the MLP schema
+    args = ["train", "algo=trpo", "env=minatar_breakout", *OWN["trpo"], "env.n_envs=4", "total_steps=256",
+            "eval.every=0", "eval.episodes=1", "progress=false", f"tracking.uri={migrated_store.uri}"]  # fmt: skip
+    proc = run_pgcli(args, cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = migrated_store.runs("minatar_breakout")
+    run_id = run.info.run_id
+    evaluation = run_pgcli(["eval", run_id, "--episodes", "1", f"tracking.uri={migrated_store.uri}"], cwd=workdir,
+                           timeout=300)  # fmt: skip
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    resumed = run_pgcli(["train", f"resume={run_id}", "total_steps=512", f"tracking.uri={migrated_store.uri}"],
+                        cwd=workdir, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    history = migrated_store.client().get_metric_history(run_id, "train/entropy")
+    assert migrated_store.client().get_run(run_id).info.status == "FINISHED" and max(m.step for m in history) == 512

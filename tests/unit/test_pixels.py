@@ -364,3 +364,21 @@ def test_the_evaluators_envs_play_whole_games_on_raw_rewards():
         assert chain and EpisodicLife not in chain and SignReward not in chain
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("game", MINATAR_GAMES)
+def test_a_minatar_games_checkpointed_state_replays_the_same_frames(game: str):
+    import json
+
+    env = gym.make(minatar_id(game)).unwrapped
+    env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    for action in rng.integers(0, env.action_space.n, size=40):
+        env.step(int(action))
+    saved = json.loads(json.dumps(env.checkpoint_state()))  # as a checkpoint's state.json holds it
+    actions = [int(a) for a in rng.integers(0, env.action_space.n, size=60)]
+    first = [env.step(a)[:3] for a in actions]
+    env.restore_checkpoint_state(saved)
+    again = [env.step(a)[:3] for a in actions]
+    for (obs_a, r_a, end_a), (obs_b, r_b, end_b) in zip(first, again, strict=True):
+        assert np.array_equal(obs_a, obs_b) and r_a == r_b and end_a == end_b
