@@ -248,6 +248,7 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
     import torch
 
     from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
+    from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_policy, make_text_task
 
     if ns.video:
@@ -255,6 +256,9 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
     cfg = target.cfg
     device = torch.device("cpu")
     task = make_text_task(cfg.env, cfg.model)
+    reward_model, _ = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>: its proxy
+    if reward_model is not None:
+        task = task.with_learned_reward(reward_model)
     policy = make_text_policy(task, cfg.model, device, target.model_dir)
     settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature, top_p=cfg.model.top_p,
                                 n_table_rows=cfg.env.eval_samples)  # fmt: skip
@@ -262,7 +266,8 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
     source = _source_run(target, store) if store is not None else target.run
     with eval_run(store, target, source, artifact_root) as run:
         start = time.perf_counter()
-        result = evaluate_text(task, policy, task.eval_problems(), settings, seed=seed, device=device)
+        result = evaluate_text(task, policy, task.eval_problems(), settings, seed=seed, device=device,
+                               learned_reward=task.learned_reward)  # fmt: skip
         elapsed = time.perf_counter() - start
         if run is not None:
             store.log_params(run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})

@@ -64,6 +64,12 @@ def test_rl_on_the_reward_model_logs_gold_proxy_and_kl(rlhf: RLHFSetup, algo: st
     assert len(rewards) == 2 and any(value not in (0.0, 0.25, 0.5, 0.75, 1.0) for value in rewards)
     proxy = dict(history("eval/proxy_reward_mean"))
     assert proxy == pytest.approx(dict(history("eval/return_mean")), abs=1e-9)  # no format reward: the same scores
+    # pgcli eval of the run repeats its last evaluation, the reward model's scores included
+    proc = run_pgcli(["eval", run.info.run_id, f"tracking.uri={rlhf.store.uri}"], cwd=rlhf.workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (evaluation,) = [r for r in rlhf.store.runs("addition") if r.data.tags.get("source_run_id") == run.info.run_id]
+    for key in ("eval/accuracy", "eval/proxy_reward_mean", "eval/return_mean"):
+        assert evaluation.data.metrics[key] == pytest.approx(run.data.metrics[key], abs=1e-6), key
 
 
 def _running_run(store: Store) -> str:
