@@ -27,7 +27,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from pgcli.config import EnvConfig
 from pgcli.envs.normalize import VecNormalize
-from pgcli.envs.pixels import wrap_above_monitor, wrap_below_monitor
+from pgcli.envs.pixels import quiet_ale, wrap_above_monitor, wrap_below_monitor
 from pgcli.envs.shm import SharedMemoryVectorEnv
 from pgcli.envs.spec import apply_wrappers, registered_id
 from pgcli.envs.state import EpisodeState
@@ -41,6 +41,7 @@ EVAL_SEED_OFFSET = 10_000
 def make_env(cfg: EnvConfig, *, training: bool = True) -> gym.Env:
     """One sub-env: ``gymnasium.make`` (a ``module:EnvId`` id imports its module first) wrapped by :func:`wrap_env`."""
     registered_id(cfg.id)  # imports the module of a `module:EnvId` id (also from the working directory)
+    quiet_ale(cfg.id)
     env = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))
     return wrap_env(env, cfg, training=training)
 

@@ -20,6 +20,7 @@ imported only when an env is made: ale_py through an ``ale_py:`` env id, minatar
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections import deque
 from pathlib import Path
 from typing import Any, SupportsFloat
@@ -61,6 +62,16 @@ def missing_package(env_id: str) -> ConfigError | None:
     if importlib.util.find_spec(package) is not None:
         return None
     return ConfigError(f"env.id {env_id!r} needs the {dist} package, which is not installed: {INSTALL_HINT}")
+
+
+def quiet_ale(env_id: str) -> None:
+    """Keep the ALE's banner ("A.L.E: Arcade Learning Environment ... [Powered by Stella]") off stderr: it is printed
+    each time an emulator starts, once per sub-env and evaluation env. Errors still show. A no-op for other envs."""
+    module = sys.modules.get("ale_py")
+    if module is not None or env_id.startswith(("ale_py:", "ALE/")):
+        import ale_py
+
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 
 class MinAtarEnv(gym.Env):

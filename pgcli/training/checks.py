@@ -40,7 +40,7 @@ from pgcli.config.compose import compose_train_config, job_overrides, to_train_c
 from pgcli.config.pixels import MIN_FRAME_SIZE, CNNModelConfig
 from pgcli.config.rules import require
 from pgcli.envs.make import wrap_env
-from pgcli.envs.pixels import missing_package
+from pgcli.envs.pixels import missing_package, quiet_ale
 from pgcli.envs.spec import (
     ACTION_SPACES,
     OBSERVATION_SPACES,
@@ -193,6 +193,7 @@ def probe_spaces(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
 
 def _probe(cfg: EnvConfig) -> tuple[spaces.Space, spaces.Space] | None:
     try:
+        quiet_ale(cfg.id)
         base = gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **dict(cfg.kwargs))
     except Exception:
         # The env itself does not build (e.g. a kwarg its constructor rejects). That is left to the run, which ends

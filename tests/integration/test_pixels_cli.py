@@ -30,6 +30,7 @@ def test_ppo_trains_on_an_image_env_and_lands_finished(env: str, extra: list[str
     proc = run_pgcli(["train", f"env={env}", *SMALL, *extra, f"tracking.uri={migrated_store.uri}"], cwd=workdir,
                      timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "A.L.E" not in proc.stderr and "Stella" not in proc.stderr  # no emulator banner per env made
     (run,) = migrated_store.runs(env)
     assert run.info.status == "FINISHED"
     assert "eval/return_mean" in run.data.metrics
