@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lm_grpo  # the SFT warm starts, the CLI runner and the metrics reader of the TinyGPT table
@@ -105,11 +104,8 @@ def speed(args: argparse.Namespace) -> None:
     tiny_task = make_text_task(tiny_cfg.env, tiny_cfg.model)
     torch.manual_seed(0)
     tiny = make_text_policy(tiny_task, tiny_cfg.model, torch.device("cpu")).eval()
-    exported = RESULTS / "speed_model"
-    if not (exported / "config.json").is_file():
-        export_tiny_gpt(tiny, tiny_task.vocab, exported)  # type: ignore[arg-type]  # TinyGPT's CharVocab
-    else:
-        tiny.load_state_dict(_tiny_state(exported))
+    exported = RESULTS / "speed_model"  # the seeded model, written again on each run (save_pretrained overwrites)
+    export_tiny_gpt(tiny, tiny_task.vocab, exported)  # type: ignore[arg-type]  # TinyGPT's CharVocab
     hf_cfg = train_config([*base, "model=hf", f"model.path={exported}", "model.lora.r=0"])
     hf_task = make_text_task(hf_cfg.env, hf_cfg.model)
     hf = make_text_policy(hf_task, hf_cfg.model, torch.device("cpu")).eval()
@@ -147,25 +143,6 @@ def speed(args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "speed.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
-
-
-def _tiny_state(exported: Path) -> dict[str, Any]:
-    """TinyGPT's weights back from the GPT-2 export (the export is the source of truth on a rerun)."""
-    from safetensors.torch import load_file
-
-    sd = load_file(exported / "model.safetensors")
-    out = {"tok_emb.weight": sd["transformer.wte.weight"], "pos_emb.weight": sd["transformer.wpe.weight"],
-           "ln_f.weight": sd["transformer.ln_f.weight"], "ln_f.bias": sd["transformer.ln_f.bias"],
-           "head.weight": sd["transformer.wte.weight"]}  # fmt: skip
-    pairs = {"ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "mlp.0": "mlp.c_fc",
-             "mlp.2": "mlp.c_proj"}  # fmt: skip
-    layers = 1 + max(int(k.split(".")[2]) for k in sd if k.startswith("transformer.h."))
-    for i in range(layers):
-        for ours, theirs in pairs.items():
-            weight = sd[f"transformer.h.{i}.{theirs}.weight"]
-            out[f"blocks.{i}.{ours}.weight"] = weight if ours.startswith("ln") else weight.t().contiguous()
-            out[f"blocks.{i}.{ours}.bias"] = sd[f"transformer.h.{i}.{theirs}.bias"]
-    return out
 
 
 def table(args: argparse.Namespace) -> None:

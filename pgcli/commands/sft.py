@@ -11,21 +11,28 @@ from pgcli.config.compose import text_task_overrides
 from pgcli.errors import ConfigError
 
 DEFAULT_TASK = "addition"
-"""The text task of ``pgcli sft`` without ``env=``."""
+"""The text task of ``pgcli sft`` (and ``pgcli rm``) without ``env=``."""
 
 
 def main(args: list[str]) -> int:
     """Entry point of ``pgcli sft``."""
+    return fixed_algo_main(args, algo="sft")
+
+
+def fixed_algo_main(args: list[str], *, algo: str) -> int:
+    """``pgcli <algo> ...`` as ``pgcli train algo=<algo> ...``: the algo is fixed, the task is ``env=addition``
+    unless given, ``resume=`` belongs to ``pgcli train``, and ``--help`` is the command's own page (``pgcli sft``,
+    ``pgcli rm``)."""
     overrides = train.task_overrides(args)
-    algo = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") == "algo"]
-    if algo:
-        raise ConfigError(f"pgcli sft trains algo=sft; drop {algo[0]} (or use pgcli train {algo[0]})")
+    typed = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") == "algo"]
+    if typed:
+        raise ConfigError(f"pgcli {algo} trains algo={algo}; drop {typed[0]} (or use pgcli train {typed[0]})")
     if any(a.startswith("resume=") for a in args):
-        raise ConfigError("pgcli sft resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
+        raise ConfigError(f"pgcli {algo} resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
     has_env = any(a.split("=", 1)[0].lstrip("+~") == "env" for a in overrides)
-    args = ["algo=sft", *([] if has_env else [f"env={DEFAULT_TASK}"]), *args]
+    args = [f"algo={algo}", *([] if has_env else [f"env={DEFAULT_TASK}"]), *args]
     if "-h" in args or "--help" in args:
-        own = ["algo=sft", f"env={DEFAULT_TASK}"]  # what `pgcli sft` picks: marked (default) on its page
+        own = [f"algo={algo}", f"env={DEFAULT_TASK}"]  # what the command picks: marked (default) on its page
         chosen = dict(o.split("=", 1) for o in [*own, *text_task_overrides(own)])
-        return train.print_help(train.task_overrides(args), command="sft", chosen=chosen)
-    return train.main(args, command="sft")
+        return train.print_help(train.task_overrides(args), command=algo, chosen=chosen)
+    return train.main(args, command=algo)

@@ -18,6 +18,7 @@ local Hugging Face cache or can be fetched now (the checks before a run call it,
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import inspect
 import warnings
@@ -73,7 +74,7 @@ def resolve_model_dir(path: str) -> Path:
     except HFValidationError:
         raise ConfigError(f"model.path={path}: no such directory, and not a Hugging Face hub id") from None
     except Exception as exc:  # network, auth, missing repo: all say the same to the user
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:160]
+        reason = _last_line(exc, 160)
         raise ConfigError(f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
                           f"cache and cannot be fetched ({reason}); download it where there is a network "
                           f"(hf download {path}) or pass a local directory") from None  # fmt: skip
@@ -104,8 +105,9 @@ def check_hf_model(cfg: HFModelConfig) -> None:
     _with_lora(empty, cfg)
 
 
-def _last_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+def _last_line(exc: BaseException, limit: int = 200) -> str:
+    """The last line of ``exc``'s message (its type when it has none), cut at ``limit`` characters."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:limit]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -163,16 +165,22 @@ class HFTokenizer:
 
 def load_tokenizer(cfg: HFModelConfig, directory: Path | None = None) -> HFTokenizer:
     """The tokenizer of ``model.path`` as a task vocabulary (one-line ConfigError when it cannot be read)."""
+    return _tokenizer(directory or resolve_model_dir(cfg.path), cfg.path, cfg.chat_template)
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(directory: Path, path: str, chat_template: bool) -> HFTokenizer:
+    """Read once per process: the checks before a run and the run itself ask for the same one, and finding the stop
+    tokens reads the whole vocabulary (151,936 tokens for Qwen2.5)."""
     from transformers import AutoTokenizer
 
-    directory = directory or resolve_model_dir(cfg.path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
     except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"model.path={cfg.path}: cannot read its tokenizer ({_last_line(exc)})") from None
-    if cfg.chat_template and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"model.chat_template=true: the tokenizer of {cfg.path} has no chat template")
-    return HFTokenizer(tokenizer, chat_template=cfg.chat_template)
+        raise ConfigError(f"model.path={path}: cannot read its tokenizer ({_last_line(exc)})") from None
+    if chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"model.chat_template=true: the tokenizer of {path} has no chat template")
+    return HFTokenizer(tokenizer, chat_template=chat_template)
 
 
 # --------------------------------------------------------------------------------------------------------------------

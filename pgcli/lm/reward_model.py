@@ -40,15 +40,13 @@ from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig, make_text_policy
 from pgcli.lm.model import CausalLM, save_policy
 from pgcli.lm.pairs import Pair, PairGenerator
+from pgcli.lm.sft import OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE, warmup_learning_rate
 from pgcli.lm.tasks import Problem, Task, Vocab, encode_completions, encode_prompts
 from pgcli.ops.lm import micro_batches
 
 REWARD_HEAD_FILE = "reward_head.pt"
-"""The scalar head's ``state_dict`` beside the backbone's ``policy.pt``."""
-OPTIMIZER_FILE = "optimizer.pt"
-WEIGHTS_FILE = "weights.pt"
-"""The reward model's own state (a LoRA backbone's adapters apart from the base, and the head) for resuming."""
-STATE_FILE = "state.json"
+"""The scalar head's ``state_dict`` beside the backbone's ``policy.pt`` (``weights.pt`` holds the whole reward model:
+a LoRA backbone's adapters apart from the base, and the head, for resuming)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -179,9 +177,7 @@ class RewardModelTrainer:
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""
-        if self.cfg.warmup_steps == 0:
-            return self.cfg.learning_rate
-        return self.cfg.learning_rate * min(1.0, (self.steps + self.cfg.batch_size) / self.cfg.warmup_steps)
+        return warmup_learning_rate(self.cfg, self.steps)
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -40,6 +41,22 @@ WEIGHTS_FILE = "weights.pt"
 """The policy module's own state (a LoRA run's adapters apart from the base) for resuming; ``policy.pt`` holds the
 weights a fresh model loads (adapters merged)."""
 STATE_FILE = "state.json"
+
+
+class WarmUp(Protocol):
+    """The step-size settings of a supervised trainer (``SFTConfig``, ``RMConfig``)."""
+
+    learning_rate: float
+    warmup_steps: int
+    batch_size: int
+
+
+def warmup_learning_rate(cfg: WarmUp, steps: int) -> float:
+    """The step size after ``steps`` examples: rising linearly over ``warmup_steps`` examples (counting the batch
+    about to be trained), then constant."""
+    if cfg.warmup_steps == 0:
+        return cfg.learning_rate
+    return cfg.learning_rate * min(1.0, (steps + cfg.batch_size) / cfg.warmup_steps)
 
 
 class SFT:
@@ -66,9 +83,7 @@ class SFT:
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""
-        if self.cfg.warmup_steps == 0:
-            return self.cfg.learning_rate
-        return self.cfg.learning_rate * min(1.0, (self.steps + self.cfg.batch_size) / self.cfg.warmup_steps)
+        return warmup_learning_rate(self.cfg, self.steps)
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
