@@ -19,8 +19,9 @@ from typing import Any
 log = logging.getLogger("pgcli")
 
 History = Mapping[str, list[tuple[int, float]]]
-TEXT_KEYS = ("eval/accuracy", "rollout/reward_mean", "train/teacher_forced_exact")
-"""Keys only a text run logs (docs/lm.md): its held-out accuracy, an RL run's sampled rewards, SFT's exact match."""
+TEXT_KEYS = ("eval/accuracy", "rollout/reward_mean", "train/teacher_forced_exact", "eval/pairwise_accuracy")
+"""Keys only a text run logs (docs/lm.md): its held-out accuracy, an RL run's sampled rewards, SFT's exact match, a
+reward model's pairwise accuracy."""
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,9 @@ def test_an_rl_text_curve_shows_reward_and_kl_against_sampled_completions(tmp_pa
     assert plot_learning_curve({"train/teacher_forced_exact": []}, tmp_path / "none.png") is None
 
 
-def test_a_reward_model_curve_shows_pairwise_accuracy_and_its_losses_against_pairs(tmp_path: Path):
+def test_a_reward_model_curve_shows_pairwise_accuracy_and_its_losses_against_pairs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
     history = {"train/loss": [(32, 0.69), (64, 0.5)], "train/pairwise_accuracy": [(32, 0.5), (64, 0.7)],
                "eval/pairwise_accuracy": [(64, 0.8)], "eval/loss": [(64, 0.45)], "eval/return_mean": [(64, 0.8)],
                "eval/reward_margin": [(64, 1.2)]}  # fmt: skip
@@ -135,7 +137,12 @@ def test_a_reward_model_curve_shows_pairwise_accuracy_and_its_losses_against_pai
         Panel("held-out accuracy", ("eval/pairwise_accuracy",), unit_interval=True),
         Panel("training loss", ("train/loss", "eval/loss")),
     ]
-    assert plot_learning_curve(history, tmp_path / "rm.png") == tmp_path / "rm.png"
+    with caplog.at_level(logging.INFO, logger="pgcli"):
+        assert plot_learning_curve(history, tmp_path / "rm.png") == tmp_path / "rm.png"
+    assert caplog.messages == [  # the text run's panels, not the control plot of returns against env steps
+        "learning_curve.png: x preference pairs; held-out accuracy [0, 1]: eval/pairwise_accuracy; training loss: "
+        "train/loss, eval/loss"
+    ]
 
 
 def test_no_png_without_return_metrics(tmp_path: Path):
