@@ -56,7 +56,7 @@ from pgcli.algo.lm_rollout import (
     save_text_trainer,
     set_generator_state,
 )
-from pgcli.config import GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
+from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals
@@ -80,14 +80,15 @@ from pgcli.ops.lm import (
 STD_EPS = 1e-4
 """Added to the std before dividing the GRPO advantages (TRL's value)."""
 
-CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig | GSPOConfig | ReinforcePPConfig
-KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig)
+CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig | GSPOConfig | ReinforcePPConfig | FlowGRPOConfig
+KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig, FlowGRPOConfig)
 """Configs whose KL to the reference is a loss term (`kl_estimator`); RLOO and REINFORCE++ fold it into the reward."""
 
 
-def _group_normalized(cfg: GRPOConfig | GSPOConfig, batch: CompletionBatch, old_logp: Tensor,
+def _group_normalized(cfg: GRPOConfig | GSPOConfig | FlowGRPOConfig, batch: CompletionBatch, old_logp: Tensor,
                       ref_logp: Tensor | None) -> Tensor:  # fmt: skip
-    """GRPO's (and GSPO's) A_i on every token of completion i: [B, C]."""
+    """GRPO's (and GSPO's) A_i on every token of completion i: [B, C]. Flow-GRPO's rows are turns, each with its
+    trajectory's reward, grouped by question: the same normalisation, over the turns of the question's trajectories."""
     adv = group_advantages(batch.rewards, batch.group_ids, scale=cfg.scale_rewards, eps=STD_EPS)
     return token_advantages(adv.advantages, batch.mask)
 
@@ -117,6 +118,7 @@ ESTIMATORS: dict[type, Callable[[Any, CompletionBatch, Tensor, Tensor | None], T
     REINFORCEConfig: _batch_mean,
     GSPOConfig: _group_normalized,
     ReinforcePPConfig: _reinforce_pp,
+    FlowGRPOConfig: _group_normalized,
 }
 """The advantage estimator of each algo config: (cfg, batch, old_logp [B, C], ref_logp [B, C] or None) -> [B, C]."""
 
@@ -126,6 +128,7 @@ POLICY_LOSSES: dict[type, Callable[..., PolicyLoss]] = {
     REINFORCEConfig: clipped_policy_loss,
     GSPOConfig: sequence_clipped_policy_loss,  # one ratio per completion
     ReinforcePPConfig: clipped_policy_loss,
+    FlowGRPOConfig: clipped_policy_loss,
 }
 """The clipped surrogate of each algo config: token ratios, or GSPO's sequence ratio."""
 
@@ -218,14 +221,10 @@ class LMGRPO:
     def learn(self, total_steps: int, monitor: Monitor) -> int:
         while self.steps < total_steps:
             start = time.perf_counter()
-            # 1. G completions of each of M prompts from the old policy, scored by the task
-            problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
-            batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
-                                       temperature=self.temperature, top_p=self.top_p, generator=self.generator,
-                                       device=self.device)  # fmt: skip
+            batch, stats = self._sample()
             self.steps += len(batch.rewards)
             # 2. advantages; 3. mu epochs of clipped minibatch steps
-            stats = rollout_stats(batch) | self._update(batch)
+            stats |= self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
             stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
             losses = ("train/policy_loss", "train/loss", "train/grad_norm") if "train/loss" in stats else ()
@@ -233,6 +232,15 @@ class LMGRPO:
             monitor.log(self.steps, stats)
             monitor.update(self.steps, agent=self)
         return self.steps
+
+    def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
+        """1. G completions of each of M prompts from the old policy, scored by the task; their ``rollout/*``
+        metrics."""
+        problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+        batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
+                                   temperature=self.temperature, top_p=self.top_p, generator=self.generator,
+                                   device=self.device)  # fmt: skip
+        return batch, rollout_stats(batch)
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
         cfg = self.cfg

@@ -17,6 +17,14 @@ from pgcli.config.control import (
     VPGConfig,
 )
 from pgcli.config.hf import HFModelConfig, LoRAConfig
+from pgcli.config.lm_algos import (
+    FlowGRPOConfig,
+    GSPOConfig,
+    PPOLMConfig,
+    REINFORCEConfig,
+    ReinforcePPConfig,
+    RLOOConfig,
+)
 from pgcli.config.rm import RMConfig
 from pgcli.config.run import (
     ALGO_CONFIGS,
@@ -33,12 +41,8 @@ from pgcli.config.text import (
     TEXT_ENV_CONFIGS,
     AdditionEnvConfig,
     CountdownEnvConfig,
-    GSPOConfig,
+    CountdownToolEnvConfig,
     LMModelConfig,
-    PPOLMConfig,
-    REINFORCEConfig,
-    ReinforcePPConfig,
-    RLOOConfig,
     SFTConfig,
     SortEnvConfig,
     TextEnvConfig,
@@ -52,8 +56,10 @@ __all__ = [
     "A2CConfig",
     "AdditionEnvConfig",
     "CountdownEnvConfig",
+    "CountdownToolEnvConfig",
     "EnvConfig",
     "EvalConfig",
+    "FlowGRPOConfig",
     "GRPOConfig",
     "GSPOConfig",
     "HFModelConfig",

@@ -24,7 +24,8 @@ from pgcli.config.control import (
     VPGConfig,
 )
 from pgcli.config.hf import HFModelConfig
-from pgcli.config.pixels import CNNModelConfig, PixelsConfig
+from pgcli.config.lm_algos import TEXT_RL_ALGOS, FlowGRPOConfig
+from pgcli.config.pixels import CNNModelConfig, PixelsConfig, check_envpool
 from pgcli.config.rm import RMConfig
 from pgcli.config.rules import (
     ACTIVATIONS,
@@ -38,7 +39,7 @@ from pgcli.config.rules import (
     _positive,
     require,
 )
-from pgcli.config.text import TEXT_RL_ALGOS, LMModelConfig, SFTConfig, TextEnvConfig
+from pgcli.config.text import AGENT_ENV_CONFIGS, LMModelConfig, SFTConfig, TextEnvConfig
 from pgcli.errors import ConfigError
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -141,13 +142,14 @@ class HardwareConfig:
     """Where the networks run and how the vectorised envs step."""
 
     device: str = "cpu"
-    """'cpu', 'cuda' (fails clearly without a GPU) or 'auto' (the GPU for text runs when one is visible; control
-    runs' MLPs stay on the CPU, where they are faster)."""
+    """'cpu', 'cuda' (fails clearly without a GPU) or 'auto' (the GPU for text runs and CNNs on frames when one is
+    visible; control runs' MLPs stay on the CPU, where they are faster)."""
     torch_threads: int = 1
     """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
     vec_env: str = "sync"
-    """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync') or
-    'shm' (as 'worker', over shared memory; only end-of-episode infos)."""
+    """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync'),
+    'shm' (as 'worker', over shared memory; only end-of-episode infos) or 'envpool' (Atari games on EnvPool's C++
+    threads, its own preprocessing: docs/pixels.md, "EnvPool")."""
     eval_process: bool = False
     """Evaluate in a separate process, concurrently with training, on a snapshot of the policy (same results; in
     process with one usable CPU)."""
@@ -164,7 +166,7 @@ class HardwareConfig:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
-        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm"))
+        _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm", "envpool"))
 
 
 @dataclass
@@ -271,8 +273,8 @@ class TrainConfig:
             raise ConfigError(f"env must be one of the env group's options (got {type(self.env).__name__})")
         text = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
         if type(self.algo) not in CONTROL_ALGOS:
-            raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown); "
-                              f"{self.env.id} is a gymnasium env")  # fmt: skip
+            raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown|"
+                              f"countdown_tool); {self.env.id} is a gymnasium env")  # fmt: skip
         if self.env.pixels is not None or isinstance(self.model, CNNModelConfig):
             self._check_image()
         else:
@@ -282,6 +284,9 @@ class TrainConfig:
         require(self.init is None, "init", self.init, "null on a gymnasium env",
                  f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
+        if self.hardware.vec_env == "envpool":
+            check_envpool(self.env.id, self.env.pixels, kwargs=self.env.kwargs, n_wrappers=len(self.env.wrappers),
+                          algo=self.algo.name)  # fmt: skip
 
     def _check_image(self) -> None:
         """Cross-group rules of an image run (docs/pixels.md): an image env and model=cnn go together, and TRPO's
@@ -310,10 +315,26 @@ class TrainConfig:
             raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt or model=hf (got an MLP "
                               "model option)")  # fmt: skip
         self.algo.check_text_env()
+        self._check_turns()
         require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
                  "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip
         if self.init is not None:
             require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
+
+    def _check_turns(self) -> None:
+        """A multi-turn task trains with Flow-GRPO, whole-trajectory GRPO or SFT (its turns as demonstrations), and
+        Flow-GRPO needs one (docs/lm.md, "Multi-turn agents")."""
+        multi_turn = isinstance(self.env, AGENT_ENV_CONFIGS)
+        if isinstance(self.algo, FlowGRPOConfig) and not multi_turn:
+            raise ConfigError(f"algo=flow_grpo trains on multi-turn tasks (env=countdown_tool); env={self.env.id} is "
+                              "single-turn: use algo=grpo")  # fmt: skip
+        if multi_turn and not isinstance(self.algo, FlowGRPOConfig | GRPOConfig | SFTConfig):
+            raise ConfigError(f"env={self.env.id} is a multi-turn task: it trains with algo=flow_grpo, grpo (whole "
+                              f"trajectories) or sft (got algo={self.algo.name})")  # fmt: skip
+        if multi_turn and isinstance(self.algo, GRPOConfig):
+            require(self.algo.loss_agg != "seq_mean", "algo.loss_agg", self.algo.loss_agg, "token_mean or constant "
+                     "with algo=grpo on a multi-turn task", "a trajectory's turns are separate samples, so a "
+                     "per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns")  # fmt: skip
 
     @property
     def steps_per_rollout(self) -> int | None:

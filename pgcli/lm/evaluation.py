@@ -17,6 +17,8 @@ On the task's fixed held-out problems (never sampled for training):
   log pi(y|x) - log pi_ref(y|x) at the sampling temperature, an unbiased estimate of KL(pi || pi_ref) per completion
   in nats; gold accuracy against it is the over-optimisation curve.
 
+On a multi-turn task (``env=countdown_tool``) the held-out questions are played (:mod:`pgcli.lm.agent_eval`).
+
 The sampled completions use a generator seeded the same way at every evaluation, so curves compare like with like.
 The first ``env.eval_samples`` problems go into a samples table (prompt, reference, greedy and sampled completions).
 """
@@ -32,6 +34,8 @@ import torch
 
 from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig
+from pgcli.lm.agent import AgentTask
+from pgcli.lm.agent_eval import evaluate_agent
 from pgcli.lm.model import CausalLM, completion_logprobs, generate
 from pgcli.lm.tasks import LearnedReward, Problem, TextTask, decode_completions, encode_prompts
 
@@ -64,7 +68,12 @@ def evaluate_text(
     learned_reward: LearnedReward | None = None,
 ) -> EvalResult:
     """Score ``policy`` on ``problems`` (module docstring; ``eval/kl_ref`` with a ``reference``, the proxy metrics
-    with a ``learned_reward``); the policy's train/eval mode is restored afterwards."""
+    with a ``learned_reward``); the policy's train/eval mode is restored afterwards. A multi-turn task is played:
+    :func:`pgcli.lm.agent_eval.evaluate_agent`."""
+    if isinstance(task, AgentTask):
+        return evaluate_agent(task, policy, problems, pass_k=settings.pass_k, temperature=settings.temperature,
+                              top_p=settings.top_p, n_table_rows=settings.n_table_rows, batch_size=settings.batch_size,
+                              sample_seed=seed + EVAL_SEED_OFFSET, device=device, reference=reference)  # fmt: skip
     was_training = policy.training
     policy.eval()
     try:

@@ -9,19 +9,32 @@ The source must fit the new run: the same character vocabulary (the same task fa
 (``n_layers``, ``n_heads``, ``d_model``, ``d_ff``, ``max_len``) and a task whose prompts fit that ``max_len``; a
 mismatch is a one-line error naming the key, before anything is created. ``pgcli train`` takes the source's task
 settings and model sizes for every one of them the command line leaves out (:func:`init_overrides`; docs/lm.md,
-"Starting RL from SFT"). The source is found by :func:`pgcli.lm.locate.locate_model`.
+"Starting RL from SFT"). The source is found by :func:`pgcli.lm.locate.locate_model`; :func:`start_from_init` builds the
+run's policy and reference from it.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import asdict, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pgcli.config import HFModelConfig, LMModelConfig, TextEnvConfig, TrackingConfig
+from pgcli.config import (
+    HFModelConfig,
+    LMModelConfig,
+    TextEnvConfig,
+    TrackingConfig,
+    TrainConfig,
+)
 from pgcli.errors import ConfigError
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.locate import InitSource, ModelRef, locate_model
+
+if TYPE_CHECKING:
+    import torch
+
+    from pgcli.lm.model import CausalLM
+    from pgcli.lm.tasks import TextTask
 
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_ff", "max_len")
 """LMModelConfig fields that fix the shape of the weights."""
@@ -165,3 +178,33 @@ def _differing(source: InitSource, env: TextEnvConfig, model: TextModelConfig, t
         and isinstance(value, int)
         and value != ours[group][key]
     ]
+
+
+def start_from_init(
+    cfg: TrainConfig, task: TextTask, device: torch.device
+) -> tuple[CausalLM, CausalLM | None, dict[str, str]]:
+    """The policy (from ``init``, an SFT run's model, when given), its frozen reference and the ``init`` tags.
+
+    The reference is the ``init`` model (a frozen copy; for LoRA the policy with its adapters off, no copy), or None
+    without ``init`` (a trainer with a KL term then freezes a copy of its starting policy itself)."""
+    import copy
+
+    from pgcli.lm.load import make_text_policy
+
+    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
+    source = None if cfg.init is None else locate_init(cfg.init, cfg.tracking)
+    if source is not None:
+        assert cfg.init is not None
+        check_init(source, cfg.env, cfg.model, cfg.init)
+    policy = make_text_policy(task, cfg.model, device, None if source is None else source.model_dir)
+    reference: CausalLM | None = None
+    if isinstance(cfg.model, HFModelConfig) and cfg.model.lora.r > 0:
+        from pgcli.lm.hf import AdapterOff, HFCausalLM
+
+        assert isinstance(policy, HFCausalLM)
+        reference = AdapterOff(policy)
+    elif source is not None:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if source is None:
+        return policy, reference, {}
+    return policy, reference, {"init": str(source.model_dir), "init_run_id": source.run_id or ""}

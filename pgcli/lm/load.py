@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pgcli.config import HFModelConfig, LMModelConfig, TextEnvConfig
+from pgcli.config import CountdownToolEnvConfig, HFModelConfig, LMModelConfig, TextEnvConfig
 
 if TYPE_CHECKING:
     import torch
@@ -23,14 +23,19 @@ TextModelConfig = LMModelConfig | HFModelConfig
 
 
 def make_text_task(env: TextEnvConfig, model: TextModelConfig) -> Task:
-    """The task of ``env`` in the vocabulary of ``model`` (its tokenizer for ``model=hf``)."""
+    """The task of ``env`` in the vocabulary of ``model`` (its tokenizer for ``model=hf``); a multi-turn one
+    (``env=countdown_tool``) is an :class:`pgcli.lm.agent.AgentTask`."""
+    from pgcli.lm.agent import CountdownCalculator
     from pgcli.lm.tasks import make_task
 
+    vocab, max_new_tokens = None, None
     if isinstance(model, HFModelConfig):
         from pgcli.lm.hf import load_tokenizer
 
-        return make_task(env, load_tokenizer(model), model.max_new_tokens)
-    return make_task(env)
+        vocab, max_new_tokens = load_tokenizer(model), model.max_new_tokens
+    if isinstance(env, CountdownToolEnvConfig):
+        return CountdownCalculator(env, vocab, max_new_tokens)
+    return make_task(env, vocab, max_new_tokens)
 
 
 def make_text_policy(

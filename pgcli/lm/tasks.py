@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, SortEnvConfig, TextEnvConfig
+from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, CountdownToolEnvConfig, SortEnvConfig, TextEnvConfig
 from pgcli.envs.spec import resolve_target
 from pgcli.errors import ConfigError
 from pgcli.lm.arithmetic import evaluate_expression, uses_given_numbers
@@ -241,6 +241,23 @@ class Countdown:
         return uses_given_numbers(completion, numbers) and evaluate_expression(completion) is not None
 
 
+class CountdownTool(Countdown):
+    """The questions of the multi-turn ``countdown_tool`` (:mod:`pgcli.lm.agent` plays them): countdown's problems,
+    with the sizes of a turn. A turn's prompt is a state (``7,15>22=``: the numbers left), after a tool error led by
+    the failed action and ``!`` (``3*9!3,5,7>22=``); its completion is one operation (``3*5``). An operation's result
+    has at most as many digits as its operands together, so the numbers of a state hold at most the question's digits
+    and so does one operation."""
+
+    chars = Countdown.chars + "!"
+
+    def __init__(self, n_numbers: int, max_number: int, max_target: int) -> None:
+        super().__init__(n_numbers, max_number, max_target)
+        digits = n_numbers * len(str(max_number))
+        self.max_answer_chars = digits + 1  # one operation: both operands' digits and the operator
+        # the failed action (cut to an answer's length) and "!", the numbers, their commas, ">", the target, "="
+        self.max_prompt_chars = self.max_answer_chars + 1 + digits + n_numbers + len(str(max_target)) + 1
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # A task: a puzzle + its held-out set + the reward
 # --------------------------------------------------------------------------------------------------------------------
@@ -369,6 +386,8 @@ def make_puzzle(cfg: TextEnvConfig) -> Puzzle:
         return Sort(cfg.n_digits)
     if isinstance(cfg, CountdownEnvConfig):
         return Countdown(cfg.n_numbers, cfg.max_number, cfg.max_target)
+    if isinstance(cfg, CountdownToolEnvConfig):
+        return CountdownTool(cfg.n_numbers, cfg.max_number, cfg.max_target)
     raise ConfigError(f"no text task for {type(cfg).__name__}")
 
 

@@ -23,9 +23,9 @@ import numpy as np
 import pgcli
 from pgcli.config import (
     A2CConfig,
+    FlowGRPOConfig,
     GRPOConfig,
     GSPOConfig,
-    HFModelConfig,
     ModelConfig,
     PPOConfig,
     PPOKLConfig,
@@ -42,7 +42,8 @@ from pgcli.config import (
     VPGConfig,
 )
 from pgcli.errors import ConfigError
-from pgcli.hardware.placement import extra_processes, select_device
+from pgcli.hardware.placement import extra_processes, select_device, workload_of
+from pgcli.lm.init import start_from_init
 from pgcli.lm.load import TextModelConfig
 from pgcli.training.summary import TrainSummary, summarize
 
@@ -79,6 +80,13 @@ TEXT_TRAINERS: dict[type, str] = {
 """Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
 device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
 :data:`TRAINERS`."""
+AGENT_TRAINERS: dict[type, str] = {
+    SFTConfig: "pgcli.lm.sft:SFT",
+    GRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
+    FlowGRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
+}
+"""Trainers of multi-turn text tasks (docs/lm.md, "Multi-turn agents"): SFT on their turns, whole-trajectory GRPO
+and Flow-GRPO."""
 
 
 @dataclass
@@ -129,9 +137,12 @@ def trainer_class(algo_cfg: Any) -> TrainerFactory:
     return trainer
 
 
-def text_trainer_class(algo_cfg: Any) -> TextTrainerFactory:
-    """The text-task trainer class for an algo config (imported on demand)."""
-    trainer: TextTrainerFactory = _registered(TEXT_TRAINERS, algo_cfg, "text-task trainer")
+def text_trainer_class(algo_cfg: Any, *, multi_turn: bool = False) -> TextTrainerFactory:
+    """The text-task trainer class for an algo config (imported on demand); ``multi_turn``: of a multi-turn task."""
+    table = AGENT_TRAINERS if multi_turn else TEXT_TRAINERS
+    trainer: TextTrainerFactory = _registered(
+        table, algo_cfg, "multi-turn trainer" if multi_turn else "text-task trainer"
+    )
     return trainer
 
 
@@ -271,7 +282,7 @@ def prepare_process(cfg: TrainConfig) -> torch.device:
     """The run's device, with torch's thread count (``hardware.torch_threads``) and every global RNG seeded."""
     import torch
 
-    device = select_device(cfg.hardware, "text" if isinstance(cfg.env, TextEnvConfig) else "control")
+    device = select_device(cfg.hardware, workload_of(cfg))
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
     seed_everything(cfg.seed)
@@ -374,6 +385,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     also the frozen reference), the text trainer and the held-out evaluator, in the same
     :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
+    from pgcli.lm.agent import AgentTask
     from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_task
 
@@ -390,47 +402,25 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     def describe(model_dir: Path) -> None:
         write_text_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name)
 
+    multi_turn = isinstance(task, AgentTask)
+    trainer_task = task.turn_task() if isinstance(task, AgentTask) and isinstance(cfg.algo, SFTConfig) else task
     with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
         trainer = run.closing(
-            text_trainer_class(cfg.algo)(
-                cfg.algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=cfg.seed, device=device
+            text_trainer_class(cfg.algo, multi_turn=multi_turn)(
+                cfg.algo,
+                task=trainer_task,
+                policy=policy,
+                reference=reference,
+                model=cfg.model,
+                seed=cfg.seed,
+                device=device,
             )
         )
         monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device, reference=reference))
         steps, final = fit(run, trainer, monitor, cfg.total_steps)
     unit = {SFTConfig: "demonstrations", RMConfig: "preference pairs"}.get(type(cfg.algo), "sampled completions")
+    unit = "sampled turns" if multi_turn and unit == "sampled completions" else unit
     return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
-
-
-def start_from_init(
-    cfg: TrainConfig, task: TextTask, device: torch.device
-) -> tuple[CausalLM, CausalLM | None, dict[str, str]]:
-    """The policy (from ``init``, an SFT run's model, when given), its frozen reference and the ``init`` tags.
-
-    The reference is the ``init`` model (a frozen copy; for LoRA the policy with its adapters off, no copy), or None
-    without ``init`` (a trainer with a KL term then freezes a copy of its starting policy itself)."""
-    import copy
-
-    from pgcli.lm.init import check_init, locate_init
-    from pgcli.lm.load import make_text_policy
-
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
-    source = None if cfg.init is None else locate_init(cfg.init, cfg.tracking)
-    if source is not None:
-        assert cfg.init is not None
-        check_init(source, cfg.env, cfg.model, cfg.init)
-    policy = make_text_policy(task, cfg.model, device, None if source is None else source.model_dir)
-    reference: CausalLM | None = None
-    if isinstance(cfg.model, HFModelConfig) and cfg.model.lora.r > 0:
-        from pgcli.lm.hf import AdapterOff, HFCausalLM
-
-        assert isinstance(policy, HFCausalLM)
-        reference = AdapterOff(policy)
-    elif source is not None:
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    if source is None:
-        return policy, reference, {}
-    return policy, reference, {"init": str(source.model_dir), "init_run_id": source.run_id or ""}
 
 
 def text_monitor(

@@ -19,11 +19,15 @@ from pgcli.config import (
     TEXT_ALGOS,
     TEXT_ENV_CONFIGS,
     EnvConfig,
+    FlowGRPOConfig,
+    GRPOConfig,
     LMModelConfig,
+    SFTConfig,
     TrainConfig,
 )
 from pgcli.config.compose import CONF_DIR, text_task_overrides
 from pgcli.config.pixels import IMAGE_ENVS
+from pgcli.config.text import AGENT_ENV_CONFIGS
 from pgcli.errors import ConfigError
 from pgcli.training.checks import train_config
 
@@ -38,6 +42,13 @@ TEXT_ENVS = [e for e in ENVS if e in TEXT_ENV_CONFIGS]
 GYM_ENVS = [e for e in ENVS if e not in TEXT_ENV_CONFIGS and e not in IMAGE_ENVS]
 CONTROL = [a for a in ALGOS if ALGO_CONFIGS[a] in CONTROL_ALGOS]
 TEXT = [a for a in ALGOS if ALGO_CONFIGS[a] in TEXT_ALGOS]
+AGENT_ALGOS = (FlowGRPOConfig, GRPOConfig, SFTConfig)
+"""What trains on a multi-turn task (docs/lm.md, "Multi-turn agents"); flow_grpo trains on nothing else."""
+
+
+def trains_on(algo: str, env: str) -> bool:
+    multi_turn = TEXT_ENV_CONFIGS[env] in AGENT_ENV_CONFIGS
+    return ALGO_CONFIGS[algo] in AGENT_ALGOS if multi_turn else ALGO_CONFIGS[algo] is not FlowGRPOConfig
 
 
 @functools.cache
@@ -69,12 +80,19 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
     assert cfg.total_steps >= 1 and cfg.env.n_envs >= 1
 
 
-@pytest.mark.parametrize(("algo", "env"), list(itertools.product(TEXT, TEXT_ENVS)))
+@pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if trains_on(*p)])
 def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
     cfg = composed(f"algo={algo}", f"env={env}")  # model=tiny_gpt is implied by a text env
     assert type(cfg.algo) is ALGO_CONFIGS[algo]
     assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
     assert isinstance(cfg.model, LMModelConfig)
+
+
+@pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if not trains_on(*p)])
+def test_a_single_turn_algo_on_a_multi_turn_task_and_back_is_one_line(algo: str, env: str):
+    with pytest.raises(ConfigError, match="multi-turn task") as err:
+        composed(f"algo={algo}", f"env={env}")
+    assert "\n" not in str(err.value)
 
 
 def test_text_and_control_options_do_not_mix():

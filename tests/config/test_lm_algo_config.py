@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pgcli.config import GRPOConfig, GSPOConfig, PPOLMConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
+from pgcli.config import (
+    CountdownToolEnvConfig,
+    FlowGRPOConfig,
+    GRPOConfig,
+    GSPOConfig,
+    PPOLMConfig,
+    REINFORCEConfig,
+    ReinforcePPConfig,
+    RLOOConfig,
+)
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.errors import ConfigError
 
@@ -19,6 +28,7 @@ SCHEMAS = {
     "gspo": GSPOConfig,
     "reinforce_pp": ReinforcePPConfig,
     "ppo_lm": PPOLMConfig,
+    "flow_grpo": FlowGRPOConfig,
 }
 
 
@@ -41,7 +51,7 @@ def test_a_gymnasium_env_is_refused_in_one_line(algo: str):
 
 @pytest.mark.parametrize("algo", SCHEMAS)
 def test_composes_on_every_text_env_with_the_schema_defaults(algo: str):
-    for env in ("addition", "sort", "countdown"):
+    for env in ("countdown_tool",) if algo == "flow_grpo" else ("addition", "sort", "countdown"):
         cfg = compose_train_config([f"algo={algo}", f"env={env}", "~preset"])
         assert cfg.algo == SCHEMAS[algo]()
 
@@ -106,3 +116,35 @@ def test_grpo_text_only_options_are_one_line_errors_on_a_control_task(override: 
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     text = compose_train_config(["algo=grpo", "env=addition", override]).algo
     assert (text.kl_estimator, text.mask_truncated_completions) != ("k3", False)
+
+
+def test_the_countdown_tool_yaml_documents_every_default_of_its_schema():
+    path = Path(CONF_DIR) / "env" / "countdown_tool.yaml"
+    assert all(f"\n{f.name}:" in path.read_text() for f in dataclasses.fields(CountdownToolEnvConfig))
+    values = OmegaConf.to_container(OmegaConf.load(path))
+    assert isinstance(values, dict)
+    values.pop("defaults")
+    assert CountdownToolEnvConfig(**values) == CountdownToolEnvConfig()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo=flow_grpo", "env=addition"], "algo=flow_grpo trains on multi-turn tasks (env=countdown_tool); "
+                                             "env=addition is single-turn: use algo=grpo"),
+        (["algo=rloo", "env=countdown_tool"], "env=countdown_tool is a multi-turn task: it trains with "
+                                              "algo=flow_grpo, grpo (whole trajectories) or sft (got algo=rloo)"),
+        (["algo=grpo", "env=countdown_tool", "algo.loss_agg=seq_mean"], "algo.loss_agg must be token_mean or "
+         "constant with algo=grpo on a multi-turn task (got 'seq_mean'); a trajectory's turns are separate samples, "
+         "so a per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns"),
+        (["algo=flow_grpo", "env=countdown_tool", "env.max_turns=1"], "env.max_turns must be in [n_numbers - 1 = "
+                                                                      "2, 32] (got 1); each turn is one operation"),
+        (["algo=flow_grpo", "env=countdown_tool", "env.reward=rm:abc"], "env.reward must be {} on a multi-turn task "
+                                                                         "(got 'rm:abc'); its reward is the final "
+                                                                         "verdict: solved or not"),
+    ],
+)  # fmt: skip
+def test_multi_turn_rules_are_one_line_errors(overrides: list[str], message: str):
+    with pytest.raises(ConfigError) as err:
+        compose_train_config(overrides)
+    assert str(err.value) == message

@@ -1,0 +1,113 @@
+"""Flow-GRPO and whole-trajectory GRPO on a multi-turn text task (docs/algorithms/lm.md, "Multi-turn agents").
+
+One update: M training questions, G trajectories each played to the end by the old policy (:func:`pgcli.lm.play.play`:
+one batched generation per round of turns), one verifiable reward R_j per trajectory (1.0 when solved). Every turn
+is a sample: its prompt is the state the trajectory was in, its completion the action. The two algorithms differ in
+the advantage each turn gets:
+
+    algo=flow_grpo   every turn of trajectory j carries R_j; A = (R_j - mean) / (std + eps), mean and std over all
+                     the turns of the question's G trajectories (AgentFlow, Li et al., 2025: verl's GRPO grouped by
+                     question id), so trajectories with more turns weigh more in the statistics
+    algo=grpo        A_j = (R_j - mean_g R) / (std_g R + eps) over the question's G trajectories, each counted once,
+                     then given to every turn of j: a trajectory is one sample whose tokens are its actions' tokens
+
+and then the same as GRPO on single completions (`pgcli.algo.lm_grpo`): mu epochs of minibatch steps (minibatches of
+turns) on the clipped token objective with the KL term to the reference. A "step" is one sampled turn, so both
+compare at the same number of generated completions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import torch
+from torch import Tensor
+
+from pgcli.algo.lm_grpo import LMGRPO, STD_EPS, CriticFreeConfig
+from pgcli.algo.lm_rollout import CompletionBatch, SamplingSettings, rollout_stats
+from pgcli.config import GRPOConfig
+from pgcli.lm.agent import TOOL_ERRORS, AgentTask
+from pgcli.lm.model import CausalLM
+from pgcli.lm.play import Episodes, play
+from pgcli.lm.tasks import TextTask
+from pgcli.ops.lm import group_advantages, token_advantages
+
+
+def trajectory_advantages(
+    cfg: GRPOConfig,
+    batch: CompletionBatch,
+    old_logp: Tensor,
+    ref_logp: Tensor | None,
+    *,
+    trajectory: Tensor,
+    rewards: Tensor,
+    group_size: int,
+) -> Tensor:
+    """Whole-trajectory GRPO's advantage on every token of every turn: [N, C]. ``trajectory`` [N] names each turn's
+    trajectory, ``rewards`` [T] are the trajectories' rewards, trajectory j answering question j // group_size."""
+    groups = torch.arange(len(rewards), device=rewards.device) // group_size
+    per_trajectory = group_advantages(rewards, groups, scale=cfg.scale_rewards, eps=STD_EPS).advantages  # [T]
+    return token_advantages(per_trajectory[trajectory], batch.mask)
+
+
+def episode_stats(episodes: Episodes, batch: CompletionBatch) -> dict[str, float]:
+    """The ``rollout/*`` metrics of a multi-turn batch: per trajectory (reward, solved share, turns) and per turn (tool
+    errors by kind, generated tokens)."""
+    turns = [turn for trajectory in episodes.turns for turn in trajectory]
+    errors = Counter(turn.error for turn in turns if turn.error)
+    solved = sum(episodes.solved) / len(episodes.solved)
+    stats = rollout_stats(batch) | {
+        "rollout/reward_mean": solved,
+        "rollout/accuracy": solved,
+        "rollout/turns_mean": len(turns) / len(episodes.turns),
+        "rollout/tool_error_rate": sum(errors.values()) / len(turns),
+    }
+    return stats | {f"rollout/errors_{kind}": errors[kind] / len(turns) for kind in TOOL_ERRORS}
+
+
+class LMAgentGRPO(LMGRPO):
+    """Flow-GRPO (``algo=flow_grpo``) or whole-trajectory GRPO (``algo=grpo``) on a multi-turn task (module
+    docstring); sampling is play, the update, checkpoints and resume are :class:`LMGRPO`'s."""
+
+    def __init__(
+        self,
+        cfg: CriticFreeConfig,
+        *,
+        task: TextTask,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: SamplingSettings,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        if not isinstance(task, AgentTask):
+            raise TypeError(f"{type(self).__name__} plays multi-turn tasks (got {type(task).__name__})")
+        super().__init__(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed, device=device)
+        self.agent_task = task
+
+    def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
+        """1. G trajectories of each of M questions played by the old policy; the batch of their turns, each with
+        its trajectory's reward, grouped by question."""
+        size = self.cfg.group_size
+        questions = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+        episodes = play(self.agent_task, self.policy, [q for q in questions for _ in range(size)],
+                        temperature=self.temperature, top_p=self.top_p, generator=self.generator,
+                        device=self.device)  # fmt: skip
+        rows = episodes.rows
+        solved = torch.tensor(episodes.solved, dtype=torch.bool, device=self.device)  # [T]
+        rewards = solved.float()  # the final verdict: 1.0 when solved
+        batch = CompletionBatch(
+            prompt_tokens=rows.prompt_tokens,
+            prompt_mask=rows.prompt_mask,
+            tokens=rows.tokens,
+            mask=rows.mask.float(),
+            rewards=rewards[rows.trajectory],
+            correct=solved[rows.trajectory],
+            group_ids=rows.trajectory // size,
+            sample_seconds=episodes.seconds,
+        )
+        if isinstance(self.cfg, GRPOConfig):  # one advantage per trajectory, given to its turns
+            self.estimator = functools.partial(trajectory_advantages, trajectory=rows.trajectory, rewards=rewards,
+                                               group_size=size)  # fmt: skip
+        return batch, episode_stats(episodes, batch)
