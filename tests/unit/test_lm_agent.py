@@ -220,3 +220,21 @@ def test_a_multi_turn_trainer_resumes_exactly(tmp_path: Path):
     assert resumed.steps == straight.steps
     for a, b in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_hugging_face_model_plays_the_task_in_its_own_tokens(tiny_hf_model: Path):
+    from pgcli.config import HFModelConfig
+
+    model = HFModelConfig(path=str(tiny_hf_model), max_new_tokens=6)
+    task = make_text_task(CountdownToolEnvConfig(n_eval=16), model)
+    assert isinstance(task, CountdownCalculator) and task.max_completion_len == 6
+    policy = make_text_policy(task, model, torch.device("cpu"))
+    episodes = play(task, policy, task.eval_problems()[:3], temperature=1.0, top_p=1.0,
+                    generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))  # fmt: skip
+    assert all(task.done(state) for state in episodes.states)
+    assert len(episodes.rows.trajectory) == sum(len(t) for t in episodes.turns)
+    # a random model's actions are tool errors: each one is shown, cut to an operation's length, in the next prompt
+    for turns in episodes.turns:
+        for before, after in zip(turns, turns[1:], strict=False):
+            if before.error:
+                assert after.prompt.startswith(before.action[: task.puzzle.max_answer_chars] + "!")
