@@ -3,7 +3,8 @@
 Runs come from the MLflow store (a sweep's parent run, an experiment, or a filter string; with no selection, the
 children of the most recent sweep); only training runs count, not sweep parents or ``pgcli eval`` runs. They are
 grouped into seeds of one experiment (:mod:`pgcli.compare.groups`), each group aggregated (:mod:`pgcli.compare.stats`:
-mean curve with a 95% bootstrap band, final mean +- std, IQM, bootstrap CI), and reported
+mean curve with a 95% bootstrap band, final mean +- std, IQM, bootstrap CI; with ``--x``, the curve against another
+logged metric, each run's path and the group's mean path), and reported
 (:mod:`pgcli.compare.report`): ``compare.png``, ``compare.md`` and ``compare.html`` in the output directory, logged to
 the sweep's parent run when there is one, and the table with its notes on the terminal (docs/sweeps.md, "Comparing
 runs").
@@ -52,6 +53,7 @@ def parse_args(args: list[str]) -> argparse.Namespace:
         "  pgcli compare --parent 1f2e...                  # a given sweep\n"
         "  pgcli compare --experiment cartpole --group-by algo.learning_rate\n"
         "  pgcli compare --filter \"params.algo = 'ppo' and tags.env_id = 'Hopper-v5'\"\n"
+        "  pgcli compare --experiment addition --group-by algo.beta --metric eval/accuracy --x eval/kl_ref\n"
         "  pgcli compare --parent 1f2e... tracking.uri=http://127.0.0.1:5000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -64,6 +66,12 @@ def parse_args(args: list[str]) -> argparse.Namespace:
         "--group-by", default="", help="more config keys to group by, e.g. algo.learning_rate (always: algo, env_id)"
     )
     parser.add_argument("--metric", default=DEFAULT_METRIC, help=f"curve metric (default: {DEFAULT_METRIC})")
+    parser.add_argument(
+        "--x",
+        metavar="KEY",
+        help="draw the curve metric against this logged metric (e.g. eval/kl_ref), at the steps "
+        "where a run logged both, instead of against env steps",
+    )
     parser.add_argument("--out", type=Path, help="output directory (default: <sweep dir>/compare or outputs/compare/)")
     parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default: 2000)")
     parser.add_argument("--include-unfinished", action="store_true", help="also use FAILED/KILLED/RUNNING runs")
@@ -81,10 +89,11 @@ def main(args: list[str]) -> int:
     parent, records = select_runs(store, parent=ns.parent, experiments=ns.experiment, filter_string=ns.filter)
     skipped = [] if ns.include_unfinished else [r for r in records if r.status != "FINISHED"]
     records = [r for r in records if r.status == "FINISHED" or ns.include_unfinished]
-    runs = load_curves(store, records, ns.metric)
+    runs = load_curves(store, records, ns.metric, ns.x)
     if not runs:
         left_out = f" ({len(skipped)} unfinished runs left out: --include-unfinished)" if skipped else ""
-        raise ConfigError(f"none of the {len(records)} selected runs logged '{ns.metric}'{left_out}")
+        logged = f"both '{ns.metric}' and '{ns.x}'" if ns.x else f"'{ns.metric}'"
+        raise ConfigError(f"none of the {len(records)} selected runs logged {logged}{left_out}")
     check_keys(runs, keys[len(BASE_KEYS) :])
     if any(TRIAL_KEY in r.tags for r in runs) and TRIAL_KEY not in keys:
         keys.append(TRIAL_KEY)  # an Optuna trial's seeds are one group; trials are never averaged together
@@ -101,7 +110,7 @@ def main(args: list[str]) -> int:
     selection = selection_label(
         sweep=parent.name if parent else None, experiments=ns.experiment, filter_string=ns.filter
     )
-    md = write_report(out, groups, stats, keys, ns.metric, notes, selection=selection)
+    md = write_report(out, groups, stats, keys, ns.metric, notes, selection=selection, x=ns.x)
     if parent is not None:
         for name in ("compare.md", "compare.html", "compare.png"):
             store.log_artifact(parent.run_id, out / name, "compare")
@@ -112,7 +121,8 @@ def main(args: list[str]) -> int:
     if skipped:
         print(f"pgcli: {len(skipped)} unfinished run(s) left out (--include-unfinished to use them)", file=sys.stderr)
     if len(records) > len(runs):
-        print(f"pgcli: {len(records) - len(runs)} run(s) without '{ns.metric}' left out", file=sys.stderr)
+        logged = f"a step logging both '{ns.metric}' and '{ns.x}'" if ns.x else f"'{ns.metric}'"
+        print(f"pgcli: {len(records) - len(runs)} run(s) without {logged} left out", file=sys.stderr)
     where = f"; logged to parent run {parent.run_id}" if parent else ""
     print(f"pgcli: wrote {out / 'compare.png'}, compare.md, compare.html{where}", file=sys.stderr)
     return 0
@@ -133,14 +143,21 @@ def open_store(overrides: list[str]) -> Any:
     return RunStore(uri)
 
 
-def load_curves(store: Any, records: Sequence[Any], metric: str) -> list[RunCurve]:
-    """Each run's ``metric`` history, oldest run first; runs that never logged it are left out."""
+def load_curves(store: Any, records: Sequence[Any], metric: str, x: str | None = None) -> list[RunCurve]:
+    """Each run's ``metric`` history, oldest run first; runs that never logged it are left out.
+
+    With ``x``, the points are the steps at which the run logged both ``metric`` and ``x`` (the last value of each
+    at a step logged twice, as a resumed run may), with ``x``'s values as the run's ``xs``; runs without such a step
+    are left out."""
     runs: list[RunCurve] = []
     for record in sorted(records, key=lambda r: r.start_time):
         points = store.metric_history(record.run_id, metric)
+        if x is not None and points:
+            ys, xs = dict(points), dict(store.metric_history(record.run_id, x))  # step -> last value
+            points = [(step, ys[step], xs[step]) for step in sorted(ys.keys() & xs.keys())]
         if points:
-            steps, values = (np.array(v, dtype=np.float64) for v in zip(*points, strict=True))
-            runs.append(RunCurve(record.run_id, record.params, record.tags, steps, values))
+            columns = [np.array(v, dtype=np.float64) for v in zip(*points, strict=True)]
+            runs.append(RunCurve(record.run_id, record.params, record.tags, *columns))
     return runs
 
 
@@ -153,20 +170,23 @@ def write_report(
     notes: Sequence[str],
     *,
     selection: str,
+    x: str | None = None,
 ) -> str:
-    """Write ``compare.md``, ``compare.html`` and ``compare.png`` into ``out``; returns the markdown table."""
+    """Write ``compare.md``, ``compare.html`` and ``compare.png`` into ``out``; returns the markdown table. With
+    ``x``, the table has each group's final ``x`` too and the plot draws ``metric`` against ``x``."""
     out.mkdir(parents=True, exist_ok=True)
     with_setting = any(g.setting for g in groups)
-    header, rows = table_header(keys, metric, with_setting), table_rows(groups, stats, with_setting)
+    header, rows = table_header(keys, metric, with_setting, x=x), table_rows(groups, stats, with_setting, x=x)
     md = markdown_table(header, rows)
     notes_md = "".join(f"- {n}\n" for n in notes)
     title = f"pgcli compare: {sum(s.n_runs for s in stats)} runs in {len(groups)} group(s)"
     title += f", {selection}" if selection else ""  # compare.png carries it too
+    alt = f"{metric} against {x}" if x else "learning curves"
     (out / "compare.md").write_text(
-        f"# {title}\n\n{md}\n\n" + (f"{notes_md}\n" if notes else "") + "![learning curves](compare.png)\n"
+        f"# {title}\n\n{md}\n\n" + (f"{notes_md}\n" if notes else "") + f"![{alt}](compare.png)\n"
     )
-    (out / "compare.html").write_text(html_table(header, rows, title, notes))
-    plot_curves(groups, stats, list(keys), metric, out / "compare.png", title=title)
+    (out / "compare.html").write_text(html_table(header, rows, title, notes, alt=alt))
+    plot_curves(groups, stats, list(keys), metric, out / "compare.png", title=title, x=x)
     return md
 
 

@@ -54,6 +54,7 @@ class RunCurve:
     tags: dict[str, str]
     steps: np.ndarray  # [P_run] env steps, increasing
     values: np.ndarray  # [P_run]
+    xs: np.ndarray | None = None  # [P_run] the ``--x`` metric at the same steps; None: the curve is against steps
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The report of ``pgcli compare``: the results table (terminal, ``compare.md``, ``compare.html``) and the plot.
 
 Groups of fewer than :data:`FEW_RUNS` runs are marked (a bootstrap over 2 runs is not a confidence interval anyone
-should trust). The plot has one panel per env id, each with its own y-axis.
+should trust). The plot has one panel per env id, each with its own y-axis. Against another metric (``--x``) it draws
+each run's path and the group's mean path (:func:`pgcli.compare.stats.mean_path`), without a band.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, setting_text
-from pgcli.compare.stats import GroupStats
+from pgcli.compare.stats import GroupStats, mean_path
 
 FEW_RUNS = 3
 """Groups with fewer runs are marked: their spread says little."""
@@ -27,9 +28,10 @@ def run_mark(n_runs: int) -> str:
     return f"n<{FEW_RUNS}: CI unreliable" if n_runs < FEW_RUNS else ""
 
 
-def table_header(keys: Sequence[str], metric: str, with_setting: bool) -> list[str]:
+def table_header(keys: Sequence[str], metric: str, with_setting: bool, *, x: str | None = None) -> list[str]:
     setting = ["config"] if with_setting else []
-    return [*keys, "budget", *setting, "n", f"final {metric} (mean ± std)", "IQM", "95% CI of mean", "note"]
+    x_final = [f"final {x} (mean ± std)"] if x else []
+    return [*keys, "budget", *setting, "n", f"final {metric} (mean ± std)", *x_final, "IQM", "95% CI of mean", "note"]
 
 
 def decimals(values: Sequence[float]) -> int:
@@ -39,16 +41,27 @@ def decimals(values: Sequence[float]) -> int:
     return 1 if finite and max(finite) >= 10 else 3
 
 
-def table_rows(groups: Sequence[Group], stats: Sequence[GroupStats], with_setting: bool) -> list[list[str]]:
+def table_rows(
+    groups: Sequence[Group], stats: Sequence[GroupStats], with_setting: bool, *, x: str | None = None
+) -> list[list[str]]:
     rows = []
     for g, s in zip(groups, stats, strict=True):
         setting = [", ".join(f"{k}={v}" for k, v in g.setting.items()) or "-"] if with_setting else []
         d = decimals([s.final_mean, s.final_iqm, *(s.final_ci or ())])
         final = f"{s.final_mean:.{d}f}" + (f" ± {s.final_std:.{d}f}" if s.final_std is not None else "")
+        x_final = [x_final_cell(g)] if x else []
         ci = f"[{s.final_ci[0]:.{d}f}, {s.final_ci[1]:.{d}f}]" if s.final_ci is not None else "-"
         note = "; ".join(n for n in (run_mark(s.n_runs), "" if s.steps.size else "no common steps") if n)
-        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, f"{s.final_iqm:.{d}f}", ci, note or "-"])
+        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, *x_final, f"{s.final_iqm:.{d}f}", ci,
+                     note or "-"])  # fmt: skip
     return rows
+
+
+def x_final_cell(group: Group) -> str:
+    """The ``--x`` metric's last value per run of ``group``: mean ± std (ddof=1; the mean alone for one run)."""
+    finals = np.array([float(run.xs[-1]) for run in group.runs if run.xs is not None])
+    d = decimals([float(finals.mean())])
+    return f"{finals.mean():.{d}f}" + (f" ± {finals.std(ddof=1):.{d}f}" if finals.size > 1 else "")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -57,7 +70,9 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def html_table(header: list[str], rows: list[list[str]], title: str, notes: Sequence[str]) -> str:
+def html_table(
+    header: list[str], rows: list[list[str]], title: str, notes: Sequence[str], *, alt: str = "learning curves"
+) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
@@ -67,7 +82,7 @@ def html_table(header: list[str], rows: list[list[str]], title: str, notes: Sequ
         "padding:4px 8px;text-align:right}th{background:#eee}</style></head><body>"
         f"<h3>{html.escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
         + (f"<ul>{items}</ul>" if items else "")
-        + "<p><img src='compare.png' alt='learning curves'></p></body></html>\n"
+        + f"<p><img src='compare.png' alt='{html.escape(alt)}'></p></body></html>\n"
     )
 
 
@@ -82,11 +97,19 @@ def selection_label(*, sweep: str | None, experiments: Sequence[str] | None, fil
 
 
 def figure(
-    groups: Sequence[Group], stats: Sequence[GroupStats], keys: Sequence[str], metric: str, *, title: str = ""
+    groups: Sequence[Group],
+    stats: Sequence[GroupStats],
+    keys: Sequence[str],
+    metric: str,
+    *,
+    title: str = "",
+    x: str | None = None,
 ) -> Any:
     """The learning-curve figure: one panel per env id, each with its own y-axis (returns between envs are not on
     one scale); in it, each group's mean curve and, when it has 2+ runs, its bootstrap band; ``title`` (the
-    selection, :func:`selection_label`) on top."""
+    selection, :func:`selection_label`) on top. With ``x`` (a metric every run has as ``xs``), ``metric`` against
+    ``x``: each run's path as a thin line and the group's mean path (x and y averaged over its runs at each common
+    step) as a thick one, no band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,35 +124,62 @@ def figure(
         ax.set_visible(False)
     for g, s in zip(groups, stats, strict=True):
         ax = axes.flat[envs.index(g.key[env_index])]
-        extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
-        label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
-        trial = TRIAL_KEY in keys and g.key[keys.index(TRIAL_KEY)] != "-"
-        label += "" if trial else setting_text(g.setting)  # a trial's parameters are in the table, not the legend
-        label += f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
-        if not s.steps.size:  # the runs share no steps: draw each run rather than hide the group
-            color = None
-            for run in g.runs:
-                (line,) = ax.plot(run.steps, run.values, lw=0.8, color=color, label=label + ": no common steps")
-                color, label = line.get_color(), "_"
-            continue
-        (line,) = ax.plot(s.steps, s.curve_mean, marker="o" if s.steps.size <= 30 else None, label=label)
-        if s.curve_lo is None or s.curve_hi is None:
-            continue  # one run: no band
-        if s.steps.size > 1:
-            ax.fill_between(s.steps, s.curve_lo, s.curve_hi, color=line.get_color(), alpha=0.2)
-        else:  # evaluated once (eval.every=0): the band is an error bar
-            err = [s.curve_mean - s.curve_lo, s.curve_hi - s.curve_mean]
-            ax.errorbar(s.steps, s.curve_mean, yerr=err, color=line.get_color(), capsize=6)
+        if x is None:
+            _draw_curve(ax, g, s, group_label(g, s, keys))
+        else:
+            _draw_paths(ax, g, group_label(g, s, keys))
     for ax, env in zip(axes.flat, envs, strict=False):
         ax.set_title(env)
-        ax.set_xlabel("environment steps")
+        ax.set_xlabel(x or "environment steps")
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    band = "mean over seeds, 95% bootstrap CI band (none for n=1)"
+    if x is None:
+        band = "mean over seeds, 95% bootstrap CI band (none for n=1)"
+    else:
+        band = "thick: mean over seeds of x and y at each step; thin: each run (no band against a metric)"
     fig.suptitle(f"{title}\n{band}" if title else band, fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def group_label(g: Group, s: GroupStats, keys: Sequence[str]) -> str:
+    """A group in the legend: algo, its --group-by values, budget, setting (not a trial's) and n."""
+    extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
+    label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
+    trial = TRIAL_KEY in keys and g.key[keys.index(TRIAL_KEY)] != "-"
+    label += "" if trial else setting_text(g.setting)  # a trial's parameters are in the table, not the legend
+    return label + f" (n={s.n_runs}" + (f", <{FEW_RUNS} runs)" if s.n_runs < FEW_RUNS else ")")
+
+
+def _draw_curve(ax: Any, g: Group, s: GroupStats, label: str) -> None:
+    """A group's mean curve against steps and its bootstrap band (an error bar for one evaluation)."""
+    if not s.steps.size:  # the runs share no steps: draw each run rather than hide the group
+        color = None
+        for run in g.runs:
+            (line,) = ax.plot(run.steps, run.values, lw=0.8, color=color, label=label + ": no common steps")
+            color, label = line.get_color(), "_"
+        return
+    (line,) = ax.plot(s.steps, s.curve_mean, marker="o" if s.steps.size <= 30 else None, label=label)
+    if s.curve_lo is None or s.curve_hi is None:
+        return  # one run: no band
+    if s.steps.size > 1:
+        ax.fill_between(s.steps, s.curve_lo, s.curve_hi, color=line.get_color(), alpha=0.2)
+    else:  # evaluated once (eval.every=0): the band is an error bar
+        err = [s.curve_mean - s.curve_lo, s.curve_hi - s.curve_mean]
+        ax.errorbar(s.steps, s.curve_mean, yerr=err, color=line.get_color(), capsize=6)
+
+
+def _draw_paths(ax: Any, g: Group, label: str) -> None:
+    """A group against a metric: its mean path (thick, marked) and each run's path (thin, same colour)."""
+    paths = [(run.steps, run.xs, run.values) for run in g.runs if run.xs is not None]
+    steps, x_mean, y_mean = mean_path(paths)
+    if not steps.size:  # the runs share no steps: their paths only
+        label += ": no common steps"
+    (line,) = ax.plot(x_mean, y_mean, lw=2, marker="o" if steps.size <= 30 else None, label=label)
+    if len(paths) > 1 or not steps.size:
+        for _, xs, ys in paths:
+            ax.plot(xs, ys, lw=0.7, alpha=0.45, color=line.get_color())
 
 
 def plot_curves(
@@ -140,11 +190,12 @@ def plot_curves(
     path: Path,
     *,
     title: str = "",
+    x: str | None = None,
 ) -> Path:
     """Save :func:`figure` as ``path``."""
     import matplotlib.pyplot as plt
 
-    fig = figure(groups, stats, keys, metric, title=title)
+    fig = figure(groups, stats, keys, metric, title=title, x=x)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -12,6 +12,10 @@ Pure functions (numpy in, numpy out), tested against hand-computed cases:
   Precipice", rliable) and a 95% bootstrap CI of the mean.
 
 A group of one run has no spread: no std, no CI and no band.
+
+Against another metric (``pgcli compare --x``) a run is a path (x_t, y_t) over its evaluation steps t, and runs do
+not share x values, so there is no y "at a given x" to bootstrap: :func:`mean_path` averages x and y over the runs at
+each common step instead (the mean run's path), with no band.
 """
 
 from __future__ import annotations
@@ -74,6 +78,17 @@ def curves_on_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]], grid: np.nda
     """Each (steps, values) curve linearly interpolated at ``grid``: [n_runs, len(grid)]."""
     return np.stack([np.interp(grid, np.asarray(s, dtype=np.float64), np.asarray(v, dtype=np.float64))
                      for s, v in curves])  # fmt: skip
+
+
+def mean_path(paths: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mean over runs of (steps, xs, ys) paths at their common steps (:func:`common_grid`): (grid, mean x, mean y),
+    each [P]; x and y are interpolated at the grid as curves are. Empty arrays when the runs share no steps."""
+    grid = common_grid([(steps, ys) for steps, _, ys in paths])
+    if not grid.size:
+        return grid, grid.copy(), grid.copy()
+    xs = curves_on_grid([(steps, xs) for steps, xs, _ in paths], grid)  # [n_runs, P]
+    ys = curves_on_grid([(steps, ys) for steps, _, ys in paths], grid)  # [n_runs, P]
+    return grid, xs.mean(axis=0), ys.mean(axis=0)
 
 
 @dataclass

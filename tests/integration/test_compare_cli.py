@@ -85,3 +85,67 @@ def test_an_unknown_group_by_key_is_one_line_naming_the_keys(experiment: Experim
     assert line.startswith("pgcli: error: --group-by: no compared run has 'algo.learning_rat'"), line
     assert "did you mean algo.learning_rate" in line and "algo.n_steps" in line and "seed" in line
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# --x: one metric against another (docs/sweeps.md, "Against another metric: --x")
+# --------------------------------------------------------------------------------------------------------------------
+
+BETA_RUNS = {  # algo.beta -> per seed: [(step, eval/kl_ref, eval/accuracy)]
+    "0.01": [[(0, 0.0, 0.5), (100, 1.0, 0.7), (200, 3.0, 0.4)], [(0, 0.0, 0.4), (100, 2.0, 0.6), (200, 4.0, 0.2)]],
+    "0.1": [[(0, 0.0, 0.5), (100, 0.5, 0.6), (200, 1.0, 0.7)], [(0, 0.0, 0.4), (100, 0.5, 0.5), (200, 1.5, 0.6)]],
+}
+"""A beta sweep as ``env.reward=rm:<run>`` logs it: the small beta goes further from the reference and its gold
+accuracy turns down; the large one stays close."""
+
+
+@pytest.fixture(scope="module")
+def beta_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> Store:
+    """Runs of a beta sweep logged as `pgcli train` logs them (params, tags, eval metrics), plus one FINISHED run of
+    the same experiment that never logged eval/kl_ref (a run without a reference)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    store = Store(tmp_path_factory.mktemp("beta") / "store")
+    store.root.mkdir()
+    shutil.copyfile(mlflow_schema_db, store.root / "mlflow.db")
+    client = store.client()
+    exp = client.create_experiment("addition", artifact_location=(store.root / "artifacts").as_uri())
+    runs = [(beta, seed, points) for beta, seeds in BETA_RUNS.items() for seed, points in enumerate(seeds)]
+    runs.append(("0.1", 2, [(0, None, 0.3), (200, None, 0.3)]))
+    for start, (beta, seed, points) in enumerate(runs):
+        tags = {"algo": "ppo_lm", "env_id": "addition", "seed": str(seed)}
+        run_id = client.create_run(exp, start_time=1_700_000_000_000 + start, tags=tags).info.run_id
+        metrics = [Metric("eval/accuracy", acc, 0, step) for step, _, acc in points]
+        metrics += [Metric("eval/kl_ref", kl, 0, step) for step, kl, _ in points if kl is not None]
+        params = {"algo": "ppo_lm", "env.id": "addition", "seed": str(seed), "total_steps": "200", "algo.beta": beta}
+        client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
+                         tags=[RunTag(k, v) for k, v in tags.items()])  # fmt: skip
+        client.set_terminated(run_id, "FINISHED")
+    return store
+
+
+def test_x_draws_the_metric_against_another_logged_metric(beta_store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ["--group-by", "algo.beta", "--metric", "eval/accuracy", "--x", "eval/kl_ref", "--out", str(out)]
+    proc = run_pgcli(["compare", "--experiment", "addition", *args, f"tracking.uri={beta_store.uri}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    # the x metric's final value per group beside the curve metric's (mean ± std over the seeds)
+    assert "final eval/accuracy (mean ± std)" in rows[0] and "final eval/kl_ref (mean ± std)" in rows[0], rows[0]
+    assert rows[1].startswith("| ppo_lm | addition | 0.01 | 200 | 2 | 0.300 ± 0.141 | 3.500 ± 0.707 |"), rows
+    assert rows[2].startswith("| ppo_lm | addition | 0.1 | 200 | 2 | 0.650 ± 0.071 | 1.250 ± 0.354 |"), rows
+    assert "1 run(s) without a step logging both 'eval/accuracy' and 'eval/kl_ref' left out" in proc.stderr
+    report = (out / "compare.md").read_text()
+    assert "![eval/accuracy against eval/kl_ref](compare.png)" in report
+    assert (out / "compare.png").stat().st_size > 1000
+
+
+def test_an_x_metric_no_run_logged_is_one_line(beta_store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = run_pgcli(["compare", "--experiment", "addition", "--metric", "eval/accuracy", "--x", "eval/kl",
+                      "--out", str(out), f"tracking.uri={beta_store.uri}"], cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip() == ("pgcli: error: none of the 5 selected runs logged both 'eval/accuracy' and "
+                                   "'eval/kl'"), proc.stderr  # fmt: skip
+    assert not out.exists()

@@ -13,7 +13,7 @@ import pytest
 from pgcli.commands.compare import main
 from pgcli.compare.groups import Group, RunCurve, check_keys, lookup, make_groups
 from pgcli.compare.report import figure, table_rows
-from pgcli.compare.stats import aggregate, bootstrap_ci, common_grid, curves_on_grid, iqm
+from pgcli.compare.stats import aggregate, bootstrap_ci, common_grid, curves_on_grid, iqm, mean_path
 from pgcli.errors import ConfigError
 from tests.conftest import Store
 
@@ -99,6 +99,39 @@ def test_runs_without_common_steps_keep_their_finals_but_get_no_curve() -> None:
     s = aggregate([early, late])
     assert s.steps.size == 0 and s.curve_lo is None
     assert s.final_mean == 3.0
+
+
+def test_mean_path_averages_x_and_y_at_each_common_step() -> None:
+    # run a evaluated at 0, 10, 20; run b at 0, 10, 20, 30: the common steps are 0, 10, 20
+    a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 1.0, 3.0]), np.array([0.5, 0.7, 0.4]))
+    b = (np.array([0.0, 10.0, 20.0, 30.0]), np.array([0.0, 2.0, 4.0, 9.0]), np.array([0.4, 0.6, 0.2, 0.0]))
+    steps, x_mean, y_mean = mean_path([a, b])
+    assert (
+        np.allclose(steps, [0, 10, 20])
+        and np.allclose(x_mean, [0, 1.5, 3.5])
+        and np.allclose(y_mean, [0.45, 0.65, 0.3])
+    )
+
+
+def test_against_a_metric_the_plot_draws_each_run_and_the_mean_path_without_a_band() -> None:
+    from matplotlib.collections import PolyCollection
+
+    runs = [
+        RunCurve(f"r{seed}", {"algo": "ppo_lm", "env.id": "addition", "seed": str(seed), "total_steps": "20"},
+                 {"algo": "ppo_lm", "env_id": "addition", "seed": str(seed)}, np.array([0.0, 10.0, 20.0]),
+                 np.array(acc), np.array(kl))
+        for seed, (kl, acc) in enumerate([([0.0, 1.0, 3.0], [0.5, 0.7, 0.4]), ([0.0, 2.0, 4.0], [0.4, 0.6, 0.2])])
+    ]  # fmt: skip
+    keys = ["algo", "env_id"]
+    groups, _ = make_groups(runs, keys)
+    stats = [aggregate([(r.steps, r.values) for r in g.runs]) for g in groups]
+    fig = figure(groups, stats, keys, "eval/accuracy", x="eval/kl_ref")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_xlabel() == "eval/kl_ref" and ax.get_ylabel() == "eval/accuracy"
+    mean, *per_run = ax.get_lines()
+    assert np.allclose(mean.get_xdata(), [0, 1.5, 3.5]) and np.allclose(mean.get_ydata(), [0.45, 0.65, 0.3])
+    assert [list(line.get_xdata()) for line in per_run] == [[0, 1, 3], [0, 2, 4]]
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band against a metric
 
 
 def curve(
