@@ -153,7 +153,9 @@ def test_every_option_of_the_other_groups_composes(group: str):
 def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
     # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each.
     # '<algo>_<env>_<variant>' (ppo_hopper_zoo) is a named alternative, chosen with preset=<name>.
-    algo, env = next((a, e) for a in ALGOS for e in ENVS if preset == f"{a}_{e}" or preset.startswith(f"{a}_{e}_"))
+    # An exact '<algo>_<env>' first: flow_grpo_countdown_tool is not a variant of a flow_grpo_countdown pair.
+    exact = [(a, e) for a in ALGOS for e in ENVS if preset == f"{a}_{e}"]
+    algo, env = (exact or [(a, e) for a in ALGOS for e in ENVS if preset.startswith(f"{a}_{e}_")])[0]
     chosen = [] if preset == f"{algo}_{env}" else [f"preset={preset}"]
     with_preset = composed(f"algo={algo}", f"env={env}", *chosen)
     without = composed(f"algo={algo}", f"env={env}", "~preset")
