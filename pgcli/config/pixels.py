@@ -7,10 +7,14 @@ Light like the rest of :mod:`pgcli.config`: no ale_py, minatar or torch import. 
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pgcli.config.rules import ACTIVATIONS, MAX_WIDTH, _at_most, _choice, require
+from pgcli.errors import ConfigError
 
 IMAGE_ENVS: tuple[str, ...] = (
     "pong",
@@ -99,3 +103,45 @@ class CNNModelConfig:
                      f"a list of widths in [1, {MAX_WIDTH}]", "typical: [] (a linear head)")  # fmt: skip
         _choice("model.activation", self.activation, ACTIVATIONS)
         require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]", "typical: 0")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# hardware.vec_env=envpool (docs/pixels.md, "EnvPool")
+# --------------------------------------------------------------------------------------------------------------------
+
+ENVPOOL_MISSING = ("hardware.vec_env=envpool needs the envpool package, which is not installed: pip install envpool "
+                   "(Linux x86-64, Python >= 3.11; in pgcli[pixels] there), or use hardware.vec_env=sync")  # fmt: skip
+ENVPOOL_KWARGS = ("repeat_action_probability", "full_action_space", "mode", "difficulty")
+"""The ALE options of ``env.kwargs`` that EnvPool's Atari games take under the same names."""
+
+
+def envpool_task(env_id: str) -> str | None:
+    """EnvPool's name for the Atari game of ``env_id`` (``ale_py:BreakoutNoFrameskip-v4`` -> ``Breakout-v5``: EnvPool's
+    games have the NoFrameskip-v4 settings, no sticky actions, its wrappers doing the rest); None for any other id."""
+    match = re.fullmatch(r"([A-Z][A-Za-z0-9]*)NoFrameskip-v4", env_id.rpartition(":")[2])
+    return None if match is None else f"{match.group(1)}-v5"
+
+
+def check_envpool(env_id: str, pixels: PixelsConfig | None, *, kwargs: Iterable[str], n_wrappers: int,
+                  algo: str) -> None:  # fmt: skip
+    """The rules of ``hardware.vec_env=envpool``: an Atari game with ``env.pixels``, EnvPool installed (looked up,
+    not imported), no gymnasium wrappers, only the ALE options EnvPool takes, and a trainer that does not reseed
+    single sub-envs (EnvPool seeds its games once, when the pool is made)."""
+    if pixels is None or envpool_task(env_id) is None:
+        raise ConfigError(f"hardware.vec_env=envpool steps Atari games (env=pong, env=breakout, ...: "
+                          f"<Game>NoFrameskip-v4 ids with env.pixels); env.id {env_id!r} is not one: use "
+                          "hardware.vec_env=sync")  # fmt: skip
+    if importlib.util.find_spec("envpool") is None:
+        raise ConfigError(ENVPOOL_MISSING)
+    if n_wrappers:
+        raise ConfigError("env.wrappers wrap gymnasium sub-envs; hardware.vec_env=envpool steps EnvPool's own games: "
+                          "drop env.wrappers or use hardware.vec_env=sync")  # fmt: skip
+    unknown = sorted(set(kwargs) - set(ENVPOOL_KWARGS))
+    if unknown:
+        raise ConfigError(f"env.kwargs {unknown} are not options of EnvPool's Atari games (it takes "
+                          f"{', '.join(ENVPOOL_KWARGS)}): drop them or use hardware.vec_env=sync")  # fmt: skip
+    if algo == "grpo":
+        raise ConfigError(
+            "algo=grpo replays seeded start states in single sub-envs, which hardware.vec_env=envpool "
+            "cannot (it seeds its games once, when the pool is made): use hardware.vec_env=sync"
+        )

@@ -14,7 +14,8 @@ RecordEpisodeStatistics (``pgcli.envs.pixels``: the logged return is the raw sco
 
 and over the vector env an optional ``VecNormalize`` (running observation / return statistics, as SB3's
 VecNormalize; ``pgcli.envs.normalize``), whose state is saved with the model and frozen for evaluation. Which vector
-env steps the sub-envs is ``hardware.vec_env`` (:func:`make_vec_env`).
+env steps the sub-envs is ``hardware.vec_env`` (:func:`make_vec_env`); ``hardware.vec_env=envpool`` replaces the
+sub-envs and their wrappers by EnvPool's Atari games (``pgcli.envs.atari_pool``, the same interface).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from pgcli.config import EnvConfig
+from pgcli.envs.atari_pool import EnvPoolVectorEnv
 from pgcli.envs.normalize import VecNormalize
 from pgcli.envs.pixels import quiet_ale, wrap_above_monitor, wrap_below_monitor
 from pgcli.envs.shm import SharedMemoryVectorEnv
@@ -94,7 +96,9 @@ def make_vec_env(
             sub-env or one usable CPU: the same results either way) or 'shm' (the same split, synchronised through
             shared memory, with lean infos; ``pgcli.envs.shm``; all sub-envs in this process with one usable CPU) or
             'lean' (that env's lean step with every sub-env in this process: the sync env's arrays and end-of-episode
-            infos, about 11 us less per step of one normalised Hopper env; what evaluations step).
+            infos, about 11 us less per step of one normalised Hopper env; what evaluations step) or 'envpool' (an
+            Atari game on EnvPool's threads, one per usable CPU, with EnvPool's preprocessing;
+            ``pgcli.envs.atari_pool``).
         gamma: discount used by return-based reward normalisation.
         training: an image env's training-only preprocessing (life loss ends an episode, reward signs); False for
             evaluation envs, which play whole games on the raw rewards (docs/pixels.md).
@@ -102,7 +106,9 @@ def make_vec_env(
     n = cfg.n_envs if n_envs is None else n_envs
     fns = [partial(make_env, cfg, training=training) for _ in range(n)]
     venv: VectorEnv
-    if vectorization == "worker" and n >= 2 and usable_cpus() >= 2:  # else nothing to gain
+    if vectorization == "envpool":  # EnvPool's own games and preprocessing (pgcli.envs.atari_pool)
+        venv = EnvPoolVectorEnv(cfg, n_envs=n, seed=seed, n_threads=usable_cpus(), training=training)
+    elif vectorization == "worker" and n >= 2 and usable_cpus() >= 2:  # else nothing to gain
         venv = WorkerVectorEnv(fns)
     elif vectorization == "shm":  # one sub-env or one usable CPU: all in this process (the same lean step)
         venv = SharedMemoryVectorEnv(fns, n_worker=n // 2 if usable_cpus() >= 2 else 0)

@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from pgcli.envs.atari_pool import EnvPoolVectorEnv
 from pgcli.envs.normalize import find_normalizer
 from pgcli.envs.split import SplitVectorEnv
 
@@ -175,9 +176,9 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _base_vector_env(env: VectorEnv) -> SyncVectorEnv | AsyncVectorEnv | SplitVectorEnv:
+def _base_vector_env(env: VectorEnv) -> SyncVectorEnv | AsyncVectorEnv | SplitVectorEnv | EnvPoolVectorEnv:
     base = env.unwrapped
-    if not isinstance(base, (SyncVectorEnv, AsyncVectorEnv, SplitVectorEnv)):
+    if not isinstance(base, (SyncVectorEnv, AsyncVectorEnv, SplitVectorEnv, EnvPoolVectorEnv)):
         raise TypeError(f"expected a pgcli vector env, got {type(base).__name__}")
     return base
 
