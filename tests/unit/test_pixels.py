@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pgcli.algo.cnn import ImpalaCNN, MinAtarCNN, NatureCNN, make_torso, resolve_arch
-from pgcli.config import EnvConfig
+from pgcli.config import TEXT_ENV_CONFIGS, EnvConfig
 from pgcli.config.compose import CONF_DIR, text_task_overrides
 from pgcli.config.pixels import IMAGE_ENVS, CNNModelConfig, PixelsConfig
 from pgcli.envs.make import make_env
@@ -296,7 +296,7 @@ def test_the_image_env_options_are_exactly_those_with_a_pixels_section():
     from pgcli.config.compose import compose_train_config
 
     for option in options:
-        if option in ("addition", "sort", "countdown"):
+        if option in TEXT_ENV_CONFIGS:
             continue
         cfg = compose_train_config([f"env={option}"])
         assert (cfg.env.pixels is not None) == (option in IMAGE_ENVS), option
