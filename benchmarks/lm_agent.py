@@ -54,7 +54,7 @@ def generated_tokens(history: dict[str, list[tuple[int, float]]]) -> float:
 
 
 def one(algo: str, seed: int, turns: int, force: bool) -> None:
-    out = RESULTS / f"{algo}_s{seed}.json"
+    out = RESULTS / f"{algo}_{turns // 1000}k_s{seed}.json"
     if out.exists() and not force:
         return
     start = sft(seed, force=False)
@@ -97,16 +97,17 @@ def table(args: argparse.Namespace) -> None:
           "| sampled turns | generated tokens | wall s | CPU s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     runs: dict[str, list[dict[str, Any]]] = {}
-    for algo in ALGOS:
-        rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"{algo}_s*.json"))]
-        runs[algo] = rows
+    budgets = sorted({int(p.stem.split("_")[-2].removesuffix("k")) for p in RESULTS.glob("*grpo_*k_s*.json")})
+    for budget, algo in ((b, a) for b in budgets for a in ALGOS):
+        rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"{algo}_{budget}k_s*.json"))]
         if not rows:
             continue
+        runs[f"{algo}, {budget}k turns"] = rows
         cells = [_mean_std([r[k] for r in rows]) for k in ("start", "final", "last_mean", "best", "pass_at_k",
                                                             "turns_mean", "tool_error_rate")]  # fmt: skip
         sizes = [f"{statistics.mean(r[k] for r in rows):,.0f}" for k in ("turns", "tokens", "wall_s")]
         cpu = [r["cpu_s"] for r in rows if r.get("cpu_s")]
-        print(f"| {algo} | {len(rows)} | " + " | ".join(cells + sizes) + f" | {statistics.mean(cpu):,.0f} |"
+        print(f"| {algo}, {budget}k turns | {len(rows)} | " + " | ".join(cells + sizes) + f" | {statistics.mean(cpu):,.0f} |"
               if cpu else " | n/a |")  # fmt: skip
     plot(runs, RESULTS / "curves.png")
 
@@ -119,7 +120,8 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (algo, rows), colour in zip(runs.items(), ("tab:blue", "tab:orange"), strict=False):
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+    for (algo, rows), colour in zip(runs.items(), colours, strict=False):
         for r in rows:
             ax.plot(*zip(*r["curve"], strict=True), color=colour, alpha=0.3, linewidth=1)
         if rows and len({len(r["curve"]) for r in rows}) == 1:
