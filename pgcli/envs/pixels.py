@@ -19,6 +19,7 @@ imported only when an env is made: ale_py through an ``ale_py:`` env id, minatar
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import sys
 from collections import deque
@@ -79,7 +80,11 @@ class MinAtarEnv(gym.Env):
     sticky actions (the last action repeats with probability 0.1) and difficulty ramping, as MinAtar's own
     ``Environment`` (whose seeding it follows: one ``RandomState`` for the game and the sticky actions)."""
 
-    def __init__(self, game: str, sticky_action_prob: float = 0.1, difficulty_ramping: bool = True) -> None:
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}  # noqa: RUF012 (gym.Env declares it so)
+
+    def __init__(self, game: str, sticky_action_prob: float = 0.1, difficulty_ramping: bool = True,
+                 render_mode: str | None = None) -> None:  # fmt: skip
+        self.render_mode = render_mode
         self.game = _minatar_game(game).Env(ramping=difficulty_ramping)
         self.sticky_action_prob = sticky_action_prob
         self.random = self.game.random
@@ -122,6 +127,10 @@ class MinAtarEnv(gym.Env):
         reward, terminated = self.game.act(game_action)
         return self.game.state(), float(reward), bool(terminated), False, {}
 
+    def render(self) -> np.ndarray | None:
+        """The game as an RGB picture with ``render_mode="rgb_array"`` (videos: :func:`minatar_rgb`), else None."""
+        return minatar_rgb(self.game.state()) if self.render_mode == "rgb_array" else None
+
 
 def _plain(value: Any) -> Any:
     """A MinAtar game attribute (ints, bools, nested lists, arrays) as JSON values, arrays with their dtype."""
@@ -156,6 +165,32 @@ def _minatar_game(game: str) -> Any:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+MINATAR_CELL_PX = 32
+"""Pixels per cell of a rendered MinAtar frame: the 10x10 grid as a 320x320 picture."""
+
+
+def minatar_rgb(state: np.ndarray, cell_px: int = MINATAR_CELL_PX) -> np.ndarray:
+    """A MinAtar state, (10, 10, C) bool, as an RGB picture [10 * cell_px, 10 * cell_px, 3] uint8: a black background
+    and one colour per channel, the palette of MinAtar's own display (matplotlib's cubehelix at C evenly spaced points,
+    as ``minatar.Environment.display_state`` takes it from seaborn, which is not needed here); where objects overlap,
+    the later channel shows."""
+    n_channels = state.shape[-1]
+    palette = np.vstack([np.zeros(3), _cubehelix(np.linspace(0, 1, n_channels + 2)[1:-1])])  # [C + 1, 3] in [0, 1]
+    index = np.max(np.asarray(state, dtype=np.int64) * np.arange(1, n_channels + 1), axis=-1)  # [10, 10]; 0: empty
+    image = np.round(palette[index] * 255).astype(np.uint8)  # [10, 10, 3]
+    return image.repeat(cell_px, axis=0).repeat(cell_px, axis=1)
+
+
+def _cubehelix(x: np.ndarray, start: float = 0.5, rotations: float = -1.5, hue: float = 1.0) -> np.ndarray:
+    """Green's (2011) cubehelix colour scheme at ``x`` in [0, 1] with matplotlib's defaults: [len(x), 3] RGB."""
+    amplitude = hue * x * (1 - x) / 2
+    phi = 2 * np.pi * (start / 3 + rotations * x)
+    cos, sin = np.cos(phi), np.sin(phi)
+    rgb = [x + amplitude * (-0.14861 * cos + 1.78277 * sin), x + amplitude * (-0.29227 * cos - 0.90649 * sin),
+           x + amplitude * (1.97294 * cos)]  # fmt: skip
+    return np.clip(np.stack(rgb, axis=-1), 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -263,6 +298,13 @@ class EpisodicLife(gym.Wrapper):
         self.lives = self.unwrapped.ale.lives()  # type: ignore[attr-defined]
         return obs, info
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The lives counted so far and whether the game is over (``pgcli.envs.state``: exact resume)."""
+        return {"lives": self.lives, "game_over": self.game_over}
+
+    def restore_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.lives, self.game_over = int(state["lives"]), bool(state["game_over"])
+
 
 class FireReset(gym.Wrapper):
     """Press FIRE (then action 2) after each reset: games such as Breakout wait for it (SB3's FireResetEnv)."""
@@ -341,3 +383,13 @@ class FrameStack(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.frames.append(obs)
         return np.concatenate(self.frames), reward, terminated, truncated, info
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The stacked frames as uint8 bytes in base64 (``pgcli.envs.state``: exact resume)."""
+        return {"frames": base64.b64encode(b"".join(frame.tobytes() for frame in self.frames)).decode("ascii")}
+
+    def restore_checkpoint_state(self, state: dict[str, Any]) -> None:
+        shape = self.env.observation_space.shape or ()
+        frames = np.frombuffer(base64.b64decode(state["frames"]), dtype=np.uint8).reshape(-1, *shape)
+        self.frames.clear()
+        self.frames.extend(frames.copy())  # writable rows, one per frame

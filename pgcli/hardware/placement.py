@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from pgcli.config import (
     HardwareConfig,
+    TextEnvConfig,
     TrainConfig,
 )
+from pgcli.config.pixels import CNNModelConfig
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,15 +112,26 @@ def parallel_launcher(target: str) -> bool:
     return not target.endswith(".BasicLauncher")
 
 
-AUTO_GPU_WORKLOADS = frozenset({"text"})
-"""What ``hardware=auto`` puts on a visible GPU, measured on one H100 against its own CPU (docs/configuration.md,
-"hardware"): TinyGPT SFT 5x and GRPO 4x faster, a 6-layer d512 transformer 74x; an MLP control policy (TRPO Hopper)
-ran at 0.48x of the CPU, so control stays on the CPU."""
+AUTO_GPU_WORKLOADS = frozenset({"text", "image"})
+"""What ``hardware=auto`` puts on a visible GPU (docs/configuration.md, "hardware"). Measured on one H100 against its
+own CPU: TinyGPT SFT 5x and GRPO 4x faster, a 6-layer d512 transformer 74x; an MLP control policy (TRPO Hopper) ran
+at 0.48x of the CPU, so control stays on the CPU. ``image`` (model=cnn on Atari or MinAtar frames) is there because
+convolutions over whole batches of frames are what GPUs are built for, as CleanRL's and SB3's Atari runs use them;
+not yet timed against the CPU here (docs/pixels.md, "Where it runs")."""
+
+
+def workload_of(cfg: TrainConfig) -> str:
+    """What a run computes, for ``hardware=auto``: ``text`` (a language model on a text task), ``image`` (a CNN on
+    frames: an image env, docs/pixels.md) or ``control`` (MLPs on a vector observation)."""
+    if isinstance(cfg.env, TextEnvConfig):
+        return "text"
+    return "image" if isinstance(cfg.model, CNNModelConfig) else "control"
 
 
 def select_device(hw: HardwareConfig, workload: str = "control") -> torch.device:
     """torch.device for ``hardware.device``; 'cuda' without a visible GPU is a one-line ConfigError; 'auto' is the GPU
-    for a workload that gains from one (:data:`AUTO_GPU_WORKLOADS`: ``text``) when one is visible, else the CPU."""
+    for a workload that gains from one (:data:`AUTO_GPU_WORKLOADS`: ``text``, ``image``) when one is visible, else the
+    CPU."""
     import torch
 
     if hw.device == "cuda" and not torch.cuda.is_available():

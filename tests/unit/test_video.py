@@ -15,7 +15,14 @@ import pytest
 from pgcli.config import EnvConfig
 from pgcli.envs.episodes import run_episodes
 from pgcli.envs.make import make_vec_env
-from pgcli.video import EpisodeRecorder, RenderError, first_frame, prepare_rendering, rendering_env_config
+from pgcli.video import (
+    EpisodeRecorder,
+    RenderError,
+    first_frame,
+    make_recording_env,
+    prepare_rendering,
+    rendering_env_config,
+)
 
 
 class Push:
@@ -107,3 +114,43 @@ def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
     assert [(p.name, where) for p, where in logger.artifacts] == [(f"step_200{suffix}", "videos"),
                                                                    (f"step_400{suffix}", "videos")]  # fmt: skip
     assert len(frames(tmp_path / "videos" / f"step_200{suffix}")) > 1
+
+
+class Stay:
+    """MinAtar Breakout's action 0 (stay): the paddle waits and the ball is missed within a few dozen steps."""
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return np.zeros(len(obs), dtype=np.int64)
+
+
+def test_minatar_episodes_are_recorded_as_a_picture_of_the_game(tmp_path: Path):
+    # MinAtar has no frames of its own to render: pgcli draws the 10x10xC state, 32 px a cell, one colour a channel
+    pytest.importorskip("minatar", reason="pgcli[pixels] is not installed")
+    from pgcli.training.checks import train_config
+
+    cfg = train_config(["env=minatar_breakout"]).env
+    env = make_recording_env(cfg, seed=0, n_envs=1)  # what `pgcli eval --video` and eval.video_every use
+    recorder = EpisodeRecorder(env, tmp_path)
+    result = run_episodes(env, Stay(), 1, deterministic=True, seed=3, recorder=recorder)
+    (path,) = recorder.close()
+    video = frames(path)
+    assert len(video) == result.lengths[0] > 1
+    assert {frame.shape for frame in video} == {(320, 320, 3)}
+    first = video[0].astype(float)
+    assert first[:32].mean() < 20 and first[40:120].mean() > 150  # row 0 empty; rows 1-3 the bricks, a light colour
+    assert not np.array_equal(video[0], video[-1])  # the ball moves
+
+
+def test_minatar_frames_use_minatar_display_palette():
+    import matplotlib
+
+    from pgcli.envs.pixels import minatar_rgb
+
+    state = np.zeros((10, 10, 4), dtype=bool)
+    state[9, 2, 0] = state[0, 0, 3] = state[0, 0, 1] = True  # the last channel shows where two overlap
+    image = minatar_rgb(state, cell_px=2)
+    assert image.shape == (20, 20, 3) and image.dtype == np.uint8
+    palette = np.round(matplotlib.colormaps["cubehelix"](np.linspace(0, 1, 6)[1:-1])[:, :3] * 255)
+    np.testing.assert_array_equal(image[18:20, 4:6], np.broadcast_to(palette[0], (2, 2, 3)))
+    np.testing.assert_array_equal(image[0:2, 0:2], np.broadcast_to(palette[3], (2, 2, 3)))
+    assert image[2:, 6:].max() == 0  # empty cells are black
