@@ -320,6 +320,10 @@ class TrainConfig:
                  "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip
         if self.init is not None:
             require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
+        if isinstance(self.algo, RMConfig) and self.algo.pairs == "policy":  # docs/lm.md, "Reward models"
+            require(self.init is not None, "init", self.init, "an SFT run with algo.pairs=policy", "its wrong "
+                     "samples are the rejected completions: set init=<SFT run id | run dir>, or use "
+                     "algo.pairs=checker")  # fmt: skip
 
     def _check_turns(self) -> None:
         """A multi-turn task trains with Flow-GRPO, whole-trajectory GRPO or SFT (its turns as demonstrations), and

@@ -9,7 +9,14 @@ the annotator, so every label is known to be right before noise is added:
   dropped or added (addition, sort), or a wrong but well-formed expression (countdown: one operator changed, or the
   numbers in another order with other operators);
 - ``partial`` pairs: both completions wrong, the one with more partial credit chosen (addition: the smaller distance
-  |value - answer|; sort: more digits in the right place; countdown: the smaller distance |value - target|).
+  |value - answer|; sort: more digits in the right place; countdown: the smaller distance |value - target|);
+- ``policy`` pairs (the comparisons of InstructGPT's reward model, Ouyang et al., 2022: outputs of the SFT model):
+  rejected is the first wrong one among k samples of the init policy (``init=``) at its temperature, so the reward
+  model learns to rank the mistakes RL will make; chosen is, half the time, the first correct one among those samples
+  when there is one, else the checker's correct completion (the reference; countdown: the reference or another
+  verified expression). On addition and sort a correct sample is the reference itself; on countdown the policy's
+  own correct expressions are ranked too. A prompt with no wrong sample among the k falls back to the checker's wrong
+  completion (``Pair.from_policy`` False; its share is logged as ``*/policy_pair_fallback_frac``).
 
 Label noise p flips each training pair (chosen and rejected swapped, ``Pair.flipped``) with probability p. Held-out
 pairs come from the task's held-out problems only (never sampled for training), one clean pair per problem, drawn
@@ -18,8 +25,8 @@ with the same seed (``env.eval_seed``) by every run, so their pairwise accuracy 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -28,7 +35,7 @@ from pgcli.errors import ConfigError
 from pgcli.lm.arithmetic import evaluate_expression
 from pgcli.lm.tasks import DIGITS, Addition, Countdown, Problem, Sort, Task
 
-PAIR_KINDS = ("checker", "partial")
+PAIR_KINDS = ("checker", "partial", "policy")
 """How a pair is made (``algo.pairs``; module docstring)."""
 MAX_TRIES = 64
 """Draws of a candidate completion before a problem is declared to have none of the kind asked for."""
@@ -43,6 +50,15 @@ class Pair:
     rejected: str
     flipped: bool = False
     """Label noise swapped the two: ``chosen`` is the worse completion."""
+    from_policy: bool = False
+    """The wrong completion is a sample of the init policy (``policy`` pairs; False where the checker's stood in)."""
+
+
+class PolicySamples(Protocol):
+    """k completions of each problem sampled from the init policy, their randomness drawn from ``rng`` (so pairs are
+    reproducible from the pair RNG and resume exactly): ``[len(problems)][k]`` texts."""
+
+    def __call__(self, problems: Sequence[Problem], rng: np.random.Generator) -> list[list[str]]: ...
 
 
 class Completions(Protocol):
@@ -176,18 +192,27 @@ def completions_of(task: Task) -> Completions:
 
 
 class PairGenerator:
-    """Preference pairs of ``task`` (module docstring): ``sample`` for training, ``eval_pairs`` held out."""
+    """Preference pairs of ``task`` (module docstring): ``sample`` for training, ``eval_pairs`` held out.
+    ``policy_samples`` draws the init policy's completions of ``policy`` pairs."""
 
-    def __init__(self, task: Task, kind: str = "checker", label_noise: float = 0.0) -> None:
+    def __init__(
+        self,
+        task: Task,
+        kind: str = "checker",
+        label_noise: float = 0.0,
+        policy_samples: PolicySamples | None = None,
+    ) -> None:
         if kind not in PAIR_KINDS:
             raise ConfigError(f"algo.pairs must be one of {', '.join(PAIR_KINDS)} (got {kind!r})")
-        self.task, self.kind, self.label_noise = task, kind, label_noise
+        if kind == "policy" and policy_samples is None:
+            raise ValueError("policy pairs are made of the init policy's samples: pass policy_samples")
+        self.task, self.kind, self.label_noise, self.policy_samples = task, kind, label_noise, policy_samples
         self.completions = completions_of(task)
 
     def pair(self, problem: Problem, rng: np.random.Generator) -> Pair:
-        """One clean pair for ``problem`` (chosen is the better completion)."""
+        """One clean ``checker`` or ``partial`` pair for ``problem`` (chosen is the better completion)."""
         draw = self.completions
-        if self.kind == "checker":
+        if self.kind != "partial":
             return Pair(problem, draw.correct(problem, rng), draw.wrong(problem, rng))
         first = draw.wrong(problem, rng)
         for _ in range(MAX_TRIES):
@@ -198,15 +223,32 @@ class PairGenerator:
         raise ConfigError(f"algo.pairs=partial: no two wrong completions of {problem.prompt!r} with different "
                           f"partial credit in {MAX_TRIES} draws; use algo.pairs=checker")  # fmt: skip
 
+    def pairs(self, problems: Sequence[Problem], rng: np.random.Generator) -> list[Pair]:
+        """One clean pair per problem; ``policy`` pairs sample the init policy for all of them at once."""
+        if self.kind != "policy":
+            return [self.pair(problem, rng) for problem in problems]
+        assert self.policy_samples is not None  # __init__
+        out = []
+        for problem, samples in zip(problems, self.policy_samples(problems, rng), strict=True):
+            right = [s for s in samples if self.task.correct(problem, s)]
+            wrong = [s for s in samples if not self.task.correct(problem, s)]
+            chosen = right[0] if right and rng.random() < 0.5 else self.completions.correct(problem, rng)
+            rejected = wrong[0] if wrong else self.completions.wrong(problem, rng)
+            out.append(Pair(problem, chosen, rejected, from_policy=bool(wrong)))
+        return out
+
     def sample(self, rng: np.random.Generator, n: int) -> list[Pair]:
         """``n`` training pairs (training problems only), each label flipped with probability ``label_noise``."""
-        pairs = [self.pair(problem, rng) for problem in self.task.sample(rng, n)]
+        pairs = self.pairs(self.task.sample(rng, n), rng)
         flips = rng.random(n) < self.label_noise
-        return [
-            Pair(p.problem, p.rejected, p.chosen, True) if flip else p for p, flip in zip(pairs, flips, strict=True)
-        ]
+        return [replace(p, chosen=p.rejected, rejected=p.chosen, flipped=True) if flip else p
+                for p, flip in zip(pairs, flips, strict=True)]  # fmt: skip
 
     def eval_pairs(self, seed: int) -> list[Pair]:
         """One clean pair per held-out problem, the completions drawn from ``seed`` (the same pairs for every run)."""
-        rng = np.random.default_rng(seed)
-        return [self.pair(problem, rng) for problem in self.task.eval_problems()]
+        return self.pairs(self.task.eval_problems(), np.random.default_rng(seed))
+
+
+def fallback_frac(pairs: Sequence[Pair]) -> float:
+    """Share of ``pairs`` whose wrong completion is the checker's, not the init policy's (``policy`` pairs)."""
+    return float(np.mean([not p.from_policy for p in pairs])) if pairs else 0.0

@@ -13,8 +13,10 @@ with TinyGPT or any Hugging Face model (``model=hf``: its LoRA adapters and the 
 
 with AdamW, a linear learning-rate warm-up over ``warmup_steps`` pairs and a global gradient-norm clip; a "step" is
 one pair. The head starts at zero, so every reward starts at 0 and the loss at log 2. The loss only sees reward
-differences, so the head has no bias. Held-out pairs give ``eval/pairwise_accuracy``, the share of pairs with
-r(x, y_c) > r(x, y_r) (a tie counts as wrong), and ``eval/reward_margin``, the mean r(x, y_c) - r(x, y_r).
+differences, so the head has no bias. ``algo.pairs=policy`` pairs take their wrong completions from the init policy
+(the frozen ``reference`` an ``init=<SFT run>`` gives), sampled by :class:`PolicySampler`. Held-out pairs give
+``eval/pairwise_accuracy``, the share of pairs with r(x, y_c) > r(x, y_r) (a tie counts as wrong), and
+``eval/reward_margin``, the mean r(x, y_c) - r(x, y_r).
 
 The saved model directory holds ``policy.pt`` (the backbone's weights as a fresh model loads them: LoRA adapters
 merged), ``reward_head.pt`` (the head) and, written by the run, ``agent.json``; :func:`load_reward_model` reads them.
@@ -38,10 +40,10 @@ from pgcli.algo.guard import check_update
 from pgcli.config import EvalConfig, RMConfig
 from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig, make_text_policy
-from pgcli.lm.model import CausalLM, save_policy
-from pgcli.lm.pairs import Pair, PairGenerator
+from pgcli.lm.model import CausalLM, generate, save_policy
+from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac
 from pgcli.lm.sft import OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE, warmup_learning_rate
-from pgcli.lm.tasks import Problem, Task, Vocab, encode_completions, encode_prompts
+from pgcli.lm.tasks import Problem, Task, Vocab, decode_completions, encode_completions, encode_prompts
 from pgcli.ops.lm import micro_batches
 
 REWARD_HEAD_FILE = "reward_head.pt"
@@ -147,13 +149,67 @@ def load_reward_model(task: Task, model: TextModelConfig, device: torch.device, 
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# The init policy's samples (algo.pairs=policy)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class PolicySampler:
+    """``k`` completions per problem sampled from ``policy`` (the frozen init model) at ``temperature`` and ``top_p``
+    (:class:`pgcli.lm.pairs.PolicySamples`), ``batch_size`` rows per generation. The sampling RNG is a torch generator
+    seeded from the pair RNG at each call, so the pairs are reproducible and a resumed run draws what it would have."""
+
+    def __init__(
+        self,
+        task: Task,
+        policy: CausalLM,
+        k: int,
+        *,
+        temperature: float,
+        top_p: float,
+        device: torch.device,
+        batch_size: int = 1024,
+    ) -> None:
+        self.task, self.policy, self.k, self.device, self.batch_size = task, policy, k, device, batch_size
+        self.temperature, self.top_p = temperature, top_p
+
+    @torch.no_grad()
+    def __call__(self, problems: Sequence[Problem], rng: np.random.Generator) -> list[list[str]]:
+        generator = torch.Generator(device=self.device).manual_seed(int(rng.integers(2**63 - 1)))
+        repeated = [p for p in problems for _ in range(self.k)]
+        vocab = self.task.vocab
+        texts: list[str] = []
+        for start in range(0, len(repeated), self.batch_size):
+            tokens, mask = encode_prompts(vocab, repeated[start : start + self.batch_size], self.device)  # [B, P]
+            gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len,
+                           eos_id=vocab.stop_ids, temperature=self.temperature, top_p=self.top_p, generator=generator,
+                           pad_id=vocab.pad_id)  # fmt: skip
+            texts += decode_completions(vocab, gen.tokens)
+        return [texts[i : i + self.k] for i in range(0, len(texts), self.k)]
+
+
+def pair_generator(
+    cfg: RMConfig, task: Task, reference: CausalLM | None, model: TextModelConfig, device: torch.device
+) -> PairGenerator:
+    """The pairs of a reward-model run; ``policy`` pairs sample ``reference``, the frozen ``init`` model (the rule
+    ``algo.pairs=policy`` needs ``init=`` is :class:`pgcli.config.TrainConfig`'s)."""
+    samples = None
+    if cfg.pairs == "policy":
+        if reference is None:
+            raise ValueError("algo.pairs=policy samples the init model: pass it as the reference")
+        samples = PolicySampler(task, reference, cfg.policy_samples, temperature=model.temperature,
+                                top_p=model.top_p, device=device)  # fmt: skip
+    return PairGenerator(task, cfg.pairs, cfg.label_noise, samples)
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # The trainer
 # --------------------------------------------------------------------------------------------------------------------
 
 
 class RewardModelTrainer:
     """Bradley-Terry training of a :class:`RewardModel` on generated pairs (module docstring); the text-trainer
-    signature of ``pgcli.lm``. ``policy`` is the backbone (fresh, or ``init=<SFT run>``); no reference is used."""
+    signature of ``pgcli.lm``. ``policy`` is the backbone (fresh, or ``init=<SFT run>``); ``reference``, the frozen
+    init model, is sampled for ``algo.pairs=policy`` only (no KL term: the reward model does not generate)."""
 
     def __init__(
         self,
@@ -166,10 +222,9 @@ class RewardModelTrainer:
         seed: int,
         device: torch.device,
     ) -> None:
-        del reference  # no KL term: the reward model does not generate
         self.cfg, self.task, self.device, self.micro_batch = cfg, task, device, model.micro_batch
         self.reward_model = RewardModel(policy).to(device).train()
-        self.pairs = PairGenerator(task, cfg.pairs, cfg.label_noise)
+        self.pairs = pair_generator(cfg, task, reference, model, device)
         params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.rng = np.random.default_rng(seed)
@@ -213,13 +268,16 @@ class RewardModelTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         margin = torch.cat(margins)  # [N]
-        return {
+        stats = {
             "train/loss": float(-F.logsigmoid(margin).mean()),
             "train/pairwise_accuracy": float((margin > 0).float().mean()),
             "train/reward_margin": float(margin.mean()),
             "train/grad_norm": float(grad_norm),
             "train/learning_rate": lr,
         }
+        if self.cfg.pairs == "policy":
+            stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
+        return stats
 
     def save(self, path: Path) -> Path:
         """Atomically write ``policy.pt`` and ``reward_head.pt`` (the model), ``weights.pt``, ``optimizer.pt`` and
@@ -261,19 +319,23 @@ class PairEvaluator:
 
     It scores the reward model of the trainer the monitor passes (the text evaluator's interface: ``__call__``,
     ``record``, ``close``). ``eval/return_mean`` is the pairwise accuracy (each pair's "return" is 1 when ranked
-    right), so the best model (``eval.save_best``) is the one that ranks the most held-out pairs right.
+    right), so the best model (``eval.save_best``) is the one that ranks the most held-out pairs right. ``policy``
+    pairs add ``eval/policy_pair_fallback_frac``, the share of held-out pairs whose wrong completion is the checker's.
     """
 
     def __init__(
         self, task: Task, pairs: PairGenerator, cfg: EvalConfig, *, seed: int, n_table_rows: int, device: torch.device
     ) -> None:
         self.task, self.cfg, self.n_table_rows, self.device = task, cfg, n_table_rows, device
-        self.pairs = pairs.eval_pairs(seed)
+        self.pairs, self.policy_pairs = pairs.eval_pairs(seed), pairs.kind == "policy"
 
     def __call__(self, agent: Agent) -> EvalResult:
         if not isinstance(agent, RewardModelTrainer):
             raise TypeError(f"a reward-model evaluation scores a RewardModelTrainer (got {type(agent).__name__})")
-        return evaluate_pairs(agent.reward_model, self.task.vocab, self.pairs, self.device, self.n_table_rows)
+        result = evaluate_pairs(agent.reward_model, self.task.vocab, self.pairs, self.device, self.n_table_rows)
+        if self.policy_pairs:
+            result.extra["eval/policy_pair_fallback_frac"] = fallback_frac(self.pairs)
+        return result
 
     def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
         """Text tasks have no video: an evaluation, no files."""
@@ -295,7 +357,7 @@ def evaluate_pairs(
     margin = r_chosen - r_rejected
     rows = [
         {"prompt": p.problem.prompt, "chosen": p.chosen, "rejected": p.rejected, "reward_chosen": float(rc),
-         "reward_rejected": float(rr), "ranked_right": bool(rc > rr)}
+         "reward_rejected": float(rr), "ranked_right": bool(rc > rr), "from_policy": p.from_policy}
         for p, rc, rr in zip(pairs[:n_table_rows], r_chosen, r_rejected, strict=False)
     ]  # fmt: skip
     extra = {

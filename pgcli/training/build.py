@@ -442,11 +442,11 @@ def text_monitor(
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     evaluator: TextEvaluator | PairEvaluator
     if isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
-        from pgcli.lm.pairs import PairGenerator
-        from pgcli.lm.reward_model import PairEvaluator
+        from pgcli.lm.reward_model import PairEvaluator, pair_generator
 
-        evaluator = PairEvaluator(task, PairGenerator(task, cfg.algo.pairs), cfg.eval, seed=cfg.env.eval_seed,
-                                  n_table_rows=cfg.env.eval_samples, device=device)  # fmt: skip
+        pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)  # policy pairs: samples of the init model
+        evaluator = PairEvaluator(task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples,
+                                  device=device)  # fmt: skip
     else:
         settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
                                     top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip

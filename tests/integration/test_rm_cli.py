@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 
 from tests.conftest import Store, run_pgcli
-from tests.integration.conftest import LM_SMALL
+from tests.integration.conftest import LM_SMALL, SFTRun
 
 TINY = ["total_steps=256", "eval.every=128", "checkpoint_every=128", "algo.batch_size=32", *LM_SMALL]
 HF = ["model=hf", "model.lora.r=4", "total_steps=32", "eval.every=16", "checkpoint_every=16", "algo.batch_size=8",
@@ -113,12 +113,27 @@ def test_rm_with_a_hugging_face_model(hf_rm: RMRun):
     _check_resume(hf_rm, 48, [16, 32, 48])
 
 
+def test_rm_on_the_init_policys_own_mistakes(tmp_path: Path, lm_sft_run: SFTRun):
+    """algo.pairs=policy: the rejected completions are wrong samples of the SFT model (docs/lm.md, "Reward models")."""
+    sft = lm_sft_run.store.client().get_run(lm_sft_run.run_id)
+    args = ["algo.pairs=policy", f"init={sft.data.tags['output_dir']}", "total_steps=64", "eval.every=64",
+            "algo.batch_size=32", *LM_SMALL]  # fmt: skip
+    rm = _rm_run(tmp_path, args)
+    run = rm.store.client().get_run(rm.run_id)
+    assert run.info.status == "FINISHED" and run.data.params["algo.pairs"] == "policy"
+    assert {"eval/pairwise_accuracy", "eval/policy_pair_fallback_frac", "train/policy_pair_fallback_frac"} <= set(
+        run.data.metrics
+    )
+    assert 0.0 <= run.data.metrics["train/policy_pair_fallback_frac"] <= 1.0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["env=cartpole", "algo.label_noise=0.1"], "algo=rm trains on text tasks only"),
         (["env=addition", "algo.label_noise=0.5"], "algo.label_noise must be in [0, 0.5) (got 0.5)"),
         (["algo=grpo"], "pgcli rm trains algo=rm; drop algo=grpo"),
+        (["env=addition", "algo.pairs=policy"], "init must be an SFT run with algo.pairs=policy (got None)"),
     ],
 )
 def test_bad_rm_options_are_one_line_before_anything_is_created(workdir: Path, args: list[str], message: str):

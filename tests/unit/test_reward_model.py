@@ -4,6 +4,7 @@ real token, exact resume of the trainer, and the config rules."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pgcli.errors import ConfigError
 from pgcli.lm.load import make_text_policy, make_text_task
 from pgcli.lm.pairs import PairGenerator, addition_credit, perturb_digits
 from pgcli.lm.reward_model import (
+    PolicySampler,
     RewardModel,
     RewardModelTrainer,
     bradley_terry_loss,
@@ -143,8 +145,63 @@ def test_held_out_pairs_come_from_held_out_problems_only_and_are_the_same_for_ev
 
 
 def test_an_unknown_pair_kind_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"algo\.pairs must be one of checker, partial"):
+    with pytest.raises(ConfigError, match=r"algo\.pairs must be one of checker, partial, policy"):
         PairGenerator(_addition(), "random")
+
+
+def _sampler(task: Task, k: int = 4, seed: int = 0) -> PolicySampler:
+    """A random tiny TinyGPT as the init policy: nearly all of its samples are wrong."""
+    torch.manual_seed(seed)
+    return PolicySampler(task, make_text_policy(task, TINY, CPU).eval(), k, temperature=1.0, top_p=1.0, device=CPU)
+
+
+def test_policy_pairs_reject_the_init_policys_first_wrong_sample_and_are_reproducible():
+    task = _addition()
+    sampler = _sampler(task)
+    pairs = PairGenerator(task, "policy", policy_samples=sampler).sample(np.random.default_rng(0), 48)
+    rng = np.random.default_rng(0)  # the same draws by hand: the problems, then k samples of each
+    problems = task.sample(rng, 48)
+    drawn = sampler(problems, rng)
+    assert [len(d) for d in drawn] == [4] * 48
+    assert any(p.from_policy for p in pairs)
+    for pair, problem, samples in zip(pairs, problems, drawn, strict=True):
+        assert pair.problem == problem and task.correct(problem, pair.chosen) and not pair.flipped
+        assert not task.correct(problem, pair.rejected)
+        wrong = [s for s in samples if not task.correct(problem, s)]
+        assert pair.from_policy == bool(wrong) and (not wrong or pair.rejected == wrong[0])
+    again = PairGenerator(task, "policy", policy_samples=_sampler(task)).sample(np.random.default_rng(0), 48)
+    assert again == pairs
+
+
+def test_a_prompt_the_policy_always_gets_right_falls_back_to_the_checkers_wrong_completion():
+    task = _addition()
+
+    def samples(problems, rng):  # odd rows: every sample right; even rows: one wrong sample, one right
+        return [[p.answer] * 2 if i % 2 else ["x" + p.answer, p.answer] for i, p in enumerate(problems)]
+
+    pairs = PairGenerator(task, "policy", policy_samples=samples).sample(np.random.default_rng(3), 40)
+    assert [p.from_policy for p in pairs] == [i % 2 == 0 for i in range(40)]
+    for i, pair in enumerate(pairs):
+        assert task.correct(pair.problem, pair.chosen)
+        assert (
+            pair.rejected == "x" + pair.problem.answer if i % 2 == 0 else not task.correct(pair.problem, pair.rejected)
+        )
+
+
+def test_policy_pairs_take_label_noise_and_held_out_pairs_are_clean_and_fixed():
+    task = _addition()
+    generator = PairGenerator(task, "policy", label_noise=0.3, policy_samples=_sampler(task))
+    flipped = [p.flipped for p in generator.sample(np.random.default_rng(0), 400)]
+    assert 0.2 < np.mean(flipped) < 0.4
+    held_out = generator.eval_pairs(seed=7)
+    assert [p.problem for p in held_out] == task.eval_problems() and not any(p.flipped for p in held_out)
+    assert all(not task.correct(p.problem, p.rejected) for p in held_out)
+    assert held_out == PairGenerator(task, "policy", policy_samples=_sampler(task)).eval_pairs(seed=7)
+
+
+def test_policy_pairs_need_the_policys_samples():
+    with pytest.raises(ValueError, match="policy_samples"):
+        PairGenerator(_addition(), "policy")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -183,8 +240,9 @@ def test_the_reward_reads_the_last_real_token_whatever_the_padding():
 def _trainer(task: Task, **algo) -> RewardModelTrainer:
     torch.manual_seed(0)
     policy = make_text_policy(task, TINY, CPU)
+    reference = copy.deepcopy(policy).eval().requires_grad_(False)  # what init= gives: a frozen copy of the start
     cfg = RMConfig(batch_size=16, **algo)
-    return RewardModelTrainer(cfg, task=task, policy=policy, reference=None, model=TINY, seed=0, device=CPU)
+    return RewardModelTrainer(cfg, task=task, policy=policy, reference=reference, model=TINY, seed=0, device=CPU)
 
 
 class _Monitor:
@@ -221,6 +279,22 @@ def test_training_logs_the_loss_and_a_resumed_trainer_continues_exactly(tmp_path
     assert rest.logged == monitor.logged[2:]
 
 
+def test_a_policy_pair_run_logs_its_fallback_share_and_resumes_exactly(tmp_path: Path):
+    task = _addition()
+    straight = _trainer(task, pairs="policy", policy_samples=2)
+    monitor = _Monitor()
+    straight.learn(48, monitor)
+    assert all(0.0 <= stats["train/policy_pair_fallback_frac"] <= 1.0 for _, stats in monitor.logged)
+    stopped = _trainer(task, pairs="policy", policy_samples=2)
+    stopped.learn(16, _Monitor())
+    stopped.save(tmp_path / "ckpt")
+    resumed = _trainer(task, pairs="policy", policy_samples=2)
+    resumed.load(tmp_path / "ckpt")
+    rest = _Monitor()
+    resumed.learn(48, rest)
+    assert rest.logged == monitor.logged[1:]
+
+
 def test_the_saved_model_loads_back_with_the_same_rewards(tmp_path: Path):
     task = _addition()
     trainer = _trainer(task)
@@ -247,6 +321,20 @@ def test_label_noise_outside_zero_to_a_half_is_one_line(noise: float):
     with pytest.raises(ConfigError, match=r"algo.label_noise must be in \[0, 0.5\)") as info:
         RMConfig(label_noise=noise)
     assert "\n" not in str(info.value)
+
+
+def test_policy_pairs_without_init_are_one_line_naming_the_fix():
+    from pgcli.config.compose import compose_train_config
+
+    with pytest.raises(ConfigError, match=r"init must be an SFT run with algo.pairs=policy \(got None\); ") as info:
+        compose_train_config(["algo=rm", "env=addition", "algo.pairs=policy"])
+    assert "\n" not in str(info.value)
+    cfg = compose_train_config(
+        ["algo=rm", "env=addition", "algo.pairs=policy", "init=outputs/sft", "algo.policy_samples=8"]
+    )
+    assert isinstance(cfg.algo, RMConfig) and cfg.algo.pairs == "policy" and cfg.algo.policy_samples == 8
+    with pytest.raises(ConfigError, match=r"algo.policy_samples must be >= 1"):
+        RMConfig(policy_samples=0)
 
 
 def test_rm_composes_on_a_text_task_only():
