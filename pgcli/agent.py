@@ -212,14 +212,18 @@ class RawPolicy:
 
     The MLflow Model's ``predict`` (``pgcli.pyfunc``): observations are normalised with the run's frozen statistics
     (as pgcli's ``VecNormalize`` does: ``clip((obs - mean) / sqrt(var + 1e-8), +-clip_obs)``), the policy acts, and
-    continuous actions are clipped to the policy's bounds and mapped to the env's (``RescaleAction``).
+    continuous actions are clipped to the policy's bounds and mapped to the env's (``RescaleAction``). An image env's
+    policy (``env.pixels``) takes the env's frames as they are, uint8 and channels first, and scales them as in
+    training (docs/models.md, "Frames").
     """
 
     def __init__(self, model_dir: Path) -> None:
         spec = read_agent_spec(model_dir)
         self.cfg = agent_config(spec)
         self.obs_shape = tuple(spec["observation_shape"])
-        obs_space = gym.spaces.Box(-np.inf, np.inf, self.obs_shape, dtype=np.float32)
+        self.takes_frames = self.cfg.env.pixels is not None
+        obs_space = (gym.spaces.Box(0, 255, self.obs_shape, dtype=np.uint8) if self.takes_frames
+                     else gym.spaces.Box(-np.inf, np.inf, self.obs_shape, dtype=np.float32))  # fmt: skip
         self.policy_space = space_from_spec(spec["policy_action_space"])
         self.env_space = space_from_spec(spec["env_action_space"])
         self.agent = load_agent(model_dir, self.cfg, obs_space, self.policy_space)
@@ -236,11 +240,21 @@ class RawPolicy:
         Returns:
             [B] int64 actions (discrete) or [B, *action_shape] float32 actions within the env's bounds.
         """
+        single = np.shape(obs) == self.obs_shape
+        batch = self._frames(obs) if self.takes_frames else self._vectors(obs)
+        actions = self.agent.act(batch, True)
+        if isinstance(self.env_space, gym.spaces.Discrete):
+            out = np.asarray(actions, dtype=np.int64).reshape(len(batch))
+        else:
+            out = self._to_env_bounds(np.asarray(actions, dtype=np.float32).reshape(len(batch), -1))
+        return out[0] if single else out
+
+    def _vectors(self, obs: np.ndarray) -> np.ndarray:
+        """A float32 batch [B, *obs_shape], normalised as in training."""
         # C order whatever the caller's layout (a DataFrame's values are column-major): the matmul kernels chosen
         # for a layout round differently on some CPUs, and the same observations must give the same actions
         obs = np.ascontiguousarray(obs, dtype=np.float64)
-        single = obs.shape == self.obs_shape
-        batch = obs.reshape(1, *self.obs_shape) if single else obs
+        batch = obs.reshape(1, *self.obs_shape) if obs.shape == self.obs_shape else obs
         if batch.shape[1:] != self.obs_shape:
             raise ValueError(
                 f"observations must have shape [B, {', '.join(map(str, self.obs_shape))}], got {obs.shape}"
@@ -248,12 +262,24 @@ class RawPolicy:
         if self.obs_mean is not None and self.obs_std is not None:
             clip = self.cfg.env.clip_obs
             batch = np.clip((batch - self.obs_mean) / self.obs_std, -clip, clip)
-        actions = self.agent.act(batch.astype(np.float32), True)
-        if isinstance(self.env_space, gym.spaces.Discrete):
-            out = np.asarray(actions, dtype=np.int64).reshape(len(batch))
-        else:
-            out = self._to_env_bounds(np.asarray(actions, dtype=np.float32).reshape(len(batch), -1))
-        return out[0] if single else out
+        return batch.astype(np.float32)
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        """A uint8 batch [B, C, H, W] of frames as the env gives them (integers in [0, 255] of another dtype too: a
+        JSON list). Floats are refused: frames of 0..255 and frames already scaled to 0..1 cannot be told apart, and
+        the policy scales by 1/255 itself."""
+        frames = np.asarray(obs)
+        batch = frames.reshape(1, *self.obs_shape) if frames.shape == self.obs_shape else frames
+        integers = np.issubdtype(frames.dtype, np.integer) and frames.size > 0  # not bool, not float
+        in_range = integers and 0 <= frames.min() <= frames.max() <= 255
+        if batch.shape[1:] == self.obs_shape and (frames.dtype == np.uint8 or in_range):
+            return np.ascontiguousarray(batch, dtype=np.uint8)
+        dims = ", ".join(map(str, self.obs_shape))
+        got = f"{frames.dtype} [{', '.join(map(str, frames.shape))}]"
+        if integers and not in_range:
+            got += f" with values in [{frames.min()}, {frames.max()}]"
+        raise ValueError(f"frames must be uint8 in [0, 255], shape [B, {dims}] or [{dims}] (the env's observations); "
+                         f"got {got}")  # fmt: skip
 
     def _to_env_bounds(self, actions: np.ndarray) -> np.ndarray:
         from gymnasium.wrappers.utils import rescale_box

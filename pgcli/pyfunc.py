@@ -6,8 +6,8 @@ Every run logs its final agent as ``model`` (and its best one as ``best_model``)
 :func:`_load_pyfunc` with that directory, and ``agent.json`` says which model it is:
 
 - a gymnasium agent (:class:`AgentPyfunc`): ``predict`` maps raw observations (a numpy array, a list, or a pandas
-  DataFrame with one column per observation dimension) to the actions the env takes, normalisation inside,
-  deterministic;
+  DataFrame with one column per observation dimension; an image env's uint8 frames, channels first) to the actions
+  the env takes, normalisation (or the frames' 1/255) inside, deterministic;
 - a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
   them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions;
 - a reward model (:class:`RewardModelPyfunc`, ``pgcli rm``): ``predict`` maps (prompt, completion) pairs (a DataFrame
@@ -40,19 +40,25 @@ class AgentPyfunc:
 
         An empty batch gives an empty array of actions; an observation with a NaN or an infinity is refused with a
         ValueError naming its rows (a policy maps it to NaN or to an arbitrary action, which nothing downstream
-        would notice).
+        would notice). An image env's model takes uint8 frames [B, C, H, W] or one [C, H, W] (a DataFrame: one
+        flattened frame per row) and refuses other dtypes and layouts with a ValueError naming the expected ones.
         """
         import pandas as pd  # installed with MLflow, the only caller
 
+        shape = self.policy.obs_shape
         if isinstance(model_input, pd.DataFrame):  # one row per observation, one column per dimension
             model_input = model_input.to_numpy()
-        obs = np.asarray(model_input, dtype=np.float64)
+            if self.policy.takes_frames and model_input.shape[1:] == (int(np.prod(shape)),):  # flattened frames
+                model_input = model_input.reshape(len(model_input), *shape)
+        # frames keep their dtype: RawPolicy takes uint8 (integers) and refuses floats
+        obs = np.asarray(model_input) if self.policy.takes_frames else np.asarray(model_input, dtype=np.float64)
         if obs.ndim >= 1 and len(obs) == 0:  # the shapes and dtypes RawPolicy returns for a batch
             space = self.policy.env_space
             if isinstance(space, gym.spaces.Discrete):
                 return np.empty(0, dtype=np.int64)
             return np.empty((0, *(space.shape or ())), dtype=space.dtype)
-        check_finite(obs, single=obs.shape == self.policy.obs_shape)
+        if not self.policy.takes_frames:
+            check_finite(obs, single=obs.shape == shape)
         return self.policy(obs)
 
 

@@ -149,7 +149,8 @@ class EnvPoolVectorEnv(VectorEnv):
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """One value per sub-env. EnvPool cannot read an emulator's state, so ``episode_state`` says so
-        (``sim: None``: a restored sub-env starts a new game, as on the gymnasium path's Atari games)."""
+        (``sim: None``: a restored sub-env starts a new game, unlike the gymnasium path's Atari games, which resume
+        exactly)."""
         if name == "episode_state":
             return tuple({"sim": None, "wrappers": [], "last_obs": None} for _ in range(self.num_envs))
         if name == "last_obs":

@@ -2,8 +2,9 @@
 
 :func:`env_state` / :func:`restore_env_state` capture and restore each sub-env's simulator state (classic control's
 ``state``, MuJoCo's integration state), its time-limit and episode-statistics counters, its ``np_random`` and
-action-space RNGs, the last observation, and VecNormalize's discounted-return accumulator. The :class:`EpisodeState`
-wrapper, outermost on every sub-env, reads and writes one sub-env's share, wherever that sub-env runs.
+action-space RNGs, the last observation, and VecNormalize's discounted-return accumulator; for Atari games the ALE's
+state (``pgcli.envs.atari_state``) and that of pgcli's Atari wrappers. The :class:`EpisodeState` wrapper, outermost
+on every sub-env, reads and writes one sub-env's share, wherever that sub-env runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from pgcli.envs.atari_pool import EnvPoolVectorEnv
+from pgcli.envs.atari_state import ale_state, is_atari, restore_ale_state
 from pgcli.envs.normalize import find_normalizer
 from pgcli.envs.split import SplitVectorEnv
 
@@ -27,10 +29,11 @@ class EpisodeState(gym.Wrapper):
     snapshot of the episode in progress as the ``episode_state`` attribute, which the vector env reaches through
     ``get_attr`` / ``set_attr`` (in this process or, with async vectorisation, in the sub-env's own).
 
-    The snapshot holds plain values only: the simulator state (:func:`_sim_state`), the counters of the wrappers
-    below (time limit, episode statistics), the env's ``np_random`` and the action space's RNG, and the last
-    observation. An env whose simulator state pgcli cannot read (``sim`` is None) starts a new episode when the
-    snapshot is written back, drawing its start state from the restored ``np_random``.
+    The snapshot holds plain values only: the simulator state (:func:`_sim_state`), the state of the wrappers below
+    (time limit, episode statistics, pgcli's Atari life handling and frame stack), the env's ``np_random`` and the
+    action space's RNG, and the last observation. An env whose simulator state pgcli cannot read (``sim`` is None)
+    starts a new episode when the snapshot is written back, drawing its start state from the restored
+    ``np_random``.
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -82,7 +85,11 @@ def _wrapper_chain(env: gym.Env) -> list[gym.Wrapper]:
 
 
 def _wrapper_state(wrapper: gym.Wrapper) -> dict[str, Any] | None:
-    """The counters of the gymnasium wrappers that carry episode state (None for stateless ones)."""
+    """The counters of the gymnasium wrappers that carry episode state (None for stateless ones); a wrapper with
+    ``checkpoint_state()`` / ``restore_checkpoint_state(state)`` (pgcli's Atari life handling and frame stack) says
+    its own."""
+    if callable(getattr(wrapper, "checkpoint_state", None)):  # gymnasium's wrappers do not forward attributes
+        return {"own": wrapper.checkpoint_state()}  # type: ignore[attr-defined]
     if isinstance(wrapper, gym.wrappers.TimeLimit):
         return {"elapsed_steps": wrapper._elapsed_steps}
     if isinstance(wrapper, gym.wrappers.RecordEpisodeStatistics):
@@ -95,7 +102,10 @@ def _wrapper_state(wrapper: gym.Wrapper) -> dict[str, Any] | None:
 
 
 def _set_wrapper_state(wrapper: gym.Wrapper, state: dict[str, Any] | None) -> None:
-    if isinstance(wrapper, gym.wrappers.TimeLimit):
+    if callable(getattr(wrapper, "restore_checkpoint_state", None)):
+        assert state is not None
+        wrapper.restore_checkpoint_state(state["own"])  # type: ignore[attr-defined]
+    elif isinstance(wrapper, gym.wrappers.TimeLimit):
         assert state is not None
         wrapper._elapsed_steps = state["elapsed_steps"]
     elif isinstance(wrapper, gym.wrappers.RecordEpisodeStatistics):
@@ -125,12 +135,15 @@ def _sim_state(env: gym.Env) -> dict[str, Any] | None:
     """A simulator's full dynamic state as plain values; None when pgcli does not know how to read it.
 
     MuJoCo: ``mj_getState(mjSTATE_INTEGRATION)``: time, qpos, qvel, actuator activations, the solver's warm start,
-    controls and applied forces (qpos/qvel alone would change the next step in the last bits). Classic control: the
-    env's ``state`` and its episode flags. An env with ``checkpoint_state()`` / ``restore_checkpoint_state(state)``
-    (MinAtar: the game's fields, its RNG, the sticky action) says its own.
+    controls and applied forces (qpos/qvel alone would change the next step in the last bits). Atari: the ALE's state
+    with its RNG (``pgcli.envs.atari_state``). Classic control: the env's ``state`` and its episode flags. An env
+    with ``checkpoint_state()`` / ``restore_checkpoint_state(state)`` (MinAtar: the game's fields, its RNG, the
+    sticky action) says its own.
     """
     if callable(getattr(env, "checkpoint_state", None)):  # an env that says its own state (MinAtar)
         return {"own": env.checkpoint_state()}  # type: ignore[attr-defined]
+    if is_atari(env):
+        return ale_state(env)
     mujoco_env = sys.modules.get("gymnasium.envs.mujoco.mujoco_env")  # loaded iff a MuJoCo env was made
     if mujoco_env is not None and isinstance(env, mujoco_env.MujocoEnv):
         import mujoco
@@ -147,6 +160,9 @@ def _sim_state(env: gym.Env) -> dict[str, Any] | None:
 def _set_sim_state(env: Any, state: dict[str, Any]) -> None:
     if "own" in state:
         env.restore_checkpoint_state(state["own"])
+        return
+    if "ale" in state:
+        restore_ale_state(env, state)
         return
     if "mujoco" in state:
         import mujoco
