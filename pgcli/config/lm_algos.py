@@ -25,12 +25,13 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 """Values of ``algo.kl_estimator`` (``pgcli.ops.grpo.KL_ESTIMATORS``)."""
 
 
-def _clipped_lm_rules(algo: Any, min_group: int) -> None:
+def _clipped_lm_rules(algo: Any, min_group: int, *, turns: bool = False) -> None:
     """Rules shared by the clipped policy-gradient configs of text envs (RLOO, REINFORCE, GSPO, REINFORCE++, PPO with
-    a value head)."""
+    a value head, Flow-GRPO); ``turns``: a multi-turn trainer's, whose groups are trajectories and whose minibatches
+    count turns (any number of them)."""
     _finite_fields(algo, "algo")
-    require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}",
-             "completions sampled per prompt")  # fmt: skip
+    sampled = "trajectories sampled per question" if turns else "completions sampled per prompt"
+    require(algo.group_size >= min_group, "algo.group_size", algo.group_size, f">= {min_group}", sampled)
     _at_most("algo.group_size", algo.group_size, MAX_N_ENVS, "typical: 8")
     require(algo.n_groups >= 1, "algo.n_groups", algo.n_groups, ">= 1")
     _at_most("algo.n_groups", algo.n_groups, MAX_N_ENVS, "typical: 16")
@@ -41,8 +42,11 @@ def _clipped_lm_rules(algo: Any, min_group: int) -> None:
     require(algo.n_iterations >= 1, "algo.n_iterations", algo.n_iterations, ">= 1")
     _at_most("algo.n_iterations", algo.n_iterations, MAX_EPOCHS, "typical: 1 to 4")
     n_completions = algo.group_size * algo.n_groups
-    require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
-             f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
+    if turns:
+        require(algo.batch_size >= 1, "algo.batch_size", algo.batch_size, ">= 1", "it counts turns per minibatch")
+    else:
+        require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
+                 f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
     _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 3e-5")
     _positive("algo.max_grad_norm", algo.max_grad_norm)
     require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
@@ -342,24 +346,9 @@ class FlowGRPOConfig:
     """Leave turns cut at the token limit without EOS out of the loss (they still count in the baselines)."""
 
     def __post_init__(self) -> None:
-        _finite_fields(self, "algo")
-        require(self.group_size >= 2, "algo.group_size", self.group_size, ">= 2", "trajectories sampled per question")
-        _at_most("algo.group_size", self.group_size, MAX_N_ENVS, "typical: 8")
-        require(self.n_groups >= 1, "algo.n_groups", self.n_groups, ">= 1")
-        _at_most("algo.n_groups", self.n_groups, MAX_N_ENVS, "typical: 16")
+        _clipped_lm_rules(self, min_group=2, turns=True)
         _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
-        _unit_open("algo.epsilon", self.epsilon, "typical: 0.2")
-        if self.epsilon_high is not None:
-            _positive("algo.epsilon_high", self.epsilon_high, "DAPO recommends 0.28")
-        _choice("algo.loss_agg", self.loss_agg, ("seq_mean", "token_mean", "constant"))
-        require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
-        _at_most("algo.n_iterations", self.n_iterations, MAX_EPOCHS, "typical: 1 to 4")
-        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1", "it counts turns per minibatch")
-        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-5")
-        _positive("algo.max_grad_norm", self.max_grad_norm)
-        require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL term")
         _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
 
     def check_rollout(self, n_envs: int) -> None:
         """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
