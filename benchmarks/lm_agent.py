@@ -107,9 +107,10 @@ def table(args: argparse.Namespace) -> None:
                                                             "turns_mean", "tool_error_rate")]  # fmt: skip
         sizes = [f"{statistics.mean(r[k] for r in rows):,.0f}" for k in ("turns", "tokens", "wall_s")]
         cpu = [r["cpu_s"] for r in rows if r.get("cpu_s")]
-        print(f"| {algo}, {budget}k turns | {len(rows)} | " + " | ".join(cells + sizes) + f" | {statistics.mean(cpu):,.0f} |"
-              if cpu else " | n/a |")  # fmt: skip
-    plot(runs, RESULTS / "curves.png")
+        sizes.append(f"{statistics.mean(cpu):,.0f}" if cpu else "n/a")
+        print(f"| {algo}, {budget}k turns | {len(rows)} | " + " | ".join(cells + sizes) + " |")
+    if budgets:  # the longest budget's curves (a shorter run of a seed repeats the start of the longer one)
+        plot({k: v for k, v in runs.items() if k.endswith(f" {budgets[-1]}k turns")}, RESULTS / "curves.png")
 
 
 def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
@@ -120,8 +121,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
-    for (algo, rows), colour in zip(runs.items(), colours, strict=False):
+    for (algo, rows), colour in zip(runs.items(), ("tab:blue", "tab:orange"), strict=False):
         for r in rows:
             ax.plot(*zip(*r["curve"], strict=True), color=colour, alpha=0.3, linewidth=1)
         if rows and len({len(r["curve"]) for r in rows}) == 1:

@@ -4,6 +4,7 @@ whole-trajectory GRPO against hand-computed values."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,6 @@ def test_a_hugging_face_model_plays_the_task_in_its_own_tokens(tiny_hf_model: Pa
     assert len(episodes.rows.trajectory) == sum(len(t) for t in episodes.turns)
     # a random model's actions are tool errors: each one is shown, cut to an operation's length, in the next prompt
     for turns in episodes.turns:
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in itertools.pairwise(turns):
             if before.error:
                 assert after.prompt.startswith(before.action[: task.puzzle.max_answer_chars] + "!")
