@@ -147,8 +147,8 @@ class AgentTask(Task):
         raise NotImplementedError
 
     def done(self, state: State) -> bool:
-        """Solved, out of turns, or no operation left to make."""
-        return state.solved or state.turns >= self.max_turns or len(state.numbers) < 2
+        """Solved or out of turns."""
+        return state.solved or state.turns >= self.max_turns
 
     def play(self, problem: Problem, actions: list[str]) -> tuple[State, list[Turn]]:
         """``actions`` taken one per turn from the start of ``problem`` until done (the rest ignored)."""
@@ -188,6 +188,10 @@ class CountdownCalculator(AgentTask):
         super().__init__(cfg.id, puzzle, n_eval=cfg.n_eval, eval_seed=cfg.eval_seed, vocab=vocab,
                          max_new_tokens=max_new_tokens)  # fmt: skip
         self.max_turns = cfg.max_turns
+
+    def done(self, state: State) -> bool:
+        """Solved, out of turns, or one number left (no operation to make)."""
+        return super().done(state) or len(state.numbers) < 2
 
     def start(self, problem: Problem) -> State:
         """The state a prompt shows (a question, or a turn's prompt with its failed action)."""
