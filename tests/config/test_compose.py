@@ -276,7 +276,7 @@ def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     other = train_config(["algo=trpo", "env=halfcheetah"])  # elsewhere opt-in
     assert (other.hardware.vec_env, other.hardware.eval_process) == ("sync", False)
     with pytest.raises(
-        ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker, shm \(got 'threads'\)"
+        ConfigError, match=r"hardware\.vec_env must be one of sync, async, worker, shm, envpool \(got 'threads'\)"
     ) as err:
         train_config(["hardware.vec_env=threads"])
     assert "\n" not in str(err.value)
