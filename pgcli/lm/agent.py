@@ -83,27 +83,24 @@ class Turn:
 def operate(numbers: tuple[int, ...], action: str) -> tuple[int | None, str]:
     """The calculator: the value of ``action`` (``a op b``, a and b among ``numbers``) and ``""``, or None and the kind
     of tool error."""
+    result, error, _ = _calculate(numbers, action)
+    return result, error
+
+
+def _calculate(numbers: tuple[int, ...], action: str) -> tuple[int | None, str, tuple[int, ...]]:
+    """:func:`operate`, with the numbers left once a valid ``action``'s operands are replaced by its result (appended);
+    ``numbers`` unchanged on a tool error."""
     match = _OPERATION.fullmatch(action.strip())
     if match is None:
-        return None, "malformed"
+        return None, "malformed", numbers
     a, op, b = int(match[1]), match[2], int(match[3])
     left = list(numbers)
     for x in (a, b):
         if x not in left:
-            return None, "missing_number"
+            return None, "missing_number", numbers
         left.remove(x)
     value = a + b if op == "+" else a - b if op == "-" else a * b
-    return (None, "negative") if value < 0 else (value, "")
-
-
-def _remove(numbers: tuple[int, ...], action: str, result: int) -> tuple[int, ...]:
-    """``numbers`` with the two operands of a valid ``action`` replaced by its ``result`` (appended)."""
-    match = _OPERATION.fullmatch(action.strip())
-    assert match is not None  # operate() accepted it
-    left = list(numbers)
-    left.remove(int(match[1]))
-    left.remove(int(match[3]))
-    return (*left, result)
+    return (None, "negative", numbers) if value < 0 else (value, "", (*left, value))
 
 
 def reference_actions(expression: str) -> list[str]:
@@ -202,12 +199,11 @@ class CountdownCalculator(AgentTask):
     def step(self, state: State, action: str, *, truncated: bool = False) -> tuple[State, Turn]:
         """The state after ``action`` (a tool error spends the turn and changes nothing else) and the turn's record;
         ``truncated``: the action was cut at the token limit."""
-        result, error = (None, "truncated") if truncated else operate(state.numbers, action)
+        result, error, numbers = (None, "truncated", state.numbers) if truncated else _calculate(state.numbers, action)
         turn = Turn(state.prompt, action, result, error)
         if result is None:
             shown = action[: self.puzzle.max_answer_chars]
             return replace(state, turns=state.turns + 1, failed=shown), turn
-        numbers = _remove(state.numbers, action, result)
         return State(numbers, state.target, state.turns + 1, solved=result == state.target), turn
 
     def reference_actions(self, problem: Problem) -> list[str]:
