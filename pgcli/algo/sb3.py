@@ -123,7 +123,14 @@ def _ppo(cfg: PPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
 
 
 def _a2c(cfg: A2CConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
+    optimizer: dict[str, Any] = {}
+    if cfg.rms_prop_tf_like:  # what SB3's A2C builds for use_rms_prop, with TensorFlow's RMSprop in place of torch's
+        from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+        optimizer = {"optimizer_class": RMSpropTFLike,
+                     "optimizer_kwargs": {"alpha": 0.99, "eps": cfg.rms_prop_eps, "weight_decay": 0}}  # fmt: skip
     return A2C, {
+        "policy_kwargs": optimizer,
         "learning_rate": _schedule(cfg.learning_rate, cfg.lr_schedule),
         "n_steps": cfg.n_steps,
         "gamma": cfg.gamma,
@@ -299,7 +306,7 @@ class SB3Trainer:
         self.model = self.algo_cls(
             sb3_policy(model),
             self.vec,
-            policy_kwargs=policy_kwargs(model),
+            policy_kwargs={**policy_kwargs(model), **kwargs.pop("policy_kwargs", {})},
             seed=seed,
             device=device,
             verbose=0,

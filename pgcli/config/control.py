@@ -128,6 +128,9 @@ class A2CConfig:
     """RMSprop (as in the A2C paper) instead of Adam."""
     rms_prop_eps: float = 1e-5
     """RMSprop epsilon."""
+    rms_prop_tf_like: bool = False
+    """TensorFlow's RMSprop (SB3's ``RMSpropTFLike``: epsilon inside the square root, the running average started at
+    1), as Stable Baselines 2 and rl-baselines3-zoo's Atari A2C train; false: torch's RMSprop. Needs use_rms_prop."""
     normalize_advantage: bool = False
     """Standardise advantages per update."""
     use_sde: bool = False
@@ -137,6 +140,12 @@ class A2CConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
+        require(
+            self.use_rms_prop or not self.rms_prop_tf_like,
+            "algo.rms_prop_tf_like",
+            self.rms_prop_tf_like,
+            "false when algo.use_rms_prop=false (it picks which RMSprop)",
+        )
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 7e-4")
         _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
         require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")

@@ -7,7 +7,8 @@
   its tokenizer behind the vocabulary interface; ``pgcli.lm.random_hf`` writes a random one offline.
 - ``pgcli.lm.load``: the task and the policy of a text run's config (and the weights of an earlier run).
 - ``pgcli.lm.evaluation``: held-out greedy accuracy, pass@k, reward, length, a samples table per evaluation.
-- ``pgcli.lm.sft``: the supervised trainer behind ``pgcli sft`` (``algo=sft``).
+- ``pgcli.lm.sft``: the supervised trainer behind ``pgcli sft`` (``algo=sft``); ``pgcli.lm.reward_model``: the reward
+  model's (``pgcli rm``); ``pgcli.lm.supervised``: the loop, step size and checkpoint the two share.
 
 What a text trainer receives from ``pgcli.training.build`` (``TEXT_TRAINERS`` maps its algo config to it)::
 

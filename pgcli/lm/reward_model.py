@@ -24,25 +24,20 @@ merged), ``reward_head.pt`` (the head) and, written by the run, ``agent.json``; 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pgcli.algo.base import Agent, EvalResult, Monitor
-from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
-from pgcli.algo.guard import check_update
+from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig, RMConfig
-from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig, make_text_policy
 from pgcli.lm.model import CausalLM, generate, save_policy
 from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac
-from pgcli.lm.sft import OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE, warmup_learning_rate
+from pgcli.lm.supervised import SupervisedTrainer
 from pgcli.lm.tasks import Problem, Task, Vocab, decode_completions, encode_completions, encode_prompts
 from pgcli.ops.lm import micro_batches
 
@@ -206,10 +201,13 @@ def pair_generator(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class RewardModelTrainer:
+class RewardModelTrainer(SupervisedTrainer[RMConfig]):
     """Bradley-Terry training of a :class:`RewardModel` on generated pairs (module docstring); the text-trainer
     signature of ``pgcli.lm``. ``policy`` is the backbone (fresh, or ``init=<SFT run>``); ``reference``, the frozen
     init model, is sampled for ``algo.pairs=policy`` only (no KL term: the reward model does not generate)."""
+
+    rng_key = "pair_rng"
+    run_kind = "a reward-model run"
 
     def __init__(
         self,
@@ -222,29 +220,16 @@ class RewardModelTrainer:
         seed: int,
         device: torch.device,
     ) -> None:
-        self.cfg, self.task, self.device, self.micro_batch = cfg, task, device, model.micro_batch
         self.reward_model = RewardModel(policy).to(device).train()
-        self.pairs = pair_generator(cfg, task, reference, model, device)
         params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.rng = np.random.default_rng(seed)
-        self.steps = 0
+        super().__init__(cfg, self.reward_model, params, seed=seed, device=device)
+        self.task, self.micro_batch = task, model.micro_batch
+        self.pairs = pair_generator(cfg, task, reference, model, device)
 
-    def learning_rate(self) -> float:
-        """The step size at the current step (linear warm-up, then constant)."""
-        return warmup_learning_rate(self.cfg, self.steps)
+    def _step(self) -> dict[str, float]:
+        return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
 
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        while self.steps < total_steps:
-            stats = self._step(self.pairs.sample(self.rng, self.cfg.batch_size))
-            self.steps += self.cfg.batch_size
-            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"),
-                         params=self.reward_model.parameters())  # fmt: skip
-            monitor.log(self.steps, stats)
-            monitor.update(self.steps, self)
-        return self.steps
-
-    def _step(self, pairs: list[Pair]) -> dict[str, float]:
+    def _train_on(self, pairs: list[Pair]) -> dict[str, float]:
         """One gradient step on ``pairs``, ``model.micro_batch`` pairs per forward/backward pass (0: all at once);
         each pass's loss is its share of the batch mean."""
         n = len(pairs)
@@ -252,10 +237,7 @@ class RewardModelTrainer:
         prompts, prompt_mask, completions, completion_mask = encode_texts(
             self.task.vocab, [p.problem.prompt for p in pairs] * 2, texts, self.device
         )  # [2N, P], [2N, C]: the chosen rows, then the rejected rows
-        lr = self.learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
+        lr = self._start_step()
         margins: list[Tensor] = []  # [N'] per pass
         for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
             both = torch.cat([rows, rows + n])  # [2N']
@@ -279,34 +261,10 @@ class RewardModelTrainer:
             stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
         return stats
 
-    def save(self, path: Path) -> Path:
-        """Atomically write ``policy.pt`` and ``reward_head.pt`` (the model), ``weights.pt``, ``optimizer.pt`` and
-        ``state.json`` (steps, pair RNG, process RNGs)."""
-        with atomic_dir(path) as tmp:
-            save_policy(self.reward_model.backbone, tmp)
-            torch.save(self.reward_model.head.state_dict(), tmp / REWARD_HEAD_FILE)
-            torch.save(self.reward_model.state_dict(), tmp / WEIGHTS_FILE)
-            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-            state = {"steps": self.steps, "pair_rng": self.rng.bit_generator.state, "rng": rng_state()}
-            (tmp / STATE_FILE).write_text(json.dumps(state))
-        return path
-
-    def load(self, path: Path) -> None:
-        def torch_file(f: Path) -> Any:
-            return torch.load(f, map_location=self.device, weights_only=True)
-
-        self.reward_model.load_state_dict(read_file(path / WEIGHTS_FILE, torch_file))
-        self.optimizer.load_state_dict(read_file(path / OPTIMIZER_FILE, torch_file))
-        state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
-        try:
-            self.steps = int(state["steps"])
-            self.rng.bit_generator.state = state["pair_rng"]
-            set_rng_state(state["rng"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit a reward-model run ({exc})") from None
-
-    def close(self) -> None:
-        """Nothing to release."""
+    def _save_model(self, directory: Path) -> None:
+        """``policy.pt`` (the backbone) and ``reward_head.pt``: what :func:`load_reward_model` reads."""
+        save_policy(self.reward_model.backbone, directory)
+        torch.save(self.reward_model.head.state_dict(), directory / REWARD_HEAD_FILE)
 
 
 # --------------------------------------------------------------------------------------------------------------------

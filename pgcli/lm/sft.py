@@ -18,49 +18,25 @@ the one clip and step.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
 
-from pgcli.algo.base import Monitor
-from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
-from pgcli.algo.guard import check_update
 from pgcli.config import SFTConfig
-from pgcli.errors import PgcliError
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
+from pgcli.lm.supervised import WEIGHTS_FILE, SupervisedTrainer
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
 from pgcli.ops.aggregate import batch_totals
 from pgcli.ops.lm import masked_mean, micro_batches
 
-OPTIMIZER_FILE = "optimizer.pt"
-WEIGHTS_FILE = "weights.pt"
-"""The policy module's own state (a LoRA run's adapters apart from the base) for resuming; ``policy.pt`` holds the
-weights a fresh model loads (adapters merged)."""
-STATE_FILE = "state.json"
 
-
-class WarmUp(Protocol):
-    """The step-size settings of a supervised trainer (``SFTConfig``, ``RMConfig``)."""
-
-    learning_rate: float
-    warmup_steps: int
-    batch_size: int
-
-
-def warmup_learning_rate(cfg: WarmUp, steps: int) -> float:
-    """The step size after ``steps`` examples: rising linearly over ``warmup_steps`` examples (counting the batch
-    about to be trained), then constant."""
-    if cfg.warmup_steps == 0:
-        return cfg.learning_rate
-    return cfg.learning_rate * min(1.0, (steps + cfg.batch_size) / cfg.warmup_steps)
-
-
-class SFT:
+class SFT(SupervisedTrainer[SFTConfig]):
     """Supervised fine-tuning trainer (module docstring); the text-trainer signature of ``pgcli.lm``."""
+
+    rng_key = "problem_rng"
+    run_kind = "an SFT run"
 
     def __init__(
         self,
@@ -74,25 +50,9 @@ class SFT:
         device: torch.device,
     ) -> None:
         del reference  # SFT has no KL term and samples nothing
-        self.cfg, self.task, self.device, self.micro_batch = cfg, task, device, model.micro_batch
         self.policy = policy.to(device).train()
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.learning_rate,
-                                           weight_decay=cfg.weight_decay)  # fmt: skip
-        self.rng = np.random.default_rng(seed)
-        self.steps = 0
-
-    def learning_rate(self) -> float:
-        """The step size at the current step (linear warm-up, then constant)."""
-        return warmup_learning_rate(self.cfg, self.steps)
-
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        while self.steps < total_steps:
-            stats = self._step()
-            self.steps += self.cfg.batch_size
-            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=self.policy.parameters())
-            monitor.log(self.steps, stats)
-            monitor.update(self.steps, self)
-        return self.steps
+        super().__init__(cfg, self.policy, self.policy.parameters(), seed=seed, device=device)
+        self.task, self.micro_batch = task, model.micro_batch
 
     def _step(self) -> dict[str, float]:
         """One gradient step on a fresh batch of demonstrations, ``model.micro_batch`` of them per forward/backward
@@ -104,10 +64,7 @@ class SFT:
                                                          self.device)  # fmt: skip  # [B, C]
         weights = completion_mask.float()
         totals = None if self.micro_batch == 0 else batch_totals(weights)  # each pass's loss: its share of the mean
-        lr = self.learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
+        lr = self._start_step()
         loss = 0.0
         exact: list[torch.Tensor] = []  # [B'] per pass: every target token is the argmax
         for rows in micro_batches(torch.arange(len(problems), device=self.device), self.micro_batch):
@@ -128,33 +85,9 @@ class SFT:
             "train/teacher_forced_exact": float(seq_exact),
         }
 
-    def save(self, path: Path) -> Path:
-        """Atomically write ``policy.pt``, ``weights.pt``, ``optimizer.pt`` and ``state.json`` (steps, problem RNG,
-        process RNGs)."""
-        with atomic_dir(path) as tmp:
-            save_policy(self.policy, tmp)
-            torch.save(self.policy.state_dict(), tmp / WEIGHTS_FILE)
-            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-            state = {"steps": self.steps, "problem_rng": self.rng.bit_generator.state, "rng": rng_state()}
-            (tmp / STATE_FILE).write_text(json.dumps(state))
-        return path
+    def _save_model(self, directory: Path) -> None:
+        save_policy(self.policy, directory)
 
-    def load(self, path: Path) -> None:
+    def _weights_file(self, path: Path) -> Path:
         weights = path / WEIGHTS_FILE
-        if not weights.exists():  # a checkpoint written before weights.pt: TinyGPT's policy.pt is its state
-            weights = path / POLICY_FILE
-        state = read_file(weights, lambda f: torch.load(f, map_location=self.device, weights_only=True))
-        self.policy.load_state_dict(state)
-        optimizer = read_file(path / OPTIMIZER_FILE, lambda f: torch.load(f, map_location=self.device,
-                                                                            weights_only=True))  # fmt: skip
-        self.optimizer.load_state_dict(optimizer)
-        state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
-        try:
-            self.steps = int(state["steps"])
-            self.rng.bit_generator.state = state["problem_rng"]
-            set_rng_state(state["rng"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit an SFT run ({exc})") from None
-
-    def close(self) -> None:
-        """Nothing to release."""
+        return weights if weights.exists() else path / POLICY_FILE  # before weights.pt: TinyGPT's policy.pt

@@ -95,11 +95,18 @@ def _plot_control(history: History) -> tuple[Any, str]:
 
 
 def step_unit(history: History) -> str:
-    """What a text run's step counts: demonstrations (SFT), preference pairs (a reward model) or sampled completions
-    (RL)."""
+    """What a text run's step counts: demonstrations (SFT), preference pairs (a reward model), sampled turns (RL on a
+    multi-turn task) or sampled completions (RL)."""
     if "eval/pairwise_accuracy" in history or "train/pairwise_accuracy" in history:
         return "preference pairs"
-    return "demonstrations" if "train/teacher_forced_exact" in history else "sampled completions"
+    if "train/teacher_forced_exact" in history:
+        return "demonstrations"
+    return "sampled turns" if _multi_turn(history) else "sampled completions"
+
+
+def _multi_turn(history: History) -> bool:
+    """A run on a multi-turn task: its evaluation plays whole trajectories (``eval/turns_mean``)."""
+    return "eval/turns_mean" in history or "rollout/turns_mean" in history
 
 
 def text_panels(history: History) -> list[Panel]:
@@ -132,9 +139,12 @@ def _label(key: str, history: History) -> str:
     """A series' legend entry: what it measures, and its key."""
     if key == "train/loss":
         return f"{_train_loss_label(history)} ({key})"
+    if key == "eval/accuracy" and _multi_turn(history):
+        return f"greedy trajectory solved ({key})"
     if key.startswith("eval/pass_at_"):
         k = key.removeprefix("eval/pass_at_")
-        return f"pass@{k}: one of {k} sampled correct ({key})"
+        what = "trajectories solved" if _multi_turn(history) else "sampled correct"
+        return f"pass@{k}: one of {k} {what} ({key})"
     return f"{SERIES_LABELS.get(key, key)} ({key})"
 
 

@@ -212,6 +212,7 @@ BAD_OVERRIDES = [
     (["algo.learning_rate=0"], ["algo.learning_rate", "> 0", "0.0"]),
     (["algo.learning_rate=-1e-3"], ["algo.learning_rate", "> 0", "-0.001"]),
     (["algo=a2c", "algo.learning_rate=0"], ["algo.learning_rate", "> 0"]),
+    (["algo=a2c", "algo.use_rms_prop=false", "algo.rms_prop_tf_like=true"], ["algo.rms_prop_tf_like", "use_rms_prop"]),
     (["algo.gamma=0"], ["algo.gamma", "(0, 1]", "0.0"]),
     (["algo.gamma=1.01"], ["algo.gamma", "(0, 1]", "1.01"]),
     (["algo.clip_range=0"], ["algo.clip_range", "(0, 1)", "0.0"]),

@@ -121,3 +121,31 @@ def test_the_monitor_sees_each_update_after_it_is_applied():
     assert trainer.learn(192, recorder) == 192  # type: ignore[arg-type]
     assert recorder.seen == [(64, 1), (128, 2), (192, 3)]  # (env steps, updates applied) at each call
     trainer.close()
+
+
+@pytest.mark.parametrize("tf_like", [False, True])
+def test_a2c_rmsprop_is_torchs_or_tensorflows_with_the_configured_eps(tf_like: bool):
+    # rl-baselines3-zoo's Atari A2C trains with SB3's RMSpropTFLike (the a2c_breakout / a2c_pong presets);
+    # otherwise SB3's default, torch's RMSprop. Both with alpha 0.99 and algo.rms_prop_eps.
+    import torch
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    from pgcli.algo.sb3 import SB3Trainer
+    from pgcli.config import A2CConfig
+
+    env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
+    cfg = A2CConfig(rms_prop_eps=1e-3, rms_prop_tf_like=tf_like)
+    trainer = SB3Trainer(cfg, env=env, model=ModelConfig(pi_hidden_sizes=[32]), seed=0, device=torch.device("cpu"))
+    optimizer = trainer.model.policy.optimizer
+    assert type(optimizer) is (RMSpropTFLike if tf_like else torch.optim.RMSprop)
+    assert (optimizer.defaults["alpha"], optimizer.defaults["eps"]) == (0.99, 1e-3)
+    assert trainer.model.policy.mlp_extractor.policy_net[0].out_features == 32  # the model's own kwargs still apply
+    trainer.close()
+
+
+def test_the_atari_a2c_presets_train_with_tensorflows_rmsprop():
+    from pgcli.config.compose import compose_train_config
+
+    for game in ("breakout", "pong"):
+        cfg = compose_train_config(["algo=a2c", f"env={game}"])
+        assert cfg.algo.rms_prop_tf_like and cfg.algo.rms_prop_eps == 1e-5  # type: ignore[union-attr]

@@ -126,6 +126,19 @@ def test_an_rl_text_curve_shows_reward_and_kl_against_sampled_completions(tmp_pa
     assert plot_learning_curve({"train/teacher_forced_exact": []}, tmp_path / "none.png") is None
 
 
+def test_a_multi_turn_curve_counts_sampled_turns_and_says_trajectories_are_solved():
+    from pgcli.tracking.reports import _label
+
+    history = {"rollout/reward_mean": [(40, 0.2)], "rollout/turns_mean": [(40, 2.5)], "eval/turns_mean": [(0, 2.9)],
+               "eval/accuracy": [(0, 0.2)], "eval/pass_at_4": [(0, 0.4)]}  # fmt: skip
+    assert step_unit(history) == "sampled turns"
+    assert _label("eval/accuracy", history) == "greedy trajectory solved (eval/accuracy)"
+    assert _label("eval/pass_at_4", history) == "pass@4: one of 4 trajectories solved (eval/pass_at_4)"
+    single = {k: v for k, v in history.items() if "turns" not in k}
+    assert (step_unit(single), _label("eval/accuracy", single)) == (
+        "sampled completions", "greedy completion correct (eval/accuracy)")  # fmt: skip
+
+
 def test_a_reward_model_curve_shows_pairwise_accuracy_and_its_losses_against_pairs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):

@@ -1,0 +1,134 @@
+"""What pgcli's two supervised text trainers share: the SFT trainer (:mod:`pgcli.lm.sft`) and the reward model's
+(:mod:`pgcli.lm.reward_model`).
+
+Both take one AdamW step per batch of ``algo.batch_size`` freshly drawn examples (demonstrations, preference pairs),
+count a step as one example, warm the learning rate up linearly over ``algo.warmup_steps`` examples, check every
+update with the divergence guard, and checkpoint the same way: the model's own files, then ``weights.pt`` (the trained
+module's state: a LoRA run's adapters apart from the base), ``optimizer.pt`` and ``state.json`` (steps, the example
+RNG, the process RNGs), so a resumed run draws the examples an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from pgcli.algo.base import Monitor
+from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
+from pgcli.algo.guard import check_update
+from pgcli.errors import PgcliError
+
+OPTIMIZER_FILE = "optimizer.pt"
+WEIGHTS_FILE = "weights.pt"
+"""The trained module's own state (a LoRA run's adapters apart from the base) for resuming; ``policy.pt`` holds the
+weights a fresh model loads (adapters merged)."""
+STATE_FILE = "state.json"
+
+
+class WarmUp(Protocol):
+    """The step-size settings of a supervised trainer (``SFTConfig``, ``RMConfig``)."""
+
+    learning_rate: float
+    warmup_steps: int
+    batch_size: int
+
+
+class SupervisedConfig(WarmUp, Protocol):
+    """What :class:`SupervisedTrainer` reads of its config."""
+
+    weight_decay: float
+    max_grad_norm: float
+
+
+Cfg = TypeVar("Cfg", bound=SupervisedConfig)
+
+
+def warmup_learning_rate(cfg: WarmUp, steps: int) -> float:
+    """The step size after ``steps`` examples: rising linearly over ``warmup_steps`` examples (counting the batch
+    about to be trained), then constant."""
+    if cfg.warmup_steps == 0:
+        return cfg.learning_rate
+    return cfg.learning_rate * min(1.0, (steps + cfg.batch_size) / cfg.warmup_steps)
+
+
+class SupervisedTrainer(Generic[Cfg]):
+    """The training loop, step size and checkpoint of a supervised text trainer (module docstring).
+
+    A subclass trains ``module`` (the optimizer takes ``params``: all of its parameters, or a LoRA run's trainable
+    ones) and defines :meth:`_step` (one update on a fresh batch drawn from ``self.rng``; its metrics) and
+    :meth:`_save_model` (the files a fresh model loads: ``policy.pt``, a reward model's head).
+    """
+
+    rng_key: ClassVar[str]
+    """The example RNG's key in ``state.json`` (``problem_rng``, ``pair_rng``)."""
+    run_kind: ClassVar[str]
+    """What a checkpoint belongs to, for its one-line error (``an SFT run``)."""
+
+    def __init__(self, cfg: Cfg, module: nn.Module, params: Any, *, seed: int, device: torch.device) -> None:
+        self.cfg, self.module, self.device = cfg, module, device
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+
+    def learning_rate(self) -> float:
+        """The step size at the current step (linear warm-up, then constant)."""
+        return warmup_learning_rate(self.cfg, self.steps)
+
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
+        while self.steps < total_steps:
+            stats = self._step()
+            self.steps += self.cfg.batch_size
+            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=self.module.parameters())
+            monitor.log(self.steps, stats)
+            monitor.update(self.steps, self)
+        return self.steps
+
+    def _step(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _start_step(self) -> float:
+        """Before a step's passes: the step size set for this step (returned) and the gradients cleared."""
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        return lr
+
+    def _save_model(self, directory: Path) -> None:
+        raise NotImplementedError
+
+    def _weights_file(self, path: Path) -> Path:
+        """The module state to resume from in checkpoint ``path``."""
+        return path / WEIGHTS_FILE
+
+    def save(self, path: Path) -> Path:
+        """Atomically write the model's files, ``weights.pt``, ``optimizer.pt`` and ``state.json``."""
+        with atomic_dir(path) as tmp:
+            self._save_model(tmp)
+            torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            state = {"steps": self.steps, self.rng_key: self.rng.bit_generator.state, "rng": rng_state()}
+            (tmp / STATE_FILE).write_text(json.dumps(state))
+        return path
+
+    def load(self, path: Path) -> None:
+        def torch_file(f: Path) -> Any:
+            return torch.load(f, map_location=self.device, weights_only=True)
+
+        self.module.load_state_dict(read_file(self._weights_file(path), torch_file))
+        self.optimizer.load_state_dict(read_file(path / OPTIMIZER_FILE, torch_file))
+        state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+        try:
+            self.steps = int(state["steps"])
+            self.rng.bit_generator.state = state[self.rng_key]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit {self.run_kind} ({exc})") from None
+
+    def close(self) -> None:
+        """Nothing to release."""
