@@ -18,7 +18,6 @@ compare at the same number of generated completions.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 
 import torch
@@ -34,21 +33,16 @@ from pgcli.lm.tasks import TextTask
 from pgcli.ops.lm import group_advantages, token_advantages
 
 
-def trajectory_advantages(
-    cfg: GRPOConfig,
-    batch: CompletionBatch,
-    old_logp: Tensor,
-    ref_logp: Tensor | None,
-    *,
-    trajectory: Tensor,
-    rewards: Tensor,
-    group_size: int,
-) -> Tensor:
-    """Whole-trajectory GRPO's advantage on every token of every turn: [N, C]. ``trajectory`` [N] names each turn's
-    trajectory, ``rewards`` [T] are the trajectories' rewards, trajectory j answering question j // group_size."""
-    groups = torch.arange(len(rewards), device=rewards.device) // group_size
+def trajectory_advantages(cfg: GRPOConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+    """Whole-trajectory GRPO's advantage on every token of every turn: [N, C]. Each trajectory (``batch.trajectory``)
+    counts once in its question's statistics, with the reward and group its turns carry."""
+    if batch.trajectory is None:
+        raise ValueError("whole-trajectory advantages need the batch's trajectory ids (a multi-turn batch)")
+    n_trajectories = int(batch.trajectory.max()) + 1
+    rewards = batch.rewards.new_zeros(n_trajectories).scatter_(0, batch.trajectory, batch.rewards)  # [T]
+    groups = batch.group_ids.new_zeros(n_trajectories).scatter_(0, batch.trajectory, batch.group_ids)  # [T]
     per_trajectory = group_advantages(rewards, groups, scale=cfg.scale_rewards, eps=STD_EPS).advantages  # [T]
-    return token_advantages(per_trajectory[trajectory], batch.mask)
+    return token_advantages(per_trajectory[batch.trajectory], batch.mask)
 
 
 def episode_stats(episodes: Episodes, batch: CompletionBatch) -> dict[str, float]:
@@ -85,6 +79,8 @@ class LMAgentGRPO(LMGRPO):
             raise TypeError(f"{type(self).__name__} plays multi-turn tasks (got {type(task).__name__})")
         super().__init__(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed, device=device)
         self.agent_task = task
+        if isinstance(cfg, GRPOConfig):  # one advantage per trajectory, given to its turns
+            self.estimator = trajectory_advantages
 
     def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
         """1. G trajectories of each of M questions played by the old policy; the batch of their turns, each with
@@ -106,8 +102,6 @@ class LMAgentGRPO(LMGRPO):
             correct=solved[rows.trajectory],
             group_ids=rows.trajectory // size,
             sample_seconds=episodes.seconds,
+            trajectory=rows.trajectory,
         )
-        if isinstance(self.cfg, GRPOConfig):  # one advantage per trajectory, given to its turns
-            self.estimator = functools.partial(trajectory_advantages, trajectory=rows.trajectory, rewards=rewards,
-                                               group_size=size)  # fmt: skip
         return batch, episode_stats(episodes, batch)

@@ -67,6 +67,9 @@ class CompletionBatch(NamedTuple):
     """[B] long, 0..M-1."""
     sample_seconds: float
     """Wall time of the sampling phase: prompt encoding, the batched generation, decoding and scoring."""
+    trajectory: Tensor | None = None
+    """[B] long, on a multi-turn task: the trajectory (0..T-1) each row, a turn, belongs to; its reward and group are
+    the trajectory's. None: each row is a whole completion."""
 
     @property
     def n_tokens(self) -> int:

@@ -134,7 +134,7 @@ def test_play_keeps_every_turn_as_a_row_of_its_trajectory():
         assert task.done(episodes.states[i])
 
 
-def two_question_batch() -> tuple[CompletionBatch, torch.Tensor, torch.Tensor]:
+def two_question_batch() -> CompletionBatch:
     """G = 2 trajectories of 2 questions. Question 0: trajectory 0 solves in 2 turns, trajectory 1 fails in 3;
     question 1: trajectory 2 solves in 1 turn, trajectory 3 fails in 2. Rows are turns, in play's order (by round)."""
     trajectory = torch.tensor([0, 1, 2, 3, 0, 1, 3, 1])
@@ -149,12 +149,13 @@ def two_question_batch() -> tuple[CompletionBatch, torch.Tensor, torch.Tensor]:
         correct=rewards[trajectory].bool(),
         group_ids=trajectory // 2,
         sample_seconds=0.0,
+        trajectory=trajectory,
     )
-    return batch, trajectory, rewards
+    return batch
 
 
 def test_flow_grpo_normalises_over_the_turns_of_each_question():
-    batch, _, _ = two_question_batch()
+    batch = two_question_batch()
     advantages = ESTIMATORS[FlowGRPOConfig](FlowGRPOConfig(), batch, torch.zeros(8, 3), None)
     # question 0: turn rewards 1, 1, 0, 0, 0: mean 0.4, population std sqrt(0.24); question 1: 1, 0, 0: mean 1/3
     std0, std1 = 0.24**0.5, (2 / 9) ** 0.5
@@ -165,9 +166,8 @@ def test_flow_grpo_normalises_over_the_turns_of_each_question():
 
 
 def test_whole_trajectory_grpo_normalises_over_trajectories_and_gives_each_turn_its_trajectorys_advantage():
-    batch, trajectory, rewards = two_question_batch()
-    advantages = trajectory_advantages(GRPOConfig(), batch, torch.zeros(8, 3), None, trajectory=trajectory,
-                                       rewards=rewards, group_size=2)  # fmt: skip
+    batch = two_question_batch()
+    advantages = trajectory_advantages(GRPOConfig(), batch, torch.zeros(8, 3), None)
     a = 0.5 / (0.5 + STD_EPS)  # each question: rewards 1 and 0, mean 0.5, population std 0.5
     expected = torch.tensor([a, -a, a, -a, a, -a, -a, -a])
     torch.testing.assert_close(advantages, expected[:, None].expand(8, 3))
