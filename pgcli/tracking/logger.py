@@ -81,8 +81,14 @@ class RunLogger:
         self.skip_through = {key: points[-1][0] for key, points in self.history.items()}
 
     def flush(self) -> None:
+        """Store every point logged so far (the monitor flushes before each checkpoint): the MLflow backend's buffer,
+        or, with no store (``tracking=off``), the whole history as ``metrics.csv``. Either way a run killed without
+        time to write its reports resumes from its checkpoint with every point up to it."""
         if self.backend:
             self.backend.flush()
+        elif self.history:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            write_metrics_csv(self.history, self.output_dir / "metrics.csv")
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         if self.backend:
@@ -129,7 +135,8 @@ class RunLogger:
             except Exception as exc:
                 missing.append(f"artifact {path.name}: {_one_line(exc)}")
         try:
-            self.flush()
+            if self.backend:  # without one, the reports above are the store
+                self.backend.flush()
         except Exception as exc:
             n = self.backend.n_buffered if self.backend else 0
             missing.append(f"{n} buffered metric values: {_one_line(exc)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +36,15 @@ class Panel:
 
 
 def write_metrics_csv(history: History, path: Path) -> Path:
-    """Every point as one ``key,step,value`` row, keys in sorted order, each key's points as logged."""
-    with path.open("w", newline="") as f:
+    """Every point as one ``key,step,value`` row, keys in sorted order, each key's points as logged. Atomic: a file
+    beside it, then renamed over it, so a kill mid-write leaves the previous ``metrics.csv`` whole."""
+    partial = path.with_name(f".{path.name}.partial")
+    with partial.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["key", "step", "value"])
         for key in sorted(history):
             writer.writerows((key, step, value) for step, value in history[key])
+    os.replace(partial, path)
     return path
 
 

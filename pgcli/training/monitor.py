@@ -410,6 +410,7 @@ class TrainingMonitor:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "last_eval_step": self._last_eval_step,
+            "last_logged_step": self._last_logged_step,
             "best_step": self.best_step,
             "best_returns": best.returns.tolist() if best is not None else None,
             "best_lengths": best.lengths.tolist() if best is not None else None,
@@ -421,7 +422,8 @@ class TrainingMonitor:
 
     def load_state(self, checkpoint: Path, step: int) -> None:
         """Continue from a checkpoint at ``step``: episode counters, the return window, the best evaluation, the next
-        evaluation and checkpoint steps, and SPS counted from ``step``. A checkpoint without ``monitor.json`` (an
+        evaluation and checkpoint steps, the step the rollout statistics were last logged at, and SPS counted from
+        ``step``. A checkpoint without ``monitor.json`` (an
         older run) continues with the counters derived from ``step`` alone."""
         state = read_monitor_state(checkpoint, step) or {}  # validated: pgcli.training.monitor_state
         self._step = step
@@ -436,7 +438,9 @@ class TrainingMonitor:
         if state.get("best_returns") is not None:
             self.best_eval = EvalResult(np.asarray(state["best_returns"]), np.asarray(state["best_lengths"]))
             self.best_step = state.get("best_step")
-        self._last_logged_step = self._last_ckpt_step = step
+        # the rollout statistics go on at the straight run's steps (an older checkpoint: counted from its step)
+        self._last_logged_step = state.get("last_logged_step", step)
+        self._last_ckpt_step = step
         self.last_checkpoint = checkpoint  # what a divergence error names until the next checkpoint
         self._start, self._start_step, self._eval_seconds = time.perf_counter(), step, 0.0
         self._advance_bar(step, None)

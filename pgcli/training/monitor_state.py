@@ -50,6 +50,10 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "best_lengths": (_optional(_list_of(_int)), "a list of integers or null"),
 }
 """Every key of the state, with its check and the type it must have."""
+LATER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "last_logged_step": (_optional(_int), "an integer or null"),
+}
+"""Keys added after the first checkpoints were written: checked when present (an older checkpoint lacks them)."""
 
 
 def write_monitor_state(path: Path, state: dict[str, Any]) -> None:
@@ -83,8 +87,10 @@ def state_fault(state: Any, step: int | None = None) -> str | None:
     """What is wrong with a monitor ``state`` read back (None: nothing), in words that follow the file's name."""
     if not isinstance(state, dict):
         return f"is not a JSON object (got {type(state).__name__})"
-    for key, (check, kind) in FIELDS.items():
+    for key, (check, kind) in (FIELDS | LATER_FIELDS).items():
         if key not in state:
+            if key in LATER_FIELDS:
+                continue
             return f"lacks '{key}'"
         if not check(state[key]):
             return f"has '{key}': {str(state[key])[:40]!r}, which is not {kind}"

@@ -335,3 +335,31 @@ def test_a_resume_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdi
     assert "Traceback" not in resumed.stderr
     sps = [ln for ln in (run_dir / "metrics.csv").read_text().splitlines() if ln.startswith("time/sps,")]
     assert max(int(ln.split(",")[1]) for ln in sps) >= 1024
+
+
+def test_sigkill_then_resume_without_tracking_keeps_every_point_before_the_checkpoint(workdir: Path):
+    # tracking=off: metrics.csv is the run's only store. It is rewritten before each checkpoint, so a run killed with
+    # no time to write its reports resumes with the points up to its checkpoint, and ends with the metrics of an
+    # uninterrupted run (TRPO's resume is exact).
+    from tests.integration.test_exact_resume import csv_history
+
+    common = [*CASES["trpo"], *COMMON, "tracking=off"]
+    straight, killed = workdir / "straight", workdir / "killed"
+    done = run_pgcli(["train", *common, f"hydra.run.dir={straight}"], cwd=workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = start_pgcli(["train", *common, f"hydra.run.dir={killed}"], workdir, workdir / "first.txt")
+    try:
+        wait_for_checkpoint(killed, proc, workdir / "first.txt", after=CHECKPOINT_EVERY)
+        proc.kill()
+        assert proc.wait(timeout=60) == -9, "pgcli finished before it could be killed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert json.loads((killed / "run.json").read_text())["status"] == "RUNNING"
+    flushed = csv_history(killed)  # what the killed process left: every point up to a checkpoint it reached
+    assert [row for row in flushed if row[0] == "eval/return_mean" and row[1] == CHECKPOINT_EVERY]
+    assert flushed == [row for row in csv_history(straight) if row in flushed]
+
+    resumed = run_pgcli(["train", f"resume={killed}"], cwd=workdir, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert csv_history(killed) == csv_history(straight)

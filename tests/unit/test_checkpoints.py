@@ -228,8 +228,8 @@ def test_verify_checkpoint_names_a_damaged_file_without_loading_it(saved: Path, 
 
 def good_state(step: int = 64) -> dict:
     return {"step": step, "next_eval": 128, "next_checkpoint": None, "n_episodes": 3, "recent_returns": [1.0, -2.5, 3],
-            "recent_lengths": [10, 20, 30], "last_eval_step": 64, "best_step": 64, "best_returns": [1.0, 2.0],
-            "best_lengths": [5, 6]}  # fmt: skip
+            "recent_lengths": [10, 20, 30], "last_eval_step": 64, "last_logged_step": 64, "best_step": 64,
+            "best_returns": [1.0, 2.0], "best_lengths": [5, 6]}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -264,4 +264,15 @@ def test_monitor_state_missing_key_or_not_json_and_no_file(tmp_path: Path):
         read_monitor_state(tmp_path, 64)
     (tmp_path / "monitor.json").write_text('{"step": 6')
     with pytest.raises(PgcliError, match=r"monitor\.json is not valid JSON \("):
+        read_monitor_state(tmp_path, 64)
+
+
+def test_monitor_state_of_an_older_checkpoint_reads_without_the_keys_added_later(tmp_path: Path):
+    from pgcli.training.monitor_state import LATER_FIELDS, read_monitor_state
+
+    state = {k: v for k, v in good_state().items() if k not in LATER_FIELDS}
+    (tmp_path / "monitor.json").write_text(json.dumps(state))
+    assert read_monitor_state(tmp_path, 64) == state
+    (tmp_path / "monitor.json").write_text(json.dumps(state | {"last_logged_step": "x"}))
+    with pytest.raises(PgcliError, match="has 'last_logged_step': 'x', which is not an integer or null"):
         read_monitor_state(tmp_path, 64)
