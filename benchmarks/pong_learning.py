@@ -69,13 +69,13 @@ def last_step(directory: Path) -> int:
 
 def command(seed: int, steps: int, directory: Path) -> list[str]:
     """Start ``seed`` afresh or continue it from its newest checkpoint."""
-    common = ["tracking=off", "progress=false", "hardware.torch_threads=1"]
+    common = ["progress=false", "hardware.torch_threads=1"]  # what a resume may set again (tracking may not)
     if has_checkpoint(directory) and status(directory) != "FINISHED":
         return [PGCLI, "train", f"resume={directory}", *common]
     if directory.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(directory)
     return [PGCLI, "train", "algo=ppo", "env=pong", f"seed={seed}", f"total_steps={steps}",
-            f"eval.every={EVAL_EVERY}", f"eval.episodes={EVAL_EPISODES}", "eval.deterministic=true",
+            f"eval.every={EVAL_EVERY}", f"eval.episodes={EVAL_EPISODES}", "eval.deterministic=true", "tracking=off",
             *common, f"hydra.run.dir={directory}"]  # fmt: skip
 
 
