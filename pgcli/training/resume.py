@@ -67,10 +67,12 @@ class ResumePlan:
 def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     """Find the run ``target`` names and check that it can continue with ``overrides``; raise a one-line
     :class:`~pgcli.errors.ConfigError` otherwise. Reads only: nothing is written to the store or the run dir."""
-    lookup, changes = split_overrides(overrides)
+    lookup = [o for o in _checked_syntax(overrides) if _key(o) in LOOKUP_OVERRIDES]
     run = locate_run(target, lookup)
     assert run.run_dir is not None  # locate_run found it on this machine
     logged = run.logged_config(context="resume: ")
+    # the run's own overrides, repeated as they were (the command that started it, with resume= added), change nothing
+    changes = resume_changes([o for o in overrides if o not in logged.overrides])
     # The store the run is in, whatever the current directory or $MLFLOW_TRACKING_URI.
     uri = [f"tracking.uri={run.store.uri}"] if run.store is not None else []
     cfg = check_world(logged.train_config([*changes, *uri], context="resume: "))
@@ -95,21 +97,27 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     )
 
 
-def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """``(lookup, changes)``: the overrides that say where to look the run up and those it continues with; any
-    other key is a one-line error (it would change the experiment)."""
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    for key, override in zip(keys, overrides, strict=True):
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _checked_syntax(overrides: list[str]) -> list[str]:
+    for override in overrides:
         if "=" not in override:
             raise ConfigError(f"resume takes key=value overrides, got '{override}'")
-        if key not in RESUME_OVERRIDES + LOOKUP_OVERRIDES:
+    return overrides
+
+
+def resume_changes(overrides: list[str]) -> list[str]:
+    """The overrides a run continues with (``RESUME_OVERRIDES``); lookup overrides are left out, and any other key is
+    a one-line error (it would change the experiment)."""
+    for override in _checked_syntax(overrides):
+        if _key(override) not in RESUME_OVERRIDES + LOOKUP_OVERRIDES:
             raise ConfigError(
-                f"resume: '{key}' cannot change when a run continues (it changes the experiment); allowed: "
+                f"resume: '{_key(override)}' cannot change when a run continues (it changes the experiment); allowed: "
                 f"{', '.join(RESUME_OVERRIDES)}; to train with other values start a new run"
             )
-    lookup = [o for o, k in zip(overrides, keys, strict=True) if k in LOOKUP_OVERRIDES]
-    changes = [o for o, k in zip(overrides, keys, strict=True) if k in RESUME_OVERRIDES]
-    return lookup, changes
+    return [o for o in overrides if _key(o) in RESUME_OVERRIDES]
 
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:

@@ -216,6 +216,19 @@ def test_a_corrupt_newest_checkpoint_is_skipped_with_a_note(damage: str, run_of_
     assert "Traceback" not in resumed.stderr
 
 
+def test_the_runs_own_overrides_repeated_change_nothing(run_of_512: Path, workdir: Path, monkeypatch):
+    # the command that started a run, with resume= and more total_steps: its own overrides, as they were, are no change
+    from pgcli.errors import ConfigError
+    from pgcli.training.resume import plan_resume
+
+    monkeypatch.chdir(workdir)
+    same = [*CASES["trpo"], *COMMON, "total_steps=512", "tracking=off"]
+    plan = plan_resume(str(run_of_512), [*same, "total_steps=1024"])
+    assert plan.cfg.total_steps == 1024 and plan.cfg.tracking.backend == "off"
+    with pytest.raises(ConfigError, match=r"'algo\.n_steps' cannot change when a run continues"):
+        plan_resume(str(run_of_512), [*same, "algo.n_steps=32"])  # a value it did not have
+
+
 def test_resume_with_no_good_checkpoint_is_one_line_naming_the_newest(store: Store, workdir: Path):
     run_dir = workdir / "run"
     args = [
