@@ -438,8 +438,7 @@ class TrainingMonitor:
         if state.get("best_returns") is not None:
             self.best_eval = EvalResult(np.asarray(state["best_returns"]), np.asarray(state["best_lengths"]))
             self.best_step = state.get("best_step")
-        # the rollout statistics go on at the straight run's steps (an older checkpoint: counted from its step)
-        self._last_logged_step = state.get("last_logged_step", step)
+        self._last_logged_step = state.get("last_logged_step", step)  # older checkpoints: counted from their step
         self._last_ckpt_step = step
         self.last_checkpoint = checkpoint  # what a divergence error names until the next checkpoint
         self._start, self._start_step, self._eval_seconds = time.perf_counter(), step, 0.0
