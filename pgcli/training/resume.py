@@ -11,8 +11,10 @@ FINISHED / FAILED / KILLED like any run).
 
 from __future__ import annotations
 
+import logging
 import sys
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,8 @@ from pgcli.training.logged import LoggedRun, Wording
 from pgcli.training.monitor_state import read_monitor_state
 from pgcli.training.owner import check_one_writer, claim_run, release_run
 from pgcli.training.run import RUN_FILE, ResumePoint
+
+log = logging.getLogger("pgcli")
 
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunStore
@@ -248,6 +252,24 @@ def resume_tags(plan: ResumePlan) -> dict[str, str]:
     }
 
 
+@contextmanager
+def appended_run_log(output_dir: Path) -> Iterator[None]:
+    """The resumed run's log lines (notes, evaluations, the summary) appended to its ``train.log``, as Hydra's job
+    logging writes them for a new run (conf/hydra/job_logging/pgcli.yaml); a resume does not go through Hydra."""
+    handler = logging.FileHandler(output_dir / "train.log", mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+
+
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
     from pgcli.console import print_summary
@@ -273,12 +295,15 @@ def resume_command(args: list[str]) -> int:
     # claimed before the first line: a second resume of the run started at the same time is refused in one line
     claim_run(plan.output_dir, f"resume: run {plan.point.run_id or plan.output_dir}")
     try:
-        for skipped in plan.point.skipped:
-            print(f"pgcli: note: skipped checkpoint {skipped}", file=sys.stderr)
-        print(f"pgcli: resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
-              f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})", file=sys.stderr)  # fmt: skip
-        summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)
+        with appended_run_log(plan.output_dir):
+            for skipped in plan.point.skipped:
+                print(f"pgcli: note: skipped checkpoint {skipped}", file=sys.stderr)
+            resuming = (f"resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
+                        f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})")  # fmt: skip
+            print(f"pgcli: {resuming}", file=sys.stderr)
+            log.info(resuming)
+            summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)
+            print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=plan.cfg.seed)
     finally:
         release_run(plan.output_dir)
-    print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=plan.cfg.seed)
     return 0

@@ -376,3 +376,5 @@ def test_sigkill_then_resume_without_tracking_keeps_every_point_before_the_check
     resumed = run_pgcli(["train", f"resume={killed}"], cwd=workdir, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert csv_history(killed) == csv_history(straight)
+    log = (killed / "train.log").read_text()  # the resumed process appends its lines to the run's log
+    assert log.index("eval at step 256:") < log.index(" - resuming ") < log.index(f"eval at step {TOTAL_STEPS}:")
