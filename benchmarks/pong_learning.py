@@ -123,7 +123,8 @@ def summarise(seed: int) -> dict[str, Any] | None:
     return {
         "seed": seed,
         "status": status(run_dir(seed)),
-        "steps": curve[-1][0],
+        "steps": max(step for points in history.values() for step, _ in points),
+        "eval_step": curve[-1][0],
         "final_eval": curve[-1][1],
         "last_evals": float(np.mean([v for _, v in curve[-LAST:]])),
         "best_eval": max(v for _, v in curve),
@@ -134,17 +135,18 @@ def summarise(seed: int) -> dict[str, Any] | None:
         "sps": sum(n for n, _ in trained) / sum(w for _, w in trained) if trained else float("nan"),
         "eval_curve": curve,
         "train_return_curve": history.get("rollout/ep_return_mean", []),
-        "stretches": len(stretches),
+        "stretches": len([s for s in stretches if s["to_step"] > s["from_step"]]),
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"| seed | status | env steps | final eval | last {LAST} evals | best eval | first eval >= {THRESHOLD:g} "
-            f"at | training return (last {LAST} logged) | env steps/s | stretches |")  # fmt: skip
+    head = (f"| seed | status | env steps | last eval at | final eval | last {LAST} evals | best eval | first eval >= "
+            f"{THRESHOLD:g} at | training return (last {LAST} logged) | env steps/s | stretches |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         to = "-" if r["steps_to_threshold"] is None else f"{r['steps_to_threshold']:,}"
-        lines.append(f"| {r['seed']} | {r['status'] or 'stopped'} | {r['steps']:,} | {r['final_eval']:.1f} | "
+        lines.append(f"| {r['seed']} | {r['status'] or 'stopped'} | {r['steps']:,} | {r['eval_step']:,} | "
+                     f"{r['final_eval']:.1f} | "
                      f"{r['last_evals']:.1f} | {r['best_eval']:.1f} | {to} | {r['train_return_last']:.1f} | "
                      f"{r['sps']:.0f} | {r['stretches']} |")  # fmt: skip
     return "\n".join(lines)
@@ -166,7 +168,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set(title="PPO on Pong (ppo_pong preset), CPU", xlabel="env steps (4 frames each)", ylabel="game score")
     ax.set_ylim(-21.5, 21.5)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
