@@ -134,7 +134,9 @@ class MLflowBackend:
         """Every point this run has in the store: key -> ``(step, value)`` in step order."""
         keys = with_retry(self.client.get_run, self.run_id).data.metrics
         points = {key: with_retry(self.client.get_metric_history, self.run_id, key) for key in keys}
-        return {key: sorted((int(m.step), float(m.value)) for m in ms) for key, ms in points.items()}
+        # by step only (a stable sort): points of one step keep the order the store gives them
+        return {key: sorted(((int(m.step), float(m.value)) for m in ms), key=lambda point: point[0])
+                for key, ms in points.items()}  # fmt: skip
 
     def log_model(self, model_dir: Path, name: str) -> None:
         """Log ``model_dir`` (a saved agent with its ``agent.json``) as the MLflow Model ``runs:/<run id>/<name>``."""

@@ -77,7 +77,8 @@ class RunLogger:
 
     def restore_history(self, history: Mapping[str, list[tuple[int, float]]]) -> None:
         """Start from the points an earlier attempt of this run stored (resume); later points only past them."""
-        self.history = {key: sorted(points) for key, points in history.items() if points}
+        # by step only: points of one step (episodes that ended together) keep the order they were logged in
+        self.history = {key: sorted(points, key=lambda point: point[0]) for key, points in history.items() if points}
         self.skip_through = {key: points[-1][0] for key, points in self.history.items()}
 
     def flush(self) -> None:

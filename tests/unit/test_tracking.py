@@ -346,3 +346,11 @@ def test_checkpoints_waiting_in_the_spool_are_not_pruned(tmp_path: Path):
     spool.clear()  # delivered: the next checkpoint prunes it
     prune_checkpoints(checkpoints, 1)
     assert [p.name for p in checkpoints.iterdir()] == ["step_300"]
+
+
+def test_restored_history_keeps_the_logged_order_of_points_at_one_step(tmp_path: Path):
+    # two episodes that ended at the same vector step: a resumed run's metrics.csv lists them as the straight run did
+    # (sorting on (step, value) put 96 first: the resumed Atari run's report differed from the straight run's)
+    logger = RunLogger(tmp_path)
+    logger.restore_history({"rollout/ep_len": [(176, 99.0), (176, 96.0), (128, 50.0)]})
+    assert logger.history["rollout/ep_len"] == [(128, 50.0), (176, 99.0), (176, 96.0)]
