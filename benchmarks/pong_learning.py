@@ -1,8 +1,8 @@
 """PPO on Pong to a score of 18: long runs that survive being stopped (docs/benchmarks/pixels.md, "Pong").
 
 Each seed is one real ``pgcli train algo=ppo env=pong seed=<s>`` subprocess (preset ``ppo_pong``: CleanRL's and
-rl-baselines3-zoo's Atari PPO, 8 envs; SB3's PPO with pgcli's Nature CNN), ``tracking=off``, one torch thread, in a
-run directory of its own: ``benchmarks/results/pong/runs/s<seed>`` (gitignored). The budget is ``--steps`` env steps
+rl-baselines3-zoo's Atari PPO, 8 envs; SB3's PPO with pgcli's Nature CNN), ``tracking=off``, ``--threads`` torch
+threads (default 1), in a run directory of its own: ``benchmarks/results/pong/runs/s<seed>`` (gitignored). The budget is ``--steps`` env steps
 (default 3M, 12M frames; the preset's linear learning-rate and clip schedules anneal over it, as CleanRL's do over its
 budget). Every 250k env steps, 10 deterministic episodes on the evaluation env (raw game scores: -21 to 21).
 
@@ -67,9 +67,9 @@ def last_step(directory: Path) -> int:
     return max((step for points in history.values() for step, _ in points), default=0)
 
 
-def command(seed: int, steps: int, directory: Path) -> list[str]:
+def command(seed: int, steps: int, directory: Path, threads: int = 1) -> list[str]:
     """Start ``seed`` afresh or continue it from its newest checkpoint."""
-    common = ["progress=false", "hardware.torch_threads=1"]  # what a resume may set again (tracking may not)
+    common = ["progress=false", f"hardware.torch_threads={threads}"]  # what a resume may set (tracking may not)
     if has_checkpoint(directory) and status(directory) != "FINISHED":
         return [PGCLI, "train", f"resume={directory}", *common]
     if directory.exists():  # stopped before its first checkpoint: nothing to continue
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> None:
         if status(directory) == "FINISHED":
             print(f"seed {seed}: finished ({directory})", flush=True)
             continue
-        argv = command(seed, args.steps, directory)
+        argv = command(seed, args.steps, directory, args.threads)
         print("$ " + shlex.join(["pgcli", *argv[1:]]), flush=True)
         start_step, start, load = last_step(directory), time.perf_counter(), os.getloadavg()[0]
         code = subprocess.run(argv, cwd=REPO).returncode
@@ -200,6 +200,9 @@ def main() -> None:
         p = sub.add_parser(name)
         p.add_argument("--seeds", nargs="+", type=int, default=[0])
     sub.choices["run"].add_argument("--steps", type=int, default=STEPS, help="env steps per run (a new run only)")
+    sub.choices["run"].add_argument(
+        "--threads", type=int, default=1, help="torch threads (2 on an otherwise idle machine)"
+    )
     sub.choices["report"].add_argument("--doc", action="store_true", help="also write the table into the docs page")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
