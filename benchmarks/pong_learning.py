@@ -2,9 +2,10 @@
 
 Each seed is one real ``pgcli train algo=ppo env=pong seed=<s>`` subprocess (preset ``ppo_pong``: CleanRL's and
 rl-baselines3-zoo's Atari PPO, 8 envs; SB3's PPO with pgcli's Nature CNN), ``tracking=off``, ``--threads`` torch
-threads (default 1), in a run directory of its own: ``benchmarks/results/pong/runs/s<seed>`` (gitignored). The budget is ``--steps`` env steps
-(default 3M, 12M frames; the preset's linear learning-rate and clip schedules anneal over it, as CleanRL's do over its
-budget). Every 250k env steps, 10 deterministic episodes on the evaluation env (raw game scores: -21 to 21).
+threads (default 1), in a run directory of its own: ``benchmarks/results/pong/runs/s<seed>`` (gitignored). The
+budget is ``--steps`` env steps (default 3M, 12M frames; the preset's linear learning-rate and clip schedules anneal
+over it, as CleanRL's do over its budget). Every 250k env steps, 10 deterministic episodes on the evaluation env
+(raw game scores: -21 to 21).
 
 ``run`` is resumable at any point: stop it (Ctrl-C, a kill, the end of a session) and run the same command again. A
 run directory with a checkpoint of an unfinished run is continued with ``pgcli train resume=<dir>`` (exact for the
