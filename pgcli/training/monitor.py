@@ -423,8 +423,8 @@ class TrainingMonitor:
     def load_state(self, checkpoint: Path, step: int) -> None:
         """Continue from a checkpoint at ``step``: episode counters, the return window, the best evaluation, the next
         evaluation and checkpoint steps, the step the rollout statistics were last logged at, and SPS counted from
-        ``step``. A checkpoint without ``monitor.json`` (an
-        older run) continues with the counters derived from ``step`` alone."""
+        ``step``. A checkpoint without ``monitor.json`` (an older run) continues with the counters derived from ``step``
+        alone."""
         state = read_monitor_state(checkpoint, step) or {}  # validated: pgcli.training.monitor_state
         self._step = step
         every, ckpt_every = self.schedule.eval_every, self.schedule.checkpoint_every

@@ -257,7 +257,10 @@ def appended_run_log(output_dir: Path) -> Iterator[None]:
     """The resumed run's log lines (notes, evaluations, the summary) appended to its ``train.log``, as Hydra's job
     logging writes them for a new run (conf/hydra/job_logging/pgcli.yaml); a resume does not go through Hydra."""
     handler = logging.FileHandler(output_dir / "train.log", mode="a", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    import yaml
+
+    job_logging = yaml.safe_load((Path(CONF_DIR) / "hydra" / "job_logging" / "pgcli.yaml").read_text())
+    handler.setFormatter(logging.Formatter(job_logging["formatters"]["simple"]["format"]))  # a new run's line format
     root = logging.getLogger()
     level = root.level
     root.addHandler(handler)
