@@ -58,10 +58,19 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
         log.info(line.strip())
 
 
-def print_budget_note(cfg: TrainConfig) -> None:
+BUDGET_KEYS = ("total_steps", "algo.n_steps", "env.n_envs", "algo.n_groups", "algo.group_size")
+"""The options that set how far past ``total_steps`` a run goes (:func:`print_budget_note`)."""
+
+
+def print_budget_note(cfg: TrainConfig, overrides: list[str]) -> None:
     """Say up front when training will run past ``total_steps``, and which option avoids it: on-policy trainers stop
     at the next whole rollout, GRPO on a control task after the update that reaches it (an update plays whole
-    episodes)."""
+    episodes).
+
+    Only when the command line sets one of :data:`BUDGET_KEYS`: a preset's budget (``total_steps=100000`` from
+    rl-baselines3-zoo) overshoots as the zoo's own runs do, and the summary names the steps trained."""
+    if not any(o.split("=", 1)[0].lstrip("+~") in BUDGET_KEYS for o in overrides):
+        return
     planned, per = cfg.planned_steps, cfg.steps_per_rollout
     if isinstance(cfg.algo, GRPOConfig) and not isinstance(cfg.env, TextEnvConfig):
         episodes = f"algo.n_groups {cfg.algo.n_groups} x algo.group_size {cfg.algo.group_size}"

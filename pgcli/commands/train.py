@@ -360,7 +360,7 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
     for seed in range(run_cfg.seed, run_cfg.seed + run_cfg.n_seeds):
         seed_cfg = dataclasses.replace(run_cfg, seed=seed)
         ctx = _seed_context(hc, run_cfg, seed, trial=trial, sweep_tags=sweep_tags)
-        print_budget_note(seed_cfg)
+        print_budget_note(seed_cfg, list(hc.overrides.task))
         global _JOB_DIR
         _JOB_DIR = ctx.output_dir
         summary = train(seed_cfg, ctx)

@@ -88,7 +88,7 @@ def run_job(
     ctx = RunContext(
         algo_name=labels.algo, env_name=labels.env, preset=labels.preset, output_dir=run_dir, overrides=task
     )
-    print_budget_note(cfg)
+    print_budget_note(cfg, task)
     return train(placement.one_process(cfg) if one_process else placement.fall_back_when_busy(cfg), ctx)
 
 

@@ -29,13 +29,24 @@ def test_the_best_evaluation_is_reported_when_it_beats_the_final_one(tmp_path: P
 
 
 def test_the_rollout_rounding_note_names_the_option_that_avoids_it(capsys):
-    cfg = compose_train_config(["algo=vpg", "env=cartpole", "total_steps=300", "algo.n_steps=64", "env.n_envs=2",
-                                "tracking=off"])  # fmt: skip
-    print_budget_note(cfg)
+    overrides = ["algo=vpg", "env=cartpole", "total_steps=300", "algo.n_steps=64", "env.n_envs=2", "tracking=off"]
+    print_budget_note(compose_train_config(overrides), overrides)
     (note,) = capsys.readouterr().err.splitlines()
     assert note.startswith("pgcli: note: total_steps=300 is not a whole number of rollouts")
     assert "training stops at 384 env steps" in note and "a multiple of 128 (e.g. total_steps=256 or 384)" in note
 
-    print_budget_note(compose_train_config(["algo=vpg", "env=cartpole", "total_steps=384", "algo.n_steps=64",
-                                            "env.n_envs=2", "tracking=off"]))  # fmt: skip
+    overrides = ["algo=vpg", "env=cartpole", "total_steps=384", "algo.n_steps=64", "env.n_envs=2", "tracking=off"]
+    print_budget_note(compose_train_config(overrides), overrides)
     assert capsys.readouterr().err == ""
+
+
+def test_a_presets_own_budget_gets_no_rounding_note_but_a_typed_rollout_size_does(capsys):
+    # ppo_cartpole: the zoo's total_steps=100000 over rollouts of 32 x 8 = 256 steps, as the zoo's own runs overshoot
+    cfg = compose_train_config(["tracking=off"])
+    assert cfg.planned_steps == 100_096
+    print_budget_note(cfg, ["tracking=off"])
+    assert capsys.readouterr().err == ""
+    # the same budget with a rollout size typed on the command line: the note names it
+    overrides = ["algo.n_steps=48", "tracking=off"]
+    print_budget_note(compose_train_config(overrides), overrides)
+    assert "pgcli: note: total_steps=100000 is not a whole number of rollouts" in capsys.readouterr().err
