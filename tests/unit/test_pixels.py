@@ -327,7 +327,8 @@ def test_every_control_algo_composes_on_image_envs(algo: str, env: str):
          r"model.share_features=false: the critic process fits the value network while the policy step moves the "
          r"torso they share$"),
         (["env=minatar_breakout", "model.arch=nature"], r"^model.arch=nature needs frames of 36x36 px or more; "
-         r"env.id 'MinAtar/Breakout-v1' gives Box\(4, 10, 10\) uint8; use model.arch=impala"),
+         r"env.id 'MinAtar/Breakout-v1' gives Box\(4, 10, 10\) uint8; use model.arch=auto \(MinAtar's "
+         r"network for frames under 36 px\) or model.arch=impala$"),
         (["env=pong", "env.normalize_obs=true"], r"^env.normalize_obs must be false on an image env"),
         (["env=pong", "env.pixels.frame_stack=0"], r"^env.pixels.frame_stack must be >= 1 \(got 0\)"),
         (["env=pong", "model.arch=resnet"], r"^model.arch must be one of auto, nature, minatar, impala"),
