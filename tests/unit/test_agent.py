@@ -13,19 +13,22 @@ import torch
 from pgcli.agent import RawPolicy, read_agent_spec, write_agent_files
 from pgcli.algo.checkpoint import save_checkpoint
 from pgcli.algo.policies import make_policy
-from pgcli.config import EnvConfig, ModelConfig, TrainConfig, TRPOConfig
+from pgcli.config import EnvConfig, HardwareConfig, ModelConfig, TrainConfig, TRPOConfig
 from pgcli.envs.make import make_vec_env
 from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import ConfigError
 from pgcli.training.logged import train_config_from_dict
 
 
-def pendulum_model_dir(tmp_path: Path) -> tuple[Path, TrainConfig, torch.nn.Module, np.ndarray, np.ndarray]:
+def pendulum_model_dir(
+    tmp_path: Path, *, torch_threads: int = 1
+) -> tuple[Path, TrainConfig, torch.nn.Module, np.ndarray, np.ndarray]:
     """A TRPO-style model dir for Pendulum with observation normalisation and known statistics."""
     cfg = TrainConfig(
         algo=TRPOConfig(),
         env=EnvConfig(id="Pendulum-v1", n_envs=1, normalize_obs=True, clip_obs=2.0),
         model=ModelConfig(),
+        hardware=HardwareConfig(torch_threads=torch_threads),
     )
     env = make_vec_env(cfg.env, seed=0)
     torch.manual_seed(0)
@@ -109,3 +112,20 @@ def test_discrete_actions_are_int64(tmp_path: Path):
     actions = RawPolicy(model_dir)(obs)
     assert actions.dtype == np.int64 and actions.shape == (6,)
     assert np.array_equal(actions, policy.predict(obs.astype(np.float32), True))
+
+
+def test_pgcli_eval_of_a_control_run_plays_on_one_torch_thread(tmp_path: Path, capsys):
+    """A run trained with hardware.torch_threads=2 is evaluated on one thread: a step's batch is a few observations,
+    where more threads beside other busy processes make a CNN's forward pass 10 to 60 times slower."""
+    from pgcli.commands.eval import main
+
+    model_dir, *_ = pendulum_model_dir(tmp_path, torch_threads=2)
+    assert read_agent_spec(model_dir)["config"]["hardware"]["torch_threads"] == 2
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main([str(model_dir), "--episodes", "1", "--no-log", "tracking=off"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert "1 episodes, deterministic" in capsys.readouterr().out
