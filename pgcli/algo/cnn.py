@@ -5,6 +5,8 @@
 - :class:`MinAtarCNN` (Young & Tian, 2019, "MinAtar"): one 16x3x3 convolution, then 128 linear units. For 10x10 frames.
 - :class:`ImpalaCNN` (Espeholt et al., 2018, "IMPALA"): three stages of 16, 32, 32 channels, each a 3x3 convolution,
   a 3x3 stride-2 max-pool and two residual blocks; then 256 linear units.
+- :class:`FlatTorso`: no convolution; the frame flattened into 256 linear units. With a 256-unit hidden layer in each
+  head it is gymnax-blines' MinAtar network (two 256x256 ReLU MLPs on the flattened 10x10xC frame).
 
 Frames are (C, H, W). A uint8 frame (pgcli's frames are uint8 in [0, 255] end to end) is scaled by 1/255 here, on the
 device the torso runs on; a float frame is taken as scaled already (SB3 scales image observations itself).
@@ -105,10 +107,18 @@ class ImpalaCNN(Torso):
         super().__init__(nn.Sequential(*layers, nn.ReLU()), obs_shape, 256)
 
 
+class FlatTorso(Torso):
+    """No convolution: the flattened frame into 256 features (an MLP's first layer)."""
+
+    def __init__(self, obs_shape: tuple[int, ...]) -> None:
+        super().__init__(nn.Identity(), obs_shape, 256)
+
+
 TORSOS: dict[str, Callable[[tuple[int, ...]], Torso]] = {
     "nature": NatureCNN,
     "minatar": MinAtarCNN,
     "impala": ImpalaCNN,
+    "flat": FlatTorso,
 }
 
 

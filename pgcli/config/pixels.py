@@ -33,8 +33,8 @@ IMAGE_ENVS: tuple[str, ...] = (
 command line names a model, as a text task implies ``model=tiny_gpt``
 (:func:`pgcli.config.compose.text_task_overrides`)."""
 
-CNN_ARCHS = ("auto", "nature", "minatar", "impala")
-MIN_FRAME_SIZE: dict[str, int] = {"nature": 36, "minatar": 3, "impala": 1}
+CNN_ARCHS = ("auto", "nature", "minatar", "impala", "flat")
+MIN_FRAME_SIZE: dict[str, int] = {"nature": 36, "minatar": 3, "impala": 1, "flat": 1}
 """The smallest frame side each torso takes (Nature's 8/4, 4/2, 3/1 convolutions leave 1x1 of a 36x36 frame)."""
 
 
@@ -80,8 +80,10 @@ class CNNModelConfig:
 
     arch: str = "auto"
     """'nature' (Mnih et al., 2015: 3 convolutions, 512 features; frames of 36 px or more), 'minatar' (Young & Tian,
-    2019: one 3x3 convolution, 128 features), 'impala' (Espeholt et al., 2018: 3 residual stages, 256 features) or
-    'auto' (nature for frames of 36 px or more, else minatar)."""
+    2019: one 3x3 convolution, 128 features), 'impala' (Espeholt et al., 2018: 3 residual stages, 256 features),
+    'flat' (no convolution: the flattened frame into 256 ReLU units; with pi_hidden_sizes and vf_hidden_sizes [256]
+    and share_features false, gymnax-blines' MinAtar MLPs) or 'auto' (nature for frames of 36 px or more, else
+    minatar)."""
     share_features: bool = True
     """One torso for the policy and the value head (SB3's and CleanRL's default for images); false: one each."""
     pi_hidden_sizes: list[int] = field(default_factory=list)

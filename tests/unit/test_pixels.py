@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from pgcli.algo.cnn import ImpalaCNN, MinAtarCNN, NatureCNN, make_torso, resolve_arch
+from pgcli.algo.cnn import FlatTorso, ImpalaCNN, MinAtarCNN, NatureCNN, make_torso, resolve_arch
 from pgcli.config import TEXT_ENV_CONFIGS, EnvConfig
 from pgcli.config.compose import CONF_DIR, text_task_overrides
 from pgcli.config.pixels import IMAGE_ENVS, CNNModelConfig, PixelsConfig
@@ -191,6 +191,7 @@ def test_minatar_episodes_repeat_with_the_seed():
         (MinAtarCNN, (4, 10, 10), 128),
         (ImpalaCNN, (4, 84, 84), 256),
         (ImpalaCNN, (10, 10, 10), 256),
+        (FlatTorso, (4, 10, 10), 256),
     ],
 )
 def test_torso_output_shapes_and_uint8_scaling(torso: type, shape: tuple[int, ...], features: int):
@@ -207,6 +208,21 @@ def test_torso_output_shapes_and_uint8_scaling(torso: type, shape: tuple[int, ..
 def test_auto_picks_the_nature_cnn_for_atari_frames_and_the_small_one_for_minatar():
     assert resolve_arch("auto", (4, 84, 84)) == "nature" and resolve_arch("auto", (4, 10, 10)) == "minatar"
     assert isinstance(make_torso("impala", (4, 10, 10)), ImpalaCNN)
+
+
+def test_the_flat_torso_with_256_unit_heads_is_gymnax_blines_minatar_mlp():
+    """model.arch=flat, pi/vf_hidden_sizes [256], share_features false: per network, the flattened 10x10xC frame into
+    two 256-unit ReLU layers and a linear output, as gymnax-blines' CategoricalSeparateMLP."""
+    from pgcli.algo.policies import make_policy
+
+    obs_space = gym.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    model = CNNModelConfig(arch="flat", share_features=False, pi_hidden_sizes=[256], vf_hidden_sizes=[256])
+    policy = make_policy(obs_space, gym.spaces.Discrete(3), model)
+    linears = [m for m in policy.net.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(400, 256), (256, 256), (256, 3)]
+    assert not [m for m in policy.net.modules() if isinstance(m, torch.nn.Conv2d)]
+    frames = torch.randint(0, 256, (2, 4, 10, 10), dtype=torch.uint8)
+    assert policy.net(frames).shape == (2, 3)
 
 
 def test_sb3_ppo_takes_uint8_frames_through_its_cnn_policy():
