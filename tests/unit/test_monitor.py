@@ -88,6 +88,27 @@ def test_evaluator_counts_episodes_per_sub_env():
     evaluator.close()
 
 
+def test_an_in_process_evaluation_acts_on_one_torch_thread_and_gives_the_run_its_threads_back():
+    import torch
+
+    class ThreadsSeen(RowPolicy):
+        def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+            self.threads = torch.get_num_threads()
+            return super().act(obs, deterministic)
+
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1, max_episode_steps=20)
+    evaluator = Evaluator(env_cfg, EvalConfig(episodes=2, n_envs=1), seed=0, train_env=make_vec_env(env_cfg, seed=0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # hardware.torch_threads=2
+    try:
+        policy = ThreadsSeen()
+        evaluator(policy)
+        assert policy.threads == 1 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        evaluator.close()
+
+
 def test_evaluation_is_repeatable():
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=1, max_episode_steps=60)
     evaluator = Evaluator(env_cfg, EvalConfig(episodes=4, n_envs=2), seed=0, train_env=make_vec_env(env_cfg, seed=0))
