@@ -145,7 +145,8 @@ class HardwareConfig:
     """'cpu', 'cuda' (fails clearly without a GPU) or 'auto' (the GPU for text runs and CNNs on frames when one is
     visible; control runs' MLPs stay on the CPU, where they are faster)."""
     torch_threads: int = 1
-    """torch.set_num_threads; 1 suits small MLPs and parallel sweeps (0: torch's default)."""
+    """torch.set_num_threads for training; 1 suits small MLPs and parallel sweeps (0: torch's default). Evaluations
+    play on one thread whatever this is."""
     vec_env: str = "sync"
     """'sync' (one process), 'async' (a subprocess per env), 'worker' (half the envs in a 2nd process; as 'sync'),
     'shm' (as 'worker', over shared memory; only end-of-episode infos) or 'envpool' (Atari games on EnvPool's C++
