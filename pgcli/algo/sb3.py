@@ -112,6 +112,7 @@ def _ppo(cfg: PPOConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
         "gamma": cfg.gamma,
         "gae_lambda": cfg.gae_lambda,
         "clip_range": _schedule(cfg.clip_range, cfg.clip_range_schedule),
+        "clip_range_vf": None if cfg.clip_range_vf is None else _schedule(cfg.clip_range_vf, cfg.clip_range_schedule),
         "normalize_advantage": cfg.normalize_advantage,
         "ent_coef": cfg.ent_coef,
         "vf_coef": cfg.vf_coef,

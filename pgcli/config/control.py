@@ -60,6 +60,10 @@ class PPOConfig:
     """Clipping epsilon of the probability ratio."""
     clip_range_schedule: str = "constant"
     """'constant' or 'linear' decay of clip_range."""
+    clip_range_vf: float | None = None
+    """Clip the value prediction to within this of the rollout's value (SB3's clip_range_vf, on clip_range_schedule;
+    None: no clipping). SB3 takes the clipped prediction's loss, not the larger of the two as OpenAI baselines do; it
+    is in the units of the (normalised) rewards."""
     normalize_advantage: bool = True
     """Standardise advantages per minibatch."""
     ent_coef: float = 0.0
@@ -90,6 +94,8 @@ class PPOConfig:
         _lambda("algo.gae_lambda", self.gae_lambda)
         _unit_open("algo.clip_range", self.clip_range, "typical: 0.2")
         _choice("algo.clip_range_schedule", self.clip_range_schedule, SCHEDULES)
+        if self.clip_range_vf is not None:
+            _positive("algo.clip_range_vf", self.clip_range_vf, "typical: 0.2; null turns value clipping off")
         require(self.ent_coef >= 0, "algo.ent_coef", self.ent_coef, ">= 0")
         require(self.vf_coef >= 0, "algo.vf_coef", self.vf_coef, ">= 0")
         _positive("algo.max_grad_norm", self.max_grad_norm)

@@ -149,3 +149,26 @@ def test_the_atari_a2c_presets_train_with_tensorflows_rmsprop():
     for game in ("breakout", "pong"):
         cfg = compose_train_config(["algo=a2c", f"env={game}"])
         assert cfg.algo.rms_prop_tf_like and cfg.algo.rms_prop_eps == 1e-5  # type: ignore[union-attr]
+
+
+def test_ppo_clip_range_vf_reaches_sb3_on_the_clip_ranges_schedule():
+    import torch
+
+    from pgcli.algo.sb3 import SB3Trainer
+    from pgcli.config import PPOConfig
+
+    for cfg, at_half in ((PPOConfig(n_steps=32), None), (PPOConfig(n_steps=32, clip_range_vf=0.2), 0.2),
+                         (PPOConfig(n_steps=32, clip_range_vf=0.2, clip_range_schedule="linear"), 0.1)):  # fmt: skip
+        env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
+        trainer = SB3Trainer(cfg, env=env, model=ModelConfig(), seed=0, device=torch.device("cpu"))
+        clip_vf = trainer.model.clip_range_vf  # SB3 makes a schedule of it: progress remaining (1 -> 0) -> value
+        assert (clip_vf if clip_vf is None else clip_vf(0.5)) == at_half
+        trainer.close()
+
+
+def test_a_bad_clip_range_vf_is_one_line():
+    from pgcli.config import PPOConfig
+    from pgcli.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^algo.clip_range_vf must be > 0 \(got 0.0\); typical: 0.2; null turns"):
+        PPOConfig(clip_range_vf=0.0)
