@@ -166,10 +166,10 @@ def check_frames(cfg: TrainConfig) -> None:
     need = MIN_FRAME_SIZE["minatar" if arch == "auto" else arch]
     if min(obs_space.shape[1:]) < need:
         raise ConfigError(f"model.arch={arch} needs frames of {need}x{need} px or more; env.id {env_id!r} gives "
-                          f"{describe_space(obs_space)}; use {fits(min(obs_space.shape[1:]))}")  # fmt: skip
+                          f"{describe_space(obs_space)}; use {archs_for(min(obs_space.shape[1:]))}")  # fmt: skip
 
 
-def fits(side: int) -> str:
+def archs_for(side: int) -> str:
     """The ``model.arch`` values for frames of ``side`` px (the error of :func:`check_frames`)."""
     if side >= MIN_FRAME_SIZE["minatar"]:
         return "model.arch=auto (MinAtar's network for frames under 36 px) or model.arch=impala"
