@@ -192,7 +192,7 @@ def test_bash_completion_completes_commands_and_train_overrides(workdir: Path):
         "train",
         "algo=trpo",
         "env=halfcheetah env=hopper",
-        "algo.clip_range= algo.clip_range_schedule=",
+        "algo.clip_range= algo.clip_range_schedule= algo.clip_range_vf=",
     ]
 
 
