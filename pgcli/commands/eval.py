@@ -203,9 +203,6 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     cfg = target.cfg
     if isinstance(cfg.env, TextEnvConfig):
         return evaluate_text_target(target, ns, store=store, artifact_root=artifact_root)
-    # One torch thread, as the evaluation process has it: a step's batch is eval.n_envs observations at most, where
-    # more threads gain nothing and, beside other busy processes, make a CNN's forward pass 10 to 60 times slower.
-    torch.set_num_threads(1)
     episodes = ns.episodes or cfg.eval.episodes
     seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
     deterministic = not ns.stochastic

@@ -5,7 +5,8 @@ whole episodes played with a fixed policy, which is what every evaluation does w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,9 +37,27 @@ def run_episodes(
     """Play ``episodes`` episodes on ``env`` (reset with ``seed``); raw returns and lengths, in the order they end.
 
     Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
-    ``recorder`` (video) is told after each step whether sub-env 0's episode ended.
+    ``recorder`` (video) is told after each step whether sub-env 0's episode ended. torch acts on one thread meanwhile
+    (:func:`one_torch_thread`).
     """
-    return play_out(episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder))
+    with one_torch_thread():
+        return play_out(episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder))
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread while it lasts, then on as many as before (a run's ``hardware.torch_threads``): an
+    evaluation's steps act on ``eval.n_envs`` observations at a time, where more threads gain nothing and, beside other
+    busy processes, make a CNN's forward pass 10 to 60 times slower. The evaluation process and the env worker, which
+    play :func:`episode_steps` away from the trainer, run on one thread throughout."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def episode_steps(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -111,9 +110,8 @@ class Evaluator:
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
         recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
         # the same start states at every evaluation: comparable over time
-        with one_torch_thread():
-            result = run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed,
-                                  recorder=recorder)  # fmt: skip
+        result = run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed,
+                              recorder=recorder)  # fmt: skip
         return result, recorder.close() if recorder is not None else []
 
     def close(self) -> None:
@@ -121,21 +119,6 @@ class Evaluator:
             self._env.close()
         if self._process is not None:
             self._process.close()
-
-
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """torch on one thread while it lasts, then on as many as before (``hardware.torch_threads``): an evaluation's
-    steps act on ``eval.n_envs`` observations at a time, where more threads gain nothing and, beside other busy
-    processes, make a CNN's forward pass 10 to 60 times slower. The evaluation process plays on one thread too."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def worker_channel(env: VectorEnv) -> tuple[Connection, Any] | None:

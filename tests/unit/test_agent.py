@@ -114,18 +114,27 @@ def test_discrete_actions_are_int64(tmp_path: Path):
     assert np.array_equal(actions, policy.predict(obs.astype(np.float32), True))
 
 
-def test_pgcli_eval_of_a_control_run_plays_on_one_torch_thread(tmp_path: Path, capsys):
+def test_pgcli_eval_of_a_control_run_plays_on_one_torch_thread(tmp_path: Path, capsys, monkeypatch):
     """A run trained with hardware.torch_threads=2 is evaluated on one thread: a step's batch is a few observations,
     where more threads beside other busy processes make a CNN's forward pass 10 to 60 times slower."""
     from pgcli.commands.eval import main
+    from pgcli.envs import episodes
 
+    threads_seen: list[int] = []
+    steps = episodes.episode_steps
+
+    def seen_steps(*args, **kwargs):  # the threads torch has while the episodes are played
+        threads_seen.append(torch.get_num_threads())
+        return steps(*args, **kwargs)
+
+    monkeypatch.setattr(episodes, "episode_steps", seen_steps)
     model_dir, *_ = pendulum_model_dir(tmp_path, torch_threads=2)
     assert read_agent_spec(model_dir)["config"]["hardware"]["torch_threads"] == 2
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         assert main([str(model_dir), "--episodes", "1", "--no-log", "tracking=off"]) == 0
-        assert torch.get_num_threads() == 1
+        assert threads_seen == [1] and torch.get_num_threads() == 2  # and given back after
     finally:
         torch.set_num_threads(before)
     assert "1 episodes, deterministic" in capsys.readouterr().out
