@@ -36,18 +36,32 @@ RUNS = {
     "grpo_cartpole": ["algo=grpo", "env=cartpole", "total_steps=3000", "eval.every=1500", "eval.episodes=2",
                       "seed=1"],
     "grpo_addition": ["algo=grpo", "env=addition", "total_steps=2000", "eval.every=1000", "seed=1"],
+    "sft_addition": ["sft", "env=addition", "total_steps=256", "eval.every=128", "algo.batch_size=16", "seed=1"],
+    "rm_addition": ["rm", "env=addition", "total_steps=128", "eval.every=64", "seed=1"],
+    "ppo_lm_addition": ["algo=ppo_lm", "env=addition", "total_steps=64", "eval.every=32", "algo.group_size=4",
+                        "algo.n_groups=4", "algo.batch_size=8", "seed=1"],
+    "flow_grpo_countdown": ["algo=flow_grpo", "env=countdown_tool", "total_steps=48", "eval.every=24",
+                            "algo.group_size=4", "algo.n_groups=2", "algo.batch_size=8", "seed=1"],
+    "grpo_hf": ["algo=grpo", "env=addition", "model=hf", "model.path={hf_model}", "model.lora.r=4", "total_steps=32",
+                "eval.every=16", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", "env.n_digits=2",
+                "env.n_eval=16", "seed=1"],
 }  # fmt: skip
+"""A run's command line after ``pgcli``: ``train`` unless it starts with another command (``sft``, ``rm``);
+``{hf_model}`` is a random Llama written once offline (``pgcli.lm.random_hf``), the same files for both trees."""
+COMMANDS = ("sft", "rm")
 VOLATILE_TAGS = {"mlflow.source.name", "mlflow.runName", "mlflow.user", "git_commit", "git_dirty", "output_dir",
                  "pid", "pid_start", "host", "cpu", "tracking_uri", "mlflow.log-model.history"}  # fmt: skip
 
 
-def run(args: list[str], tree: Path | None, work: Path) -> dict[str, object]:
+def run(args: list[str], tree: Path | None, work: Path, hf_model: Path) -> dict[str, object]:
     """Train ``args`` in a fresh folder with ``tree``'s package (None: this checkout); what must not change."""
     work.mkdir(parents=True)
+    command, args = (args[0], args[1:]) if args[0] in COMMANDS else ("train", args)
+    args = [a.format(hf_model=hf_model) for a in args]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | ({"PYTHONPATH": str(tree)} if tree else {})
     env.setdefault("MUJOCO_GL", "egl")
     store = work / "mlflow.db"
-    cmd = [PGCLI, "train", *args, *COMMON, "tracking.uri=sqlite:///mlflow.db"]  # relative: the same param in both
+    cmd = [PGCLI, command, *args, *COMMON, "tracking.uri=sqlite:///mlflow.db"]  # relative: the same param in both
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
@@ -75,10 +89,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pgcli-same-") as tmp:
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), base_sha], cwd=ROOT, check=True)
+        hf_model = Path(tmp) / "tiny-llama"
+        if any("{hf_model}" in a for name in args.runs for a in RUNS[name]):
+            from pgcli.lm.random_hf import write_random_model
+
+            write_random_model(hf_model)
         try:
             for name in args.runs:
-                this = run(RUNS[name], None, Path(tmp) / "this" / name)
-                other = run(RUNS[name], base, Path(tmp) / "base_runs" / name)
+                this = run(RUNS[name], None, Path(tmp) / "this" / name, hf_model)
+                other = run(RUNS[name], base, Path(tmp) / "base_runs" / name, hf_model)
                 same = {key: this.get(key) == other.get(key) for key in ("exit", "history", "params", "tags",
                                                                            "artifacts")}  # fmt: skip
                 n = len(this.get("history", []))  # type: ignore[arg-type]
