@@ -24,7 +24,7 @@ PACKAGE = Path(pgcli.__file__).resolve().parent
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 UPDATE_STEPS = ("_update", "_policy_step", "_critic_step")
-"""A trainer's update step reads top to bottom like its paper (STYLE.md), so it may run longer."""
+"""A trainer's update step reads top to bottom like its paper (docs/STYLE.md), so it may run longer."""
 MAX_TOP_LEVEL_MODULES = 12
 
 
