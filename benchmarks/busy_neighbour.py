@@ -8,7 +8,7 @@ core with it, and every vector step of the first run waits for the worker. Cases
 
 - ``watch`` (the default): the first run sees two updates in a row spend > 25% of their time
   waiting for its worker, moves the worker's sub-envs into its own process and goes on there
-  (``pgcli.hardware.watch.WorkerWatch``).
+  (``pgcli.envs.shm_watch.WorkerWatch``).
 - ``keep``: the first run with ``hardware.busy_fallback=false``: its worker stays, sharing a core to the end.
 - ``sync``: both runs in one process each from the start (``hardware.vec_env=sync``), what a user who knew would
   type: the reference.

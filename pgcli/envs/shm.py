@@ -32,7 +32,7 @@ results are those of an in-process evaluation (tests/integration/test_parallel_t
 With one sub-env, one usable CPU, or spaces other than Box / Discrete, every sub-env steps in this process (the
 same lean step, no worker). The busy-wait protocol relies on x86's ordering of stores (a writer's data is visible
 before its counter), so on other CPU architectures the worker is not started either. Whether another process takes
-the worker's core mid-run is ``pgcli.hardware.watch``'s question.
+the worker's core mid-run is ``pgcli.envs.shm_watch``'s question.
 """
 
 from __future__ import annotations

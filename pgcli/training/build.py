@@ -255,7 +255,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
     run FINISHED, FAILED or KILLED. A text task trains through :func:`train_text`."""
     from pgcli.agent import write_agent_files
     from pgcli.envs.make import make_vec_env, reward_threshold
-    from pgcli.hardware.watch import run_queue_total
+    from pgcli.envs.shm_watch import run_queue_total
 
     if isinstance(cfg.env, TextEnvConfig):
         return train_text(cfg, ctx, resume)
@@ -336,8 +336,8 @@ def monitor_outputs(cfg: TrainConfig, output_dir: Path, *, videos: bool = False,
 
 def control_monitor(cfg: TrainConfig, ctx: RunContext, run: Run, env: VectorEnv) -> TrainingMonitor:
     """The monitor of a gymnasium run: episode evaluations beside ``env``, and the env worker's clock and watch."""
+    from pgcli.envs.shm_watch import worker_wait, worker_watch
     from pgcli.hardware.placement import usable_cpus
-    from pgcli.hardware.watch import worker_wait, worker_watch
     from pgcli.training.evaluation import Evaluator
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
@@ -366,7 +366,8 @@ def control_monitor(cfg: TrainConfig, ctx: RunContext, run: Run, env: VectorEnv)
 def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, queued_start: float | None) -> None:
     """After training with the env worker kept to the end: say on stderr when its core was busy with other work
     (``pgcli.hardware.watch.busy_cores_note``), measured from ``fit_start``."""
-    from pgcli.hardware.watch import busy_cores_note, run_queue_total, worker_wait
+    from pgcli.envs.shm_watch import run_queue_total, worker_wait
+    from pgcli.hardware.watch import busy_cores_note
 
     if monitor.watch_worker is not None or (waited := worker_wait(env)) is None:
         return

@@ -93,10 +93,10 @@ class Hooks:
     on_eval: Callable[[int, float], None] | None = None
     """Called with (scheduled step, mean return) after each evaluation; may raise to stop training."""
     env_wait: Callable[[], float] | None = None
-    """Seconds the env has waited for its worker process so far (``pgcli.hardware.watch.worker_wait``): logged as
+    """Seconds the env has waited for its worker process so far (``pgcli.envs.shm_watch.worker_wait``): logged as
     ``time/env_wait_frac``, the share of wall time since the last log."""
     watch_worker: Callable[[], str | None] | None = None
-    """Called after each update with no evaluation in flight (``pgcli.hardware.watch.WorkerWatch``): a note when the
+    """Called after each update with no evaluation in flight (``pgcli.envs.shm_watch.WorkerWatch``): a note when the
     env's worker sub-envs came home, after which evaluations run in this process."""
 
 

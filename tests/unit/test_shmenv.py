@@ -261,7 +261,7 @@ def test_bringing_the_worker_envs_home_mid_episode_changes_nothing():
 
 
 def test_the_worker_watch_brings_the_envs_home_when_the_cores_are_taken():
-    from pgcli.hardware.watch import WorkerWatch
+    from pgcli.envs.shm_watch import WorkerWatch
 
     class Env:  # the two things the watch reads and calls; the move itself is tested above
         wait_s = 0.0
