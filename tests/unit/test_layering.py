@@ -1,6 +1,8 @@
 """The package's layering, read from the import statements of every module (imports inside functions and under
 ``TYPE_CHECKING`` included, so a cycle cannot hide in a function body). docs/architecture.md states the rules:
 
+- the packages stand on floors (:data:`FLOORS`, ground floor first) and no import runs from a lower floor to a higher
+  one;
 - no import cycle between pgcli's modules (an empty allowlist);
 - nothing imports ``pgcli.cli`` (the entry point sits on top; ``pgcli/__main__.py`` is its only caller);
 - ``pgcli/ops`` (pure math) imports nothing from pgcli outside ``pgcli.ops``;
@@ -26,6 +28,23 @@ MAX_FUNCTION_LINES = 60
 UPDATE_STEPS = ("_update", "_policy_step", "_critic_step")
 """A trainer's update step reads top to bottom like its paper (docs/STYLE.md), so it may run longer."""
 MAX_TOP_LEVEL_MODULES = 12
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("pgcli.errors", "pgcli.redact", "pgcli.contracts"),  # what every layer may name: errors, masking, contracts
+    ("pgcli.ops",),  # pure math
+    ("pgcli.config",),  # what a run asks for
+    ("pgcli.tracking",),  # MLflow behind one logger interface
+    ("pgcli.hardware",),  # devices, cores, helper processes
+    ("pgcli.envs",),  # environments
+    ("pgcli.lm",),  # text tasks and causal LMs
+    ("pgcli.algo",),  # the trainers
+    ("pgcli.agent", "pgcli.video"),  # a saved agent loaded back; episode videos
+    ("pgcli.console",),  # NOT_YET: the end-of-run summary joins training/
+    ("pgcli.training",),  # one training job
+    ("pgcli.compare", "pgcli.sweeps", "pgcli.pyfunc"),  # many runs; the MLflow Model's loader
+    ("pgcli.commands",),  # one module per command
+    ("pgcli.cli", "pgcli.__main__"),  # the entry point
+)
+"""The floors of the house, ground floor first: a module imports from its own floor or the ones below, never above."""
 
 
 def module_name(path: Path) -> str:
@@ -133,6 +152,55 @@ def _importers(prefix: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
         if m == prefix or m.startswith(prefix + ".")
         if (bad := sorted(i for i in imports if any(i == f or i.startswith(f + ".") for f in forbidden)))
     }
+
+
+NOT_YET = {
+    "pgcli.agent -> pgcli.training.logged",
+    "pgcli.envs.episodes -> pgcli.algo.base",
+    "pgcli.envs.shm -> pgcli.algo.base",
+    "pgcli.lm.agent_eval -> pgcli.algo.base",
+    "pgcli.lm.evaluation -> pgcli.algo.base",
+    "pgcli.lm.init -> pgcli.training.checks",
+    "pgcli.lm.init -> pgcli.training.from_run",
+    "pgcli.lm.learned_reward -> pgcli.agent",
+    "pgcli.lm.locate -> pgcli.agent",
+    "pgcli.lm.locate -> pgcli.training.logged",
+    "pgcli.lm.reward_model -> pgcli.algo.base",
+    "pgcli.lm.supervised -> pgcli.algo.base",
+    "pgcli.lm.supervised -> pgcli.algo.checkpoint",
+    "pgcli.lm.supervised -> pgcli.algo.guard",
+    "pgcli.console -> pgcli.training.progress",
+    "pgcli.console -> pgcli.training.run",
+    "pgcli.console -> pgcli.training.summary",
+}
+"""Upward imports being taken down this round (issue 31); empty when it lands."""
+
+
+def floor_of(module: str) -> int | None:
+    """The index in :data:`FLOORS` of the package ``module`` belongs to (None: on no floor)."""
+    for index, floor in enumerate(FLOORS):
+        if any(module == name or module.startswith(name + ".") for name in floor):
+            return index
+    return None
+
+
+def test_every_module_stands_on_a_floor():
+    homeless = sorted(m for m in import_graph() if m != "pgcli" and floor_of(m) is None)  # the root: its version
+    assert not homeless, f"put these in a package of FLOORS (or add their package there): {homeless}"
+
+
+def test_no_import_runs_up_a_floor():
+    graph = import_graph()
+    upward = sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports
+                    if (floor_of(i) or 0) > (floor_of(m) or 0))  # fmt: skip
+    upward = [edge for edge in upward if edge not in NOT_YET]
+    assert not upward, "imports from a lower floor to a higher one (FLOORS):\n" + "\n".join(upward)
+
+
+def test_the_floor_rule_sees_an_upward_import():
+    assert floor_of("pgcli.lm.tasks") < floor_of("pgcli.training.logged")  # type: ignore[operator]
+    assert floor_of("pgcli.contracts") == 0 and floor_of("pgcli.cli") == len(FLOORS) - 1
+    assert floor_of("pgcli.lmx") is None  # a prefix of a name is not its package
 
 
 def test_nothing_imports_the_cli():
