@@ -36,12 +36,12 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_finite, check_update
 from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
 from pgcli.config.pixels import CNNModelConfig
+from pgcli.contracts import Monitor
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS
 from pgcli.ops.grpo import clip_bounds, clip_fractions, group_normalized_advantages, grpo_clipped_objective, k3_kl
 

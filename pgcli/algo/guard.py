@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from pgcli.algo.base import Monitor
+from pgcli.contracts import Monitor
 
 
 def describe(values: Tensor) -> str:

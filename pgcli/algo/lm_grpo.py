@@ -43,7 +43,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
@@ -57,6 +56,7 @@ from pgcli.algo.lm_rollout import (
     set_generator_state,
 )
 from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
+from pgcli.contracts import Monitor
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals

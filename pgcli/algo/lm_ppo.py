@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
@@ -43,6 +42,7 @@ from pgcli.algo.lm_rollout import (
     set_generator_state,
 )
 from pgcli.config import PPOLMConfig
+from pgcli.contracts import Monitor
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.aggregate import BatchTotals, batch_totals

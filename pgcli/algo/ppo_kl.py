@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_actor_critic
 from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
 from pgcli.config.pixels import CNNModelConfig
+from pgcli.contracts import Monitor
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
 

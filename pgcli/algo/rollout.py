@@ -30,9 +30,9 @@ from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from pgcli.algo import kernels
-from pgcli.algo.base import Monitor
 from pgcli.algo.guard import check_steps
 from pgcli.algo.policies import Policy, ValueNetwork, obs_layout
+from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
 from pgcli.hardware.child import ChildProcess
 

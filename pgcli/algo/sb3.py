@@ -4,7 +4,7 @@ SB3 trains on the *same* env pgcli builds for its own trainers (``pgcli.envs.mak
 normalisation, same seeds) through :class:`SB3VecEnv`, an adapter from gymnasium's same-step-autoreset vector env to
 SB3's ``VecEnv`` API. SB3's logger is routed into the run's logger with pgcli's metric keys (:data:`SB3_KEYS`);
 episode statistics, evaluation, checkpoints and progress go through the run's monitor
-(:class:`pgcli.algo.base.Monitor`).
+(:class:`pgcli.contracts.Monitor`).
 
 The monitor's per-update bookkeeping runs after each of SB3's updates (at the start of the next rollout, and once
 after ``learn``), so a checkpoint holds the updated model and an exact place to continue from: SB3's ``model.zip``
@@ -29,12 +29,12 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
 from pgcli.algo.cnn import make_torso
 from pgcli.algo.guard import check_update, describe
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
 from pgcli.config.pixels import CNNModelConfig
+from pgcli.contracts import Monitor
 
 ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
     "tanh": torch.nn.Tanh,

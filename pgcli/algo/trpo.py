@@ -43,13 +43,13 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic, shares_parameters
 from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_value
 from pgcli.config import ModelConfig, TRPOConfig
 from pgcli.config.pixels import CNNModelConfig
+from pgcli.contracts import Monitor
 from pgcli.hardware.placement import usable_cpus
 from pgcli.ops.advantages import gae, normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params

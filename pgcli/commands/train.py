@@ -129,8 +129,8 @@ _JOB_DIR: Path | None = None
 
 def _interrupted_line(args: list[str]) -> str:
     """``pgcli: interrupted``, and the command that continues the interrupted run when it saved a checkpoint."""
-    from pgcli.console import interrupted_line, lookup_overrides
     from pgcli.redact import redact_text
+    from pgcli.training.console import interrupted_line, lookup_overrides
 
     if any(a.startswith("resume=") for a in args):  # a resumed run always has a checkpoint: the same command again
         import shlex
@@ -339,10 +339,10 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
     """Train the job's seeds one after another: ``n_seeds > 1`` (a hyperparameter search) runs seeds
     seed..seed+n-1, each its own run under ``<output_dir>/seed<k>``; returns their mean, so a sweeper never optimises
     the seed."""
-    from pgcli.console import print_budget_note, print_summary
     from pgcli.redact import redact_hydra_dir
     from pgcli.sweeps.study import TrialLink
     from pgcli.training.build import train
+    from pgcli.training.console import print_budget_note, print_summary
 
     # Jobs of a sweep say which job they are, so the parent's summary can name a failed one.
     sweep_tags = {"sweep_job": str(hc.job.num), "sweep_dir": str(Path(hc.sweep.dir).resolve())} if multirun else {}

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from pgcli.algo.base import Actor, EvalResult
+from pgcli.contracts import Actor, EvalResult
 from pgcli.envs.normalize import load_normalizer_state
 
 

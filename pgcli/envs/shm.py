@@ -51,7 +51,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from pgcli.algo.base import EvalResult
+from pgcli.contracts import EvalResult
 from pgcli.envs.episodes import PipedEpisodes
 from pgcli.envs.split import EnvWorkerError, SplitVectorEnv, set_envs, worker_command
 from pgcli.errors import PgcliError

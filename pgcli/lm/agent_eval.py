@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pgcli.algo.base import EvalResult
+from pgcli.contracts import EvalResult
 from pgcli.lm.agent import AgentTask
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.play import Episodes, play

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig
+from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.agent import AgentTask
 from pgcli.lm.agent_eval import evaluate_agent
 from pgcli.lm.model import CausalLM, completion_logprobs, generate

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pgcli.algo.base import Agent, EvalResult
 from pgcli.config import EvalConfig, RMConfig
+from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.load import TextModelConfig, make_text_policy
 from pgcli.lm.model import CausalLM, generate, save_policy
 from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pgcli.algo.base import Monitor
 from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_state
 from pgcli.algo.guard import check_update
+from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
 
 OPTIMIZER_FILE = "optimizer.pt"

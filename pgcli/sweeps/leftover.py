@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.console import lookup_overrides, resume_command
+from pgcli.training.console import lookup_overrides, resume_command
 from pgcli.training.run import KILLED, latest_checkpoint
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import VectorEnv
 
-    from pgcli.algo.base import EvalResult, Learner, Trainer
+    from pgcli.contracts import EvalResult, Learner, Trainer
     from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import Task, TextTask
     from pgcli.tracking.backend import MLflowBackend

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from gymnasium.vector import VectorEnv
 
-from pgcli.algo.base import Actor, Agent, EvalResult
 from pgcli.config import EnvConfig, EvalConfig
+from pgcli.contracts import Actor, Agent, EvalResult
 from pgcli.envs.episodes import EvalPlan, PipedEpisodes, play_out, run_episodes
 from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
 from pgcli.envs.normalize import load_normalizer_state, normalizer_state

@@ -71,9 +71,9 @@ def run_job(
         pgcli.training.run.Interrupted: SIGINT, SIGTERM or SIGHUP (the run ends KILLED).
     """
     from pgcli.config.presets import stale_preset_overrides
-    from pgcli.console import print_budget_note
     from pgcli.hardware import placement
     from pgcli.training.checks import train_config
+    from pgcli.training.console import print_budget_note
     from pgcli.training.preflight import check_train_environment
 
     task = [*overrides, *([] if tracking else ["tracking=off"])]

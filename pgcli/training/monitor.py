@@ -1,7 +1,7 @@
 """What every trainer shares around its update loop: episode statistics, evaluation, checkpoints, progress.
 
 A trainer (ours or the SB3 adapter) reports three things to the :class:`TrainingMonitor`, through the
-:class:`pgcli.algo.base.Monitor` protocol:
+:class:`pgcli.contracts.Monitor` protocol:
 
 - ``episodes(step, info)`` after each vector step: raw returns/lengths of the episodes that ended;
 - ``log(step, metrics)``: its ``train/*`` diagnostics;
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pgcli.algo.base import Agent, EvalResult
+from pgcli.contracts import Agent, EvalResult
 from pgcli.envs.episodes import finished_episodes
 from pgcli.errors import DivergenceError
 from pgcli.tracking.logger import MetricLogger

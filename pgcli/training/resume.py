@@ -275,9 +275,9 @@ def appended_run_log(output_dir: Path) -> Iterator[None]:
 
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
-    from pgcli.console import print_summary
     from pgcli.hardware.placement import fall_back_when_busy
     from pgcli.training.build import RunContext, train
+    from pgcli.training.console import print_summary
 
     targets = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
     flags = [a for a in args if a.startswith("-")]

@@ -41,7 +41,7 @@ from pgcli.tracking.spool import strip_credentials
 from pgcli.training.owner import claim_run, process_alive, process_tags, release_run
 
 if TYPE_CHECKING:
-    from pgcli.algo.base import Learner
+    from pgcli.contracts import Learner
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.tracking.logger import RunLogger
     from pgcli.tracking.store import RunRecord, RunStore

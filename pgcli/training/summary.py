@@ -1,5 +1,5 @@
 """What a finished training run reports back: :class:`TrainSummary`, printed by ``pgcli train``
-(``pgcli.console.print_summary``) and returned to sweepers and scripts (``pgcli.training.run_job``)."""
+(``pgcli.training.console.print_summary``) and returned to sweepers and scripts (``pgcli.training.run_job``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pgcli.algo.base import EvalResult
     from pgcli.config import TrackingConfig
+    from pgcli.contracts import EvalResult
     from pgcli.training.monitor import TrainingMonitor
     from pgcli.training.run import Run
 

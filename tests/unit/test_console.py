@@ -4,7 +4,7 @@ only when it was saved."""
 from pathlib import Path
 
 from pgcli.config.compose import compose_train_config
-from pgcli.console import print_budget_note, print_summary
+from pgcli.training.console import print_budget_note, print_summary
 from pgcli.training.summary import TrainSummary
 
 

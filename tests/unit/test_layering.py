@@ -7,7 +7,7 @@
 - nothing imports ``pgcli.cli`` (the entry point sits on top; ``pgcli/__main__.py`` is its only caller);
 - ``pgcli/ops`` (pure math) imports nothing from pgcli outside ``pgcli.ops``;
 - ``pgcli/algo`` (the trainers) imports nothing of the monitor's implementation, the run or tracking: trainers see the
-  :class:`pgcli.algo.base.Monitor` protocol only;
+  :class:`pgcli.contracts.Monitor` protocol only;
 - ``pgcli/config`` imports nothing that builds envs, tasks, trainers or runs (checks that need the world run after
   composition, in ``pgcli.training.checks``);
 - only the ``pgcli/tracking`` package imports ``mlflow`` (MLflow is a backend behind one logger interface);
@@ -38,7 +38,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgcli.lm",),  # text tasks and causal LMs
     ("pgcli.algo",),  # the trainers
     ("pgcli.agent", "pgcli.video"),  # a saved agent loaded back; episode videos
-    ("pgcli.console",),  # NOT_YET: the end-of-run summary joins training/
     ("pgcli.training",),  # one training job
     ("pgcli.compare", "pgcli.sweeps", "pgcli.pyfunc"),  # many runs; the MLflow Model's loader
     ("pgcli.commands",),  # one module per command
@@ -156,22 +155,13 @@ def _importers(prefix: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
 
 NOT_YET = {
     "pgcli.agent -> pgcli.training.logged",
-    "pgcli.envs.episodes -> pgcli.algo.base",
-    "pgcli.envs.shm -> pgcli.algo.base",
-    "pgcli.lm.agent_eval -> pgcli.algo.base",
-    "pgcli.lm.evaluation -> pgcli.algo.base",
     "pgcli.lm.init -> pgcli.training.checks",
     "pgcli.lm.init -> pgcli.training.from_run",
     "pgcli.lm.learned_reward -> pgcli.agent",
     "pgcli.lm.locate -> pgcli.agent",
     "pgcli.lm.locate -> pgcli.training.logged",
-    "pgcli.lm.reward_model -> pgcli.algo.base",
-    "pgcli.lm.supervised -> pgcli.algo.base",
     "pgcli.lm.supervised -> pgcli.algo.checkpoint",
     "pgcli.lm.supervised -> pgcli.algo.guard",
-    "pgcli.console -> pgcli.training.progress",
-    "pgcli.console -> pgcli.training.run",
-    "pgcli.console -> pgcli.training.summary",
 }
 """Upward imports being taken down this round (issue 31); empty when it lands."""
 

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pgcli.algo.base import EvalResult
 from pgcli.config import EnvConfig, EvalConfig
+from pgcli.contracts import EvalResult
 from pgcli.envs.make import make_vec_env
 from pgcli.envs.normalize import find_normalizer
 from pgcli.training import monitor as monitor_module

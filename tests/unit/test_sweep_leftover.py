@@ -1,5 +1,5 @@
 """What a stopped sweep has left and the commands that finish it (pgcli.sweeps.leftover), and the line an interrupted
-run ends with (pgcli.console.interrupted_line)."""
+run ends with (pgcli.training.console.interrupted_line)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from pgcli.config.compose import job_overrides
-from pgcli.console import interrupted_line
 from pgcli.sweeps.leftover import SweepPlan, leftover
 from pgcli.sweeps.tree import SweepOutcome, summary_line
 from pgcli.tracking.store import RunRecord
+from pgcli.training.console import interrupted_line
 
 
 def child(job: int, status: str, output_dir: Path, **tags: str) -> RunRecord:
