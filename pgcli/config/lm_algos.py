@@ -355,14 +355,3 @@ class FlowGRPOConfig:
 
     def check_text_env(self) -> None:
         """Rules for a text env: that it is a multi-turn one is TrainConfig's rule."""
-
-
-TEXT_RL_ALGOS: tuple[Any, ...] = (
-    RLOOConfig,
-    REINFORCEConfig,
-    GSPOConfig,
-    ReinforcePPConfig,
-    PPOLMConfig,
-    FlowGRPOConfig,
-)
-"""The language-model RL algorithms that train on text tasks only (docs/algorithms/lm.md)."""
