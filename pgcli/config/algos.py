@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from pgcli.config.control import A2CConfig, GRPOConfig, PPOConfig, PPOKLConfig, SB3TRPOConfig, TRPOConfig, VPGConfig
 from pgcli.config.lm_algos import (
@@ -37,11 +37,17 @@ SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 """The gymnasium space classes (``gymnasium.spaces.<name>``) a row may name."""
 
 
+class AlgoSchema(Protocol):
+    """What the catalogue asks of a schema: its option's name (the rules a run needs: docs/architecture.md)."""
+
+    name: ClassVar[str]
+
+
 @dataclass(frozen=True)
 class AlgoEntry:
     """One algorithm: its schema (whose ``name`` is the ``conf/algo`` option), its trainers and the spaces it takes."""
 
-    schema: type
+    schema: type[AlgoSchema]
     """The dataclass of ``algo.*`` (registered with Hydra as ``schema/algo/<name>``)."""
     trainers: Mapping[str, str]
     """Kind of env (:data:`KINDS`) -> its trainer, ``"module:Class"``; the kinds it leaves out it does not train on."""
@@ -67,7 +73,7 @@ class AlgoEntry:
     @property
     def name(self) -> str:
         """The ``conf/algo`` option (``algo=<name>``)."""
-        return str(self.schema.name)
+        return self.schema.name
 
     def trains_on(self, *kinds: str) -> bool:
         """Whether it trains on any of these kinds of env."""

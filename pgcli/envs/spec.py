@@ -173,8 +173,9 @@ def takes(entry: AlgoEntry, role: str, space: spaces.Space) -> bool:
     names = entry.observation_spaces if role == "observation" else entry.action_spaces
     if not isinstance(space, tuple(getattr(spaces, name) for name in names)):
         return False
-    flat = role == "action" and entry.flat_box_actions and isinstance(space, spaces.Box)
-    return not flat or len(space.shape) == 1
+    if role == "action" and entry.flat_box_actions and isinstance(space, spaces.Box):
+        return len(space.shape) == 1
+    return True
 
 
 def algos_taking(role: str, space: spaces.Space) -> list[str]:
