@@ -46,9 +46,10 @@ NESTED = {"algo", "env", "model", "hardware", "tracking", "eval"}
 
 def field_docs(schema: type) -> dict[str, str]:
     """Field name -> its attribute docstring (the string literal under the field), read from the source of the
-    schema and of the dataclasses it extends (a text task's schema extends TextEnvConfig)."""
+    schema and of the classes it extends (a text task's schema extends TextEnvConfig; a clipped text-RL schema
+    :class:`pgcli.config.lm_algos.ClippedPolicyOptions`)."""
     docs: dict[str, str] = {}
-    for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):
+    for cls in reversed([c for c in schema.__mro__ if c.__module__.startswith("pgcli.")]):
         tree = ast.parse(inspect.getsource(cls))
         body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
         for node, following in itertools.pairwise(body):
