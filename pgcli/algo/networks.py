@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +29,24 @@ from torch import Tensor, nn
 
 from pgcli.algo.kernels import ACTIVATION_BACKWARD, ActivationBackward
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "tanh": torch.tanh,
-    "relu": torch.relu,
-    "elu": F.elu,
-    "gelu": F.gelu,
-    "leaky_relu": F.leaky_relu,
+
+class Activation(NamedTuple):
+    """One ``model.activation``: the function our networks call and the same function as a module (SB3's
+    ``activation_fn``)."""
+
+    function: Callable[[Tensor], Tensor]
+    module: type[nn.Module]
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "tanh": Activation(torch.tanh, nn.Tanh),
+    "relu": Activation(torch.relu, nn.ReLU),
+    "elu": Activation(F.elu, nn.ELU),
+    "gelu": Activation(F.gelu, nn.GELU),
+    "leaky_relu": Activation(F.leaky_relu, nn.LeakyReLU),
 }
-"""Activations by ``model.activation`` name (tanh and relu also have explicit derivatives: ``ACTIVATION_BACKWARD``)."""
+"""The one activation table, by ``model.activation`` name (the names ``pgcli.config.rules.ACTIVATIONS`` accepts; tanh
+and relu also have explicit derivatives: ``ACTIVATION_BACKWARD``)."""
 HIDDEN_GAIN = math.sqrt(2.0)
 """Orthogonal-init gain of hidden layers (SB3, CleanRL; Engstrom et al., 2020)."""
 
@@ -66,7 +77,7 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(linears)  # registers the parameters
         # plain references for the forward pass (a tuple is not registered a second time in the state dict)
         self._linears = tuple(linears)
-        self.activation_name, self.activation = activation, ACTIVATIONS[activation]
+        self.activation_name, self.activation = activation, ACTIVATIONS[activation].function
         if ortho_init:
             for layer in linears:
                 nn.init.orthogonal_(layer.weight, gain=out_gain if layer is linears[-1] else HIDDEN_GAIN)

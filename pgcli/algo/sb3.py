@@ -32,17 +32,10 @@ from stable_baselines3.common.vec_env import VecEnv
 from pgcli.algo.checkpoint import atomic_dir, load_training_state, read_file, save_training_state
 from pgcli.algo.cnn import make_torso
 from pgcli.algo.guard import check_update, describe
+from pgcli.algo.networks import ACTIVATIONS
 from pgcli.config import A2CConfig, ModelConfig, PPOConfig, SB3TRPOConfig
 from pgcli.config.pixels import CNNModelConfig
 from pgcli.contracts import Monitor
-
-ACTIVATION_FNS: dict[str, type[torch.nn.Module]] = {
-    "tanh": torch.nn.Tanh,
-    "relu": torch.nn.ReLU,
-    "elu": torch.nn.ELU,
-    "gelu": torch.nn.GELU,
-    "leaky_relu": torch.nn.LeakyReLU,
-}
 
 # SB3 logger key -> pgcli key (None: dropped because the monitor logs its own from the same episodes / clock).
 SB3_KEYS: dict[str, str | None] = {
@@ -65,7 +58,7 @@ def policy_kwargs(model: ModelConfig | CNNModelConfig) -> dict[str, Any]:
     ``model=cnn``, pgcli's CNN torso as the features extractor, shared or one each, and the heads after it)."""
     kwargs: dict[str, Any] = {
         "net_arch": {"pi": list(model.pi_hidden_sizes), "vf": list(model.vf_hidden_sizes)},
-        "activation_fn": ACTIVATION_FNS[model.activation],
+        "activation_fn": ACTIVATIONS[model.activation].module,
         "ortho_init": model.ortho_init,
         "log_std_init": model.log_std_init,
     }

@@ -2,10 +2,12 @@
 
 The schemas are the package's API (``from pgcli.config import TrainConfig``); they live in :mod:`~pgcli.config.rules`
 (the value rules), :mod:`~pgcli.config.control`, :mod:`~pgcli.config.text`, :mod:`~pgcli.config.hf` and
-:mod:`~pgcli.config.run`. This package stays light: no torch, SB3 or MLflow import, and nothing that builds an env or
-a task (the checks that need the world run after composition, in :mod:`pgcli.training.checks`).
+:mod:`~pgcli.config.run`; which algorithm trains on what is the catalogue's (:mod:`~pgcli.config.algos`). This
+package stays light: no torch, SB3 or MLflow import, and nothing that builds an env or a task (the checks that need
+the world run after composition, in :mod:`pgcli.training.checks`).
 """
 
+from pgcli.config.algos import ALGOS, AlgoEntry, register_algo
 from pgcli.config.compose import register_configs
 from pgcli.config.control import (
     A2CConfig,
@@ -27,9 +29,6 @@ from pgcli.config.lm_algos import (
 )
 from pgcli.config.rm import RMConfig
 from pgcli.config.run import (
-    ALGO_CONFIGS,
-    CONTROL_ALGOS,
-    TEXT_ALGOS,
     EnvConfig,
     EvalConfig,
     HardwareConfig,
@@ -49,12 +48,11 @@ from pgcli.config.text import (
 )
 
 __all__ = [
-    "ALGO_CONFIGS",
-    "CONTROL_ALGOS",
-    "TEXT_ALGOS",
+    "ALGOS",
     "TEXT_ENV_CONFIGS",
     "A2CConfig",
     "AdditionEnvConfig",
+    "AlgoEntry",
     "CountdownEnvConfig",
     "CountdownToolEnvConfig",
     "EnvConfig",
@@ -82,5 +80,6 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "VPGConfig",
+    "register_algo",
     "register_configs",
 ]

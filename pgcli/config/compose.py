@@ -18,10 +18,11 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgcli.config.algos import ALGOS
 from pgcli.config.hf import HFModelConfig
 from pgcli.config.labels import register_resolver
 from pgcli.config.pixels import IMAGE_ENVS, CNNModelConfig
-from pgcli.config.run import ALGO_CONFIGS, EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
+from pgcli.config.run import EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
 from pgcli.config.text import TEXT_ENV_CONFIGS, LMModelConfig
 from pgcli.errors import ConfigError, PgcliError
 
@@ -49,8 +50,8 @@ def register_configs() -> None:
     register_resolver(CONF_DIR)  # ${pgcli.env_label:...} in hydra.run.dir
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-    for name, schema in ALGO_CONFIGS.items():
-        cs.store(group="schema/algo", name=name, node=schema)
+    for name, entry in ALGOS.items():  # the catalogue's: an algorithm registered since the last call too
+        cs.store(group="schema/algo", name=name, node=entry.schema)
     cs.store(group="schema/env", name="env", node=EnvConfig)
     for name, schema in TEXT_ENV_CONFIGS.items():
         cs.store(group="schema/env", name=name, node=schema)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from pgcli.config.lm_algos import ClippedPolicyOptions, clipped_schema
 from pgcli.config.rules import (
     MAX_CG_RESIDUAL_TOL,
     MAX_EPOCHS,
@@ -409,8 +410,14 @@ class PPOKLConfig:
         _rollout_rules(self, n_envs)
 
 
-@dataclass
-class GRPOConfig:
+@clipped_schema(
+    advantage="n_groups",
+    scale_rewards="advantage",
+    gamma="drop_degenerate_groups",
+    kl_estimator="beta",
+    ref_update_interval="kl_estimator",
+)
+class GRPOConfig(ClippedPolicyOptions):
     """Group Relative Policy Optimization (Shao et al., 2024, DeepSeekMath) for control tasks: no critic.
 
     A group is G episodes from one initial state (the same reset seed); one update uses M groups. See
@@ -431,8 +438,6 @@ class GRPOConfig:
     """Leave groups whose advantages are all zero out of the update (DAPO dynamic sampling, without resampling)."""
     gamma: float = 1.0
     """Discount of the returns behind the advantages (1.0: GRPO's undiscounted episode score)."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
     epsilon_high: float | None = None
     """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher, 0.28; None: epsilon)."""
     loss_agg: str = "token_mean"
@@ -441,18 +446,14 @@ class GRPOConfig:
     """mu: epochs of policy updates over each batch (1 with one minibatch: plain on-policy gradient)."""
     batch_size: int = 8
     """Episodes per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 3e-4
-    """Adam step size."""
+    learning_rate: float = 3e-4  # the control defaults; the docs of the shared options: ClippedPolicyOptions'
     max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
     beta: float = 0.0
     """KL-penalty coefficient to the reference policy (0: disabled, no reference forward pass)."""
     kl_estimator: str = "k3"
     """Per-token estimator of the KL term: 'k1', 'k2' (text tasks only) or 'k3' (DeepSeekMath's)."""
     ref_update_interval: int = 0
     """Copy the current policy into the reference every n updates (0: keep the initial policy)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave completions that hit the length limit without EOS out of the loss (text tasks only)."""
 

@@ -1,11 +1,16 @@
 """Schemas of the language-model RL algorithms that train on text tasks only (docs/algorithms/lm.md):
 ``algo=rloo|reinforce|gspo|reinforce_pp|ppo_lm`` and, on a multi-turn task, ``algo=flow_grpo``. (GRPO's schema is
-shared with control tasks: :mod:`pgcli.config.control`.) Pure value rules, as every schema."""
+shared with control tasks: :mod:`pgcli.config.control`.) Pure value rules, as every schema.
+
+The seven clipped policy-gradient schemas (these six and GRPO's) extend :class:`ClippedPolicyOptions`, the options they
+share with their defaults and docs, and keep only what differs; :func:`clipped_schema` keeps each one's field order."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pgcli.config.rules import (
     MAX_EPOCHS,
@@ -21,8 +26,78 @@ from pgcli.config.rules import (
     require,
 )
 
+T = TypeVar("T")
+
 KL_ESTIMATORS = ("k1", "k2", "k3")
 """Values of ``algo.kl_estimator`` (``pgcli.ops.grpo.KL_ESTIMATORS``)."""
+
+
+class ClippedPolicyOptions:
+    """The options every clipped policy-gradient schema of text tasks shares (GRPO's, RLOO's, REINFORCE's, GSPO's,
+    REINFORCE++'s, PPO with a value head's, Flow-GRPO's): the text defaults and one-line docs, which a schema
+    redeclares where its own differ. Not a dataclass itself: :func:`clipped_schema` makes each schema one, with these
+    fields placed among its own."""
+
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    n_groups: int = 16
+    """M: prompts per update; a batch is M * G completions."""
+    drop_degenerate_groups: bool = False
+    """Leave prompts whose completions all got the same reward out of the update."""
+    epsilon: float = 0.2
+    """Lower clip: ratio >= 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
+    loss_agg: str = "token_mean"
+    """'seq_mean' (per-completion mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
+    n_iterations: int = 1
+    """mu: epochs of policy updates over each batch."""
+    batch_size: int = 64
+    """Completions per minibatch (<= group_size * n_groups)."""
+    learning_rate: float = 3e-5
+    """Adam step size."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    beta: float = 0.04
+    """KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+
+    def check_rollout(self, n_envs: int) -> None:
+        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
+
+    def check_text_env(self) -> None:
+        """Rules for a text env: none beyond the field rules."""
+
+
+SHARED_OPTIONS = tuple(ClippedPolicyOptions.__annotations__)
+"""The shared fields, in the order every schema keeps them."""
+
+
+def clipped_schema(**after: str) -> Callable[[type[T]], type[T]]:
+    """Make a :class:`ClippedPolicyOptions` schema a dataclass whose fields are in the order users see them (``pgcli
+    train --help``, ``--cfg job``, docs/configuration.md): the shared fields in their order, each of the class's own
+    fields right after the field ``after`` names for it (its own fields in class-body order: a chain may name an own
+    field placed before it), the others at the end."""
+
+    def build(cls: type[T]) -> type[T]:
+        body: dict[str, Any] = inspect.get_annotations(cls)
+        order = list(SHARED_OPTIONS)
+        for name, kind in body.items():
+            if name in order or "ClassVar" in str(kind):
+                continue
+            if name in after:
+                order.insert(order.index(after.pop(name)) + 1, name)
+            else:
+                order.append(name)
+        if after:
+            raise TypeError(f"{cls.__name__}: after= names no field of its own: {sorted(after)}")
+        shared = ClippedPolicyOptions.__annotations__
+        class_vars = {name: kind for name, kind in body.items() if "ClassVar" in str(kind)}
+        cls.__annotations__ = class_vars | {name: body.get(name, shared.get(name)) for name in order}
+        return dataclass(cls)  # defaults a schema leaves out: the class attributes of ClippedPolicyOptions
+
+    return build
 
 
 def _clipped_lm_rules(algo: Any, min_group: int, *, turns: bool = False) -> None:
@@ -53,8 +128,8 @@ def _clipped_lm_rules(algo: Any, min_group: int, *, turns: bool = False) -> None
     require(algo.ent_coef >= 0, "algo.ent_coef", algo.ent_coef, ">= 0")
 
 
-@dataclass
-class RLOOConfig:
+@clipped_schema()
+class RLOOConfig(ClippedPolicyOptions):
     """REINFORCE leave-one-out (Ahmadian et al., 2024; TRL's RLOOTrainer): the sequence KL to the reference is folded
     into each completion's reward, whose baseline is the mean shaped reward of the other G - 1 completions of its
     prompt; PPO-clip token loss with no KL term, text envs only."""
@@ -63,43 +138,21 @@ class RLOOConfig:
 
     group_size: int = 8
     """G: completions sampled per prompt (>= 2: the baseline leaves one out)."""
-    n_groups: int = 16
-    """M: prompts per update; a batch is M * G completions."""
     drop_degenerate_groups: bool = False
     """Leave prompts whose completions all got the same task reward out of the update (only the KL tells them apart)."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
     epsilon_high: float | None = None
     """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher, 0.28; None: epsilon)."""
-    loss_agg: str = "token_mean"
-    """'seq_mean' (per-completion mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
-    n_iterations: int = 1
-    """mu: epochs of policy updates over each batch."""
-    batch_size: int = 64
-    """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 3e-5
-    """Adam step size."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
     beta: float = 0.04
     """Reward R - beta * sum_t log(pi_old / pi_ref) over the completion (0: no KL, no reference forward pass)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave completions that hit the length limit without EOS out of the loss (they still count in the baselines)."""
 
     def __post_init__(self) -> None:
         _clipped_lm_rules(self, min_group=2)
 
-    def check_rollout(self, n_envs: int) -> None:
-        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
-    def check_text_env(self) -> None:
-        """Rules for a text env: none beyond the field rules."""
-
-
-@dataclass
-class REINFORCEConfig:
+@clipped_schema(kl_estimator="beta")
+class REINFORCEConfig(ClippedPolicyOptions):
     """REINFORCE with a batch-mean baseline (Williams, 1992): A = R - mean of the batch's rewards; the same
     clipped token loss and k3 KL as GRPO, text envs only."""
 
@@ -107,30 +160,10 @@ class REINFORCEConfig:
 
     group_size: int = 8
     """G: completions sampled per prompt (the baseline is the batch mean, so 1 works too)."""
-    n_groups: int = 16
-    """M: prompts per update; a batch is M * G completions."""
-    drop_degenerate_groups: bool = False
-    """Leave prompts whose completions all got the same reward out of the update."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
-    epsilon_high: float | None = None
-    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
-    loss_agg: str = "token_mean"
-    """'seq_mean' (per-completion mean, then mean), 'token_mean' (DAPO) or 'constant' (Dr. GRPO)."""
     n_iterations: int = 1
     """mu: epochs of policy updates over each batch (1 with one minibatch: the plain REINFORCE gradient)."""
-    batch_size: int = 64
-    """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 3e-5
-    """Adam step size."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
-    beta: float = 0.04
-    """KL-penalty coefficient to the reference (SFT) policy (0: disabled, no reference forward pass)."""
     kl_estimator: str = "k3"
     """Per-token estimator of the KL term: 'k1', 'k2' or 'k3' (Schulman, 2020)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave completions that hit the length limit without EOS out of the loss (they still count in the baseline)."""
 
@@ -138,15 +171,9 @@ class REINFORCEConfig:
         _clipped_lm_rules(self, min_group=1)
         _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
 
-    def check_rollout(self, n_envs: int) -> None:
-        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
-    def check_text_env(self) -> None:
-        """Rules for a text env: none beyond the field rules."""
-
-
-@dataclass
-class GSPOConfig:
+@clipped_schema(scale_rewards="n_groups", kl_estimator="beta")
+class GSPOConfig(ClippedPolicyOptions):
     """Group Sequence Policy Optimization (Zheng et al., 2025): GRPO's group-normalised advantages with one
     length-normalised importance ratio per completion, clipped at the sequence level; text envs only."""
 
@@ -154,8 +181,6 @@ class GSPOConfig:
 
     group_size: int = 8
     """G: completions sampled per prompt (>= 2: the advantage is relative to the group)."""
-    n_groups: int = 16
-    """M: prompts per update; a batch is M * G completions."""
     scale_rewards: str = "group"
     """'group' (divide by group std), 'batch' (batch std) or 'none' (centre only)."""
     drop_degenerate_groups: bool = False
@@ -166,20 +191,10 @@ class GSPOConfig:
     """Upper clip of the sequence ratio: s <= 1 + epsilon_high (the paper: 4e-4; None: epsilon)."""
     loss_agg: str = "seq_mean"
     """'seq_mean' (the paper: mean over completions), 'token_mean' or 'constant'."""
-    n_iterations: int = 1
-    """mu: epochs of policy updates over each batch."""
-    batch_size: int = 64
-    """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 3e-5
-    """Adam step size."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
     beta: float = 0.04
     """KL-penalty coefficient to the reference (SFT) policy (0, the paper's objective: no reference forward pass)."""
     kl_estimator: str = "k3"
     """Per-token estimator of the KL term: 'k1', 'k2' or 'k3' (Schulman, 2020)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave completions that hit the length limit without EOS out of the loss (they still count in the baselines)."""
 
@@ -188,15 +203,9 @@ class GSPOConfig:
         _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
 
-    def check_rollout(self, n_envs: int) -> None:
-        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
-    def check_text_env(self) -> None:
-        """Rules for a text env: none beyond the field rules."""
-
-
-@dataclass
-class ReinforcePPConfig:
+@clipped_schema(baseline="n_groups", gamma="baseline")
+class ReinforcePPConfig(ClippedPolicyOptions):
     """REINFORCE++ (Hu et al., 2025): the per-token k1 KL to the reference folded into the token rewards, advantages
     the return-to-go whitened over the batch's tokens (with ``baseline: group`` the group mean reward subtracted
     first: REINFORCE++-baseline), PPO-clip token loss; text envs only."""
@@ -205,32 +214,14 @@ class ReinforcePPConfig:
 
     group_size: int = 8
     """G: completions sampled per prompt (>= 2 with baseline=group)."""
-    n_groups: int = 16
-    """M: prompts per update; a batch is M * G completions."""
     baseline: str = "none"
     """'none' (REINFORCE++) or 'group' (REINFORCE++-baseline: R - mean reward of the prompt's group)."""
     gamma: float = 1.0
     """Discount of the token returns (1.0: the paper's undiscounted sum)."""
-    drop_degenerate_groups: bool = False
-    """Leave prompts whose completions all got the same reward out of the update."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
-    epsilon_high: float | None = None
-    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
     loss_agg: str = "token_mean"
     """'seq_mean' (per-completion mean, then mean), 'token_mean' or 'constant'."""
-    n_iterations: int = 1
-    """mu: epochs of policy updates over each batch."""
-    batch_size: int = 64
-    """Completions per minibatch (<= group_size * n_groups)."""
-    learning_rate: float = 3e-5
-    """Adam step size."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
     beta: float = 0.04
     """Token reward -beta * log(pi_old / pi_ref), plus the task reward on the last token (0: no reference pass)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave completions that hit the length limit without EOS out of the loss (they still count in the whitening)."""
 
@@ -241,15 +232,15 @@ class ReinforcePPConfig:
                  ">= 2 with algo.baseline=group", "a group of one is its own baseline")  # fmt: skip
         _gamma("algo.gamma", self.gamma)
 
-    def check_rollout(self, n_envs: int) -> None:
-        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
 
-    def check_text_env(self) -> None:
-        """Rules for a text env: none beyond the field rules."""
-
-
-@dataclass
-class PPOLMConfig:
+@clipped_schema(
+    vf_learning_rate="learning_rate",
+    gamma="beta",
+    gae_lambda="gamma",
+    clip_range_vf="gae_lambda",
+    normalize_advantage="clip_range_vf",
+)
+class PPOLMConfig(ClippedPolicyOptions):
     """PPO with a value head for language models (Ouyang et al., 2022): per-token reward -beta * log(pi / pi_ref)
     plus the task score on the last token, token-level GAE, clipped policy and value losses; text envs only."""
 
@@ -261,16 +252,10 @@ class PPOLMConfig:
     """Prompts per update; a batch is n_groups * group_size completions."""
     drop_degenerate_groups: bool = False
     """Leave prompts whose completions all got the same score out of the update."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
-    epsilon_high: float | None = None
-    """Upper clip: ratio <= 1 + epsilon_high (None: epsilon)."""
     loss_agg: str = "token_mean"
     """Aggregation of the policy loss: 'seq_mean', 'token_mean' or 'constant'."""
     n_iterations: int = 1
     """Epochs of minibatch updates over each batch."""
-    batch_size: int = 64
-    """Completions per minibatch (<= group_size * n_groups)."""
     learning_rate: float = 3e-5
     """Adam step size of the policy."""
     vf_learning_rate: float = 1e-4
@@ -287,8 +272,6 @@ class PPOLMConfig:
     """Clip the new value to old value +- this (None: unclipped value loss)."""
     normalize_advantage: bool = True
     """Standardise the token advantages over the batch (TRL's whitening)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
 
     def __post_init__(self) -> None:
         _clipped_lm_rules(self, min_group=1)
@@ -301,12 +284,9 @@ class PPOLMConfig:
     def check_rollout(self, n_envs: int) -> None:
         """No env rollout: text tasks only (TrainConfig refuses a gymnasium env; SB3's PPO is algo=ppo)."""
 
-    def check_text_env(self) -> None:
-        """Rules for a text env: none beyond the field rules."""
 
-
-@dataclass
-class FlowGRPOConfig:
+@clipped_schema(scale_rewards="n_groups", kl_estimator="beta")
+class FlowGRPOConfig(ClippedPolicyOptions):
     """Flow-GRPO (AgentFlow; Li et al., 2025) on a multi-turn text task: every turn of each of the G trajectories of a
     question is one sample carrying the trajectory's final reward, advantages normalised over all the turns of the
     question's group, then GRPO's clipped token loss and KL term (docs/algorithms/lm.md, "Multi-turn agents")."""
@@ -321,27 +301,17 @@ class FlowGRPOConfig:
     """'group' (divide by the std over the group's turns), 'batch' (over the batch's turns) or 'none' (centre only)."""
     drop_degenerate_groups: bool = False
     """Leave questions whose trajectories all got the same reward out of the update (their advantages are 0)."""
-    epsilon: float = 0.2
-    """Lower clip: ratio >= 1 - epsilon."""
     epsilon_high: float | None = None
     """Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28; None: epsilon)."""
     loss_agg: str = "token_mean"
     """'token_mean' (every action token weighs the same), 'seq_mean' (each turn's mean, then the mean over turns) or
     'constant'."""
-    n_iterations: int = 1
-    """mu: epochs of policy updates over each batch."""
     batch_size: int = 64
     """Turns per minibatch."""
-    learning_rate: float = 3e-5
-    """Adam step size."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
     beta: float = 0.04
     """KL term to the reference (SFT) policy in the loss (AgentFlow: 0.001); 0 = off and no reference forward pass."""
     kl_estimator: str = "k3"
     """Per-token estimator of the KL term: 'k1', 'k2' or 'k3' (Schulman, 2020)."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
     mask_truncated_completions: bool = False
     """Leave turns cut at the token limit without EOS out of the loss (they still count in the baselines)."""
 
@@ -350,19 +320,5 @@ class FlowGRPOConfig:
         _choice("algo.scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _choice("algo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
 
-    def check_rollout(self, n_envs: int) -> None:
-        """No env rollout: text tasks only (TrainConfig refuses a gymnasium env)."""
-
     def check_text_env(self) -> None:
         """Rules for a text env: that it is a multi-turn one is TrainConfig's rule."""
-
-
-TEXT_RL_ALGOS: tuple[Any, ...] = (
-    RLOOConfig,
-    REINFORCEConfig,
-    GSPOConfig,
-    ReinforcePPConfig,
-    PPOLMConfig,
-    FlowGRPOConfig,
-)
-"""The language-model RL algorithms that train on text tasks only (docs/algorithms/lm.md)."""

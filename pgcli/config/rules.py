@@ -15,6 +15,7 @@ from typing import Any
 from pgcli.errors import ConfigError
 
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "leaky_relu")
+"""The values of ``model.activation`` (their torch functions and modules: ``pgcli.algo.networks.ACTIVATIONS``)."""
 SCHEDULES = ("constant", "linear")
 # Sane bounds (docs/configuration.md, "Validation"): values past these are typos (1e300, an extra zero) that would
 # otherwise run for ever, exhaust memory or diverge at once; each error names the bound and a typical value.

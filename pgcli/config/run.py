@@ -1,5 +1,5 @@
 """The top of the config tree: a run's gymnasium env, MLP model, hardware, tracking and evaluation schemas, the
-:class:`TrainConfig` that holds one option of every group, and the algo tables (which algorithms train on what).
+:class:`TrainConfig` that holds one option of every group (which algorithm trains on what: :mod:`pgcli.config.algos`).
 
 Cross-group rules that need only the values (a text algo on a text task, the rollout ``algo.n_steps * env.n_envs``)
 run in :meth:`TrainConfig.__post_init__`; the checks that need the world (env id registered, spaces of a probed env,
@@ -14,17 +14,9 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from pgcli.config.control import (
-    A2CConfig,
-    GRPOConfig,
-    PPOConfig,
-    PPOKLConfig,
-    SB3TRPOConfig,
-    TRPOConfig,
-    VPGConfig,
-)
+from pgcli.config.algos import ALGOS, GYM_KINDS, TEXT_KINDS, algo_entry, algo_names
+from pgcli.config.control import GRPOConfig, TRPOConfig
 from pgcli.config.hf import HFModelConfig
-from pgcli.config.lm_algos import TEXT_RL_ALGOS, FlowGRPOConfig
 from pgcli.config.pixels import CNNModelConfig, PixelsConfig, check_envpool
 from pgcli.config.rm import RMConfig
 from pgcli.config.rules import (
@@ -39,28 +31,8 @@ from pgcli.config.rules import (
     _positive,
     require,
 )
-from pgcli.config.text import AGENT_ENV_CONFIGS, LMModelConfig, SFTConfig, TextEnvConfig
+from pgcli.config.text import AGENT_ENV_CONFIGS, LMModelConfig, TextEnvConfig
 from pgcli.errors import ConfigError
-
-# --------------------------------------------------------------------------------------------------------------------
-# algo tables
-# --------------------------------------------------------------------------------------------------------------------
-
-_FIRST_ALGOS: tuple[type, ...] = (
-    PPOConfig,
-    A2CConfig,
-    SB3TRPOConfig,
-    TRPOConfig,
-    VPGConfig,
-    PPOKLConfig,
-    GRPOConfig,
-    SFTConfig,
-)
-ALGO_CONFIGS: dict[str, type] = {c.name: c for c in (*_FIRST_ALGOS, *TEXT_RL_ALGOS, RMConfig)}
-TEXT_ALGOS: tuple[type, ...] = (GRPOConfig, SFTConfig, *TEXT_RL_ALGOS, RMConfig)
-"""Algo configs that train on a text env (``pgcli.training.build.TEXT_TRAINERS`` holds their trainers)."""
-CONTROL_ALGOS: tuple[type, ...] = (PPOConfig, A2CConfig, SB3TRPOConfig, TRPOConfig, VPGConfig, PPOKLConfig, GRPOConfig)
-"""Algo configs that train on a gymnasium env (``pgcli.training.build.TRAINERS``)."""
 
 # --------------------------------------------------------------------------------------------------------------------
 # env, model, hardware, tracking
@@ -265,15 +237,18 @@ class TrainConfig:
         _at_most("n_seeds", self.n_seeds, 1000, "typical: 3 to 10")
         last = self.seed + self.n_seeds - 1
         require(last <= MAX_SEED, "seed + n_seeds - 1", last, f"<= 2**32 - 1 = {MAX_SEED}", "numpy seeds are 32-bit")
-        if type(self.algo) not in ALGO_CONFIGS.values():
-            raise ConfigError(f"algo must be one of the algo group's options (got {type(self.algo).__name__})")
+        try:
+            entry = algo_entry(self.algo)
+        except KeyError:
+            raise ConfigError(
+                f"algo must be one of the algo group's options (got {type(self.algo).__name__})"
+            ) from None
         if isinstance(self.env, TextEnvConfig):
             self._check_text()
             return
         if not isinstance(self.env, EnvConfig):
             raise ConfigError(f"env must be one of the env group's options (got {type(self.env).__name__})")
-        text = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
-        if type(self.algo) not in CONTROL_ALGOS:
+        if not entry.trains_on(*GYM_KINDS):
             raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown|"
                               f"countdown_tool); {self.env.id} is a gymnasium env")  # fmt: skip
         if self.env.pixels is not None or isinstance(self.model, CNNModelConfig):
@@ -282,8 +257,11 @@ class TrainConfig:
             model = self.model.name if isinstance(self.model, LMModelConfig | HFModelConfig) else self.model
             require(isinstance(self.model, ModelConfig), "model", model, "an MLP option (mlp, mlp_large) on a "
                      "gymnasium env", f"model={model} is for text tasks")  # fmt: skip
+        if not entry.trains_on(self.env_kind):
+            raise ConfigError(f"algo={self.algo.name} does not train on {self.env_kind} envs; env.id {self.env.id!r} "
+                              f"takes algo={', '.join(algo_names(self.env_kind))}")  # fmt: skip
         require(self.init is None, "init", self.init, "null on a gymnasium env",
-                 f"init=<SFT run> starts text-task runs ({text})")  # fmt: skip
+                 f"init=<SFT run> starts text-task runs ({', '.join(algo_names(*TEXT_KINDS))})")  # fmt: skip
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
         if self.hardware.vec_env == "envpool":
             check_envpool(self.env.id, self.env.pixels, kwargs=self.env.kwargs, n_wrappers=len(self.env.wrappers),
@@ -308,8 +286,8 @@ class TrainConfig:
     def _check_text(self) -> None:
         """Cross-group rules of a text run: a text algo, a language model (TinyGPT or Hugging Face), no videos (the
         prompts' fit in ``model.max_len`` needs the task: :mod:`pgcli.training.checks`)."""
-        if type(self.algo) not in TEXT_ALGOS:
-            able = ", ".join(name for name, c in ALGO_CONFIGS.items() if c in TEXT_ALGOS)
+        if not ALGOS[self.algo.name].trains_on(*TEXT_KINDS):
+            able = ", ".join(algo_names(*TEXT_KINDS))
             raise ConfigError(f"algo={self.algo.name} does not train on text tasks; env={self.env.id} takes algo="
                               f"{able}")  # fmt: skip
         if not isinstance(self.model, LMModelConfig | HFModelConfig):
@@ -329,17 +307,25 @@ class TrainConfig:
     def _check_turns(self) -> None:
         """A multi-turn task trains with Flow-GRPO, whole-trajectory GRPO or SFT (its turns as demonstrations), and
         Flow-GRPO needs one (docs/lm.md, "Multi-turn agents")."""
-        multi_turn = isinstance(self.env, AGENT_ENV_CONFIGS)
-        if isinstance(self.algo, FlowGRPOConfig) and not multi_turn:
-            raise ConfigError(f"algo=flow_grpo trains on multi-turn tasks (env=countdown_tool); env={self.env.id} is "
-                              "single-turn: use algo=grpo")  # fmt: skip
-        if multi_turn and not isinstance(self.algo, FlowGRPOConfig | GRPOConfig | SFTConfig):
+        multi_turn, entry = self.env_kind == "multi-turn", ALGOS[self.algo.name]
+        if not multi_turn and not entry.trains_on("text"):
+            raise ConfigError(f"algo={self.algo.name} trains on multi-turn tasks (env=countdown_tool); "
+                              f"env={self.env.id} is single-turn: use algo=grpo")  # fmt: skip
+        if multi_turn and not entry.trains_on("multi-turn"):
             raise ConfigError(f"env={self.env.id} is a multi-turn task: it trains with algo=flow_grpo, grpo (whole "
                               f"trajectories) or sft (got algo={self.algo.name})")  # fmt: skip
         if multi_turn and isinstance(self.algo, GRPOConfig):
             require(self.algo.loss_agg != "seq_mean", "algo.loss_agg", self.algo.loss_agg, "token_mean or constant "
                      "with algo=grpo on a multi-turn task", "a trajectory's turns are separate samples, so a "
                      "per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns")  # fmt: skip
+
+    @property
+    def env_kind(self) -> str:
+        """The kind of env (:data:`pgcli.config.algos.KINDS`): ``control``, ``image`` (``env.pixels``), ``text`` or
+        ``multi-turn``; the catalogue's trainer of that kind trains the run."""
+        if isinstance(self.env, TextEnvConfig):
+            return "multi-turn" if isinstance(self.env, AGENT_ENV_CONFIGS) else "text"
+        return "image" if self.env.pixels is not None else "control"
 
     @property
     def steps_per_rollout(self) -> int | None:

@@ -8,8 +8,8 @@ time, before any run directory, env or MLflow run exists (docs/configuration.md,
   the module is imported first so that it can register the id. A module in the directory pgcli starts in is found.
 - ``env.wrappers`` is a list of ``{_target_: module.Wrapper, arg: value, ...}``; each target must import, be callable
   and accept the arguments, and is applied as ``Wrapper(env, **args)``.
-- :data:`OBSERVATION_SPACES` and :data:`ACTION_SPACES` say which spaces each trainer takes; :func:`algos_taking` and
-  :func:`describe_space` word the error when one cannot.
+- :func:`takes` says whether an algorithm takes a space (the spaces of its row in the catalogue,
+  :data:`pgcli.config.algos.ALGOS`); :func:`algos_taking` and :func:`describe_space` word the error when it cannot.
 """
 
 from __future__ import annotations
@@ -25,24 +25,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from pgcli.config.algos import ALGOS, AlgoEntry
 from pgcli.errors import ConfigError
-
-OWN_TRAINERS = ("trpo", "vpg", "ppo_kl", "grpo")
-"""pgcli's own PyTorch trainers: an MLP on a flat Box observation; Categorical or diagonal-Gaussian actions."""
-SB3_TRAINERS = ("ppo", "a2c", "sb3_trpo")
-"""SB3 / sb3-contrib with ``MlpPolicy`` (one-hot for discrete observations; no Dict or Tuple observations)."""
-
-OBSERVATION_SPACES: dict[str, tuple[type[spaces.Space], ...]] = {
-    **{name: (spaces.Box,) for name in OWN_TRAINERS},
-    **{name: (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary) for name in SB3_TRAINERS},
-}
-"""Observation spaces each trainer takes. A Box of any rank is flattened to 1-D by ``make_env`` first."""
-ACTION_SPACES: dict[str, tuple[type[spaces.Space], ...]] = {
-    **{name: (spaces.Discrete, spaces.Box) for name in OWN_TRAINERS},
-    **{name: (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary) for name in SB3_TRAINERS},
-}
-"""Action spaces each trainer takes (SB3's ``supported_action_spaces``; ours need a 1-D Box)."""
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # env.id and env.wrappers
@@ -184,13 +168,16 @@ def describe_space(space: spaces.Space) -> str:
     return type(space).__name__
 
 
-def algos_taking(table: dict[str, tuple[type[spaces.Space], ...]], space: spaces.Space) -> list[str]:
-    """The algorithms whose entry in ``table`` takes ``space`` (ours also need a 1-D Box for actions)."""
-    out = []
-    for name, kinds in table.items():
-        ok = isinstance(space, kinds)
-        if ok and table is ACTION_SPACES and name in OWN_TRAINERS and isinstance(space, spaces.Box):
-            ok = len(space.shape) == 1
-        if ok:
-            out.append(name)
-    return out
+def takes(entry: AlgoEntry, role: str, space: spaces.Space) -> bool:
+    """Whether the algorithm of ``entry`` takes ``space`` as its ``role`` (``observation`` or ``action``) space."""
+    names = entry.observation_spaces if role == "observation" else entry.action_spaces
+    if not isinstance(space, tuple(getattr(spaces, name) for name in names)):
+        return False
+    if role == "action" and entry.flat_box_actions and isinstance(space, spaces.Box):
+        return len(space.shape) == 1
+    return True
+
+
+def algos_taking(role: str, space: spaces.Space) -> list[str]:
+    """The algorithms (catalogue order) that take ``space`` as their ``role`` (``observation`` or ``action``) space."""
+    return [name for name, entry in ALGOS.items() if takes(entry, role, space)]

@@ -1,13 +1,13 @@
 """Composition root: a validated :class:`~pgcli.config.TrainConfig` in; device, seeded env, trainer, logger and
 monitor out; one training run executed inside :class:`pgcli.training.run.Run`, which owns the MLflow run's life.
 
-Trainers come from one explicit table, :data:`TRAINERS` (config type -> "module:Class"); the module is imported only
-when that algorithm runs, so ``pgcli --help`` and config validation never pay for torch or SB3.
+Trainers come from the algorithm catalogue, :data:`pgcli.config.algos.ALGOS` (a trainer per kind of env, as
+"module:Class"); the module is imported only when that algorithm runs, so ``pgcli --help`` and config validation never
+pay for torch or SB3.
 """
 
 from __future__ import annotations
 
-import importlib
 import platform
 import random
 import subprocess
@@ -21,26 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 import pgcli
-from pgcli.config import (
-    A2CConfig,
-    FlowGRPOConfig,
-    GRPOConfig,
-    GSPOConfig,
-    ModelConfig,
-    PPOConfig,
-    PPOKLConfig,
-    PPOLMConfig,
-    REINFORCEConfig,
-    ReinforcePPConfig,
-    RLOOConfig,
-    RMConfig,
-    SB3TRPOConfig,
-    SFTConfig,
-    TextEnvConfig,
-    TrainConfig,
-    TRPOConfig,
-    VPGConfig,
-)
+from pgcli.config import ModelConfig, RMConfig, SFTConfig, TextEnvConfig, TrainConfig
+from pgcli.config.algos import algo_entry
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import extra_processes, select_device, workload_of
 from pgcli.lm.init import start_from_init
@@ -57,36 +39,6 @@ if TYPE_CHECKING:
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
-
-TRAINERS: dict[type, str] = {
-    PPOConfig: "pgcli.algo.sb3:SB3Trainer",
-    A2CConfig: "pgcli.algo.sb3:SB3Trainer",
-    SB3TRPOConfig: "pgcli.algo.sb3:SB3Trainer",
-    TRPOConfig: "pgcli.algo.trpo:TRPO",
-    VPGConfig: "pgcli.algo.vpg:VPG",
-    PPOKLConfig: "pgcli.algo.ppo_kl:PPOKL",
-    GRPOConfig: "pgcli.algo.grpo:GRPO",
-}
-TEXT_TRAINERS: dict[type, str] = {
-    SFTConfig: "pgcli.lm.sft:SFT",
-    GRPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
-    RLOOConfig: "pgcli.algo.lm_grpo:LMGRPO",
-    REINFORCEConfig: "pgcli.algo.lm_grpo:LMGRPO",
-    GSPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
-    ReinforcePPConfig: "pgcli.algo.lm_grpo:LMGRPO",
-    PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
-    RMConfig: "pgcli.lm.reward_model:RewardModelTrainer",
-}
-"""Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
-device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
-:data:`TRAINERS`."""
-AGENT_TRAINERS: dict[type, str] = {
-    SFTConfig: "pgcli.lm.sft:SFT",
-    GRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
-    FlowGRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
-}
-"""Trainers of multi-turn text tasks (docs/lm.md, "Multi-turn agents"): SFT on their turns, whole-trajectory GRPO
-and Flow-GRPO."""
 
 
 @dataclass
@@ -131,29 +83,28 @@ class TextTrainerFactory(Protocol):
     ) -> Learner: ...
 
 
-def trainer_class(algo_cfg: Any) -> TrainerFactory:
-    """The trainer class for an algo config (imported on demand)."""
-    trainer: TrainerFactory = _registered(TRAINERS, algo_cfg, "trainer")
+def trainer_class(algo_cfg: Any, *, kind: str = "control") -> TrainerFactory:
+    """The gymnasium trainer class of an algo config for ``kind`` (``control`` or ``image``), imported on demand."""
+    trainer: TrainerFactory = _registered(algo_cfg, kind, "trainer")
     return trainer
 
 
 def text_trainer_class(algo_cfg: Any, *, multi_turn: bool = False) -> TextTrainerFactory:
     """The text-task trainer class for an algo config (imported on demand); ``multi_turn``: of a multi-turn task."""
-    table = AGENT_TRAINERS if multi_turn else TEXT_TRAINERS
-    trainer: TextTrainerFactory = _registered(
-        table, algo_cfg, "multi-turn trainer" if multi_turn else "text-task trainer"
-    )
+    kind, what = ("multi-turn", "multi-turn trainer") if multi_turn else ("text", "text-task trainer")
+    trainer: TextTrainerFactory = _registered(algo_cfg, kind, what)
     return trainer
 
 
-def _registered(table: dict[type, str], algo_cfg: Any, what: str) -> Any:
-    """The class ``table`` names (``"module:Class"``) for the type of ``algo_cfg``, its module imported now."""
+def _registered(algo_cfg: Any, kind: str, what: str) -> Any:
+    """The catalogue's trainer of ``kind`` for the type of ``algo_cfg``, its module imported now."""
     try:
-        target = table[type(algo_cfg)]
+        entry = algo_entry(algo_cfg)
     except KeyError:
-        raise ConfigError(f"no {what} registered for {type(algo_cfg).__name__}") from None
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
+        entry = None
+    if entry is None or not entry.trains_on(kind):
+        raise ConfigError(f"no {what} registered for {type(algo_cfg).__name__}")
+    return entry.trainer(kind)
 
 
 def seed_everything(seed: int) -> None:
@@ -270,7 +221,8 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
         env = run.closing(
             make_vec_env(cfg.env, seed=cfg.seed, vectorization=cfg.hardware.vec_env, gamma=cfg.algo.gamma)
         )
-        trainer = run.closing(trainer_class(cfg.algo)(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
+        trainer_cls = trainer_class(cfg.algo, kind=cfg.env_kind)
+        trainer = run.closing(trainer_cls(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
         monitor = run.closing(control_monitor(cfg, ctx, run, env))
         fit_start, queued_start = time.perf_counter(), run_queue_total(env)
         steps, final = fit(run, trainer, monitor, cfg.total_steps)

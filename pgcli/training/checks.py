@@ -28,27 +28,18 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from pgcli.config import (
-    A2CConfig,
     EnvConfig,
     HFModelConfig,
-    PPOConfig,
-    SB3TRPOConfig,
     TextEnvConfig,
     TrainConfig,
 )
+from pgcli.config.algos import algo_entry
 from pgcli.config.compose import compose_train_config, job_overrides, to_train_config
 from pgcli.config.pixels import MIN_FRAME_SIZE, CNNModelConfig
 from pgcli.config.rules import require
 from pgcli.envs.make import wrap_env
 from pgcli.envs.pixels import missing_package, quiet_ale
-from pgcli.envs.spec import (
-    ACTION_SPACES,
-    OBSERVATION_SPACES,
-    algos_taking,
-    check_wrapper,
-    describe_space,
-    registered_id,
-)
+from pgcli.envs.spec import algos_taking, check_wrapper, describe_space, registered_id, takes
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import select_device
 from pgcli.lm.learned_reward import check_reward_model, locate_reward_model, reward_model_ref
@@ -127,13 +118,13 @@ def check_spaces(cfg: TrainConfig) -> None:
     if probed is None:
         return
     obs_space, action_space = probed
-    algo, env_id = type(cfg.algo).name, cfg.env.id
-    if not isinstance(obs_space, OBSERVATION_SPACES[algo]):
-        able = algos_taking(OBSERVATION_SPACES, obs_space)
-        raise _unsupported("observation", env_id, obs_space, algo, able, f"flatten it with {FLATTEN_HINT}")
-    if algo not in algos_taking(ACTION_SPACES, action_space):
-        able = algos_taking(ACTION_SPACES, action_space)
-        raise _unsupported("action", env_id, action_space, algo, able, "wrap the env to expose a supported space")
+    entry, env_id = algo_entry(cfg.algo), cfg.env.id
+    if not takes(entry, "observation", obs_space):
+        able = algos_taking("observation", obs_space)
+        raise _unsupported("observation", env_id, obs_space, entry.name, able, f"flatten it with {FLATTEN_HINT}")
+    if not takes(entry, "action", action_space):
+        able = algos_taking("action", action_space)
+        raise _unsupported("action", env_id, action_space, entry.name, able, "wrap the env to expose a supported space")
     if cfg.env.normalize_obs and not isinstance(obs_space, spaces.Box):
         raise ConfigError(
             f"env.normalize_obs=true needs a Box observation space; {env_id!r} has {describe_space(obs_space)}; "
@@ -142,7 +133,7 @@ def check_spaces(cfg: TrainConfig) -> None:
     if isinstance(action_space, spaces.Box):
         return
     actions = describe_space(action_space)
-    if isinstance(cfg.algo, (PPOConfig, A2CConfig, SB3TRPOConfig)) and cfg.algo.use_sde:
+    if getattr(cfg.algo, "use_sde", False):  # SB3's gSDE (algo=ppo, a2c, sb3_trpo)
         raise ConfigError(
             f"algo.use_sde=true needs continuous (Box) actions; {env_id!r} has {actions} actions; "
             "set algo.use_sde=false"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgcli.config import (
-    ALGO_CONFIGS,
+    ALGOS,
     TEXT_ENV_CONFIGS,
     EnvConfig,
     HFModelConfig,
@@ -313,10 +313,10 @@ def train_config_from_dict(
 
     from pgcli.config.compose import describe_config_error
 
-    if algo_name not in ALGO_CONFIGS:
-        raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGO_CONFIGS)})")
+    if algo_name not in ALGOS:
+        raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGOS)})")
     schema = OmegaConf.structured(TrainConfig)
-    schema.algo = OmegaConf.structured(ALGO_CONFIGS[algo_name])
+    schema.algo = OmegaConf.structured(ALGOS[algo_name].schema)
     env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
     text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
     schema.env = OmegaConf.structured(text_env or EnvConfig)

@@ -14,9 +14,7 @@ import pytest
 
 from pgcli.cli import main
 from pgcli.config import (
-    ALGO_CONFIGS,
-    CONTROL_ALGOS,
-    TEXT_ALGOS,
+    ALGOS,
     TEXT_ENV_CONFIGS,
     EnvConfig,
     FlowGRPOConfig,
@@ -36,19 +34,20 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
-ALGOS, ENVS, PRESETS = options("algo"), options("env"), options("preset")
+ALGO_OPTIONS, ENVS, PRESETS = options("algo"), options("env"), options("preset")
 TEXT_ENVS = [e for e in ENVS if e in TEXT_ENV_CONFIGS]
 # image envs (env=pong, ...) are composed with the algos that take frames in tests/unit/test_pixels.py
 GYM_ENVS = [e for e in ENVS if e not in TEXT_ENV_CONFIGS and e not in IMAGE_ENVS]
-CONTROL = [a for a in ALGOS if ALGO_CONFIGS[a] in CONTROL_ALGOS]
-TEXT = [a for a in ALGOS if ALGO_CONFIGS[a] in TEXT_ALGOS]
+CONTROL = [a for a in ALGO_OPTIONS if ALGOS[a].trains_on("control")]
+TEXT = [a for a in ALGO_OPTIONS if ALGOS[a].trains_on("text", "multi-turn")]
 AGENT_ALGOS = (FlowGRPOConfig, GRPOConfig, SFTConfig)
 """What trains on a multi-turn task (docs/lm.md, "Multi-turn agents"); flow_grpo trains on nothing else."""
 
 
 def trains_on(algo: str, env: str) -> bool:
     multi_turn = TEXT_ENV_CONFIGS[env] in AGENT_ENV_CONFIGS
-    return ALGO_CONFIGS[algo] in AGENT_ALGOS if multi_turn else ALGO_CONFIGS[algo] is not FlowGRPOConfig
+    schema = ALGOS[algo].schema
+    return schema in AGENT_ALGOS if multi_turn else schema is not FlowGRPOConfig
 
 
 @functools.cache
@@ -60,7 +59,7 @@ def composed(*overrides: str) -> Any:
 
 def test_conf_lists_the_foundation_options():
     # The listing itself must work, or the parametrisations below would silently test nothing.
-    assert {"ppo", "a2c"} <= set(ALGOS)
+    assert {"ppo", "a2c"} <= set(ALGO_OPTIONS)
     assert {"cartpole", "pendulum", "hopper", "halfcheetah", "walker2d"} <= set(ENVS)
     zoo_pairs = {
         f"{a}_{e}" for a in ("ppo", "a2c") for e in ("cartpole", "pendulum", "hopper", "halfcheetah", "walker2d")
@@ -75,7 +74,7 @@ def test_conf_lists_the_foundation_options():
 def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
     cfg = composed(f"algo={algo}", f"env={env}")
     assert isinstance(cfg, TrainConfig)
-    assert type(cfg.algo) is ALGO_CONFIGS[algo]
+    assert type(cfg.algo) is ALGOS[algo].schema
     assert isinstance(cfg.env, EnvConfig)
     assert cfg.total_steps >= 1 and cfg.env.n_envs >= 1
 
@@ -83,7 +82,7 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if trains_on(*p)])
 def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
     cfg = composed(f"algo={algo}", f"env={env}")  # model=tiny_gpt is implied by a text env
-    assert type(cfg.algo) is ALGO_CONFIGS[algo]
+    assert type(cfg.algo) is ALGOS[algo].schema
     assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
     assert isinstance(cfg.model, LMModelConfig)
 
@@ -154,8 +153,8 @@ def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
     # '<algo>_<env>', where both names may contain '_' (ppo_kl, inverted_pendulum): the split naming an option of each.
     # '<algo>_<env>_<variant>' (ppo_hopper_zoo) is a named alternative, chosen with preset=<name>.
     # An exact '<algo>_<env>' first: flow_grpo_countdown_tool is not a variant of a flow_grpo_countdown pair.
-    exact = [(a, e) for a in ALGOS for e in ENVS if preset == f"{a}_{e}"]
-    algo, env = (exact or [(a, e) for a in ALGOS for e in ENVS if preset.startswith(f"{a}_{e}_")])[0]
+    exact = [(a, e) for a in ALGO_OPTIONS for e in ENVS if preset == f"{a}_{e}"]
+    algo, env = (exact or [(a, e) for a in ALGO_OPTIONS for e in ENVS if preset.startswith(f"{a}_{e}_")])[0]
     chosen = [] if preset == f"{algo}_{env}" else [f"preset={preset}"]
     with_preset = composed(f"algo={algo}", f"env={env}", *chosen)
     without = composed(f"algo={algo}", f"env={env}", "~preset")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgcli.config import ALGO_CONFIGS, EnvConfig, EvalConfig, ModelConfig, TrainConfig
+from pgcli.config import ALGOS, EnvConfig, EvalConfig, ModelConfig, TrainConfig
 from pgcli.config import docs as schema_docs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,14 +47,14 @@ ALGO_ROWS = re.findall(r"^\| `(\w+)` \| [^|]+ \| (.+) \|$", section(CONFIGURATIO
 
 
 def test_the_algo_table_has_a_row_per_algo():
-    assert [name for name, _ in ALGO_ROWS] == list(ALGO_CONFIGS)
+    assert [name for name, _ in ALGO_ROWS] == list(ALGOS)
 
 
 @pytest.mark.parametrize(("algo", "settings"), ALGO_ROWS, ids=[name for name, _ in ALGO_ROWS])
 def test_every_setting_the_algo_table_names_is_a_field_of_that_algo(algo: str, settings: str):
     named = set(IDENTIFIER.findall(settings))
     assert named, f"no settings named for {algo}"
-    unknown = named - names(ALGO_CONFIGS[algo])
+    unknown = named - names(ALGOS[algo].schema)
     assert not unknown, f"docs/configuration.md names {sorted(unknown)} for algo={algo}, which has no such field"
 
 

@@ -148,3 +148,28 @@ def test_multi_turn_rules_are_one_line_errors(overrides: list[str], message: str
     with pytest.raises(ConfigError) as err:
         compose_train_config(overrides)
     assert str(err.value) == message
+
+
+def test_the_clipped_schemas_share_one_base_and_keep_their_field_order():
+    from pgcli.config.lm_algos import SHARED_OPTIONS, ClippedPolicyOptions
+
+    for schema in (GRPOConfig, *SCHEMAS.values(), FlowGRPOConfig):
+        assert issubclass(schema, ClippedPolicyOptions) and dataclasses.is_dataclass(schema)
+        names = [f.name for f in dataclasses.fields(schema)]
+        assert [n for n in names if n in SHARED_OPTIONS] == list(SHARED_OPTIONS), schema.__name__
+    # the order users see in --help and docs/configuration.md: a schema's own fields among the shared ones
+    assert [f.name for f in dataclasses.fields(GSPOConfig)][:4] == ["group_size", "n_groups", "scale_rewards",
+                                                                   "drop_degenerate_groups"]  # fmt: skip
+    assert [f.name for f in dataclasses.fields(REINFORCEConfig)][-4:] == ["beta", "kl_estimator", "ent_coef",
+                                                                         "mask_truncated_completions"]  # fmt: skip
+    assert RLOOConfig().learning_rate == 3e-5 and GRPOConfig().learning_rate == 3e-4  # a schema's own default wins
+
+
+def test_a_clipped_schema_placed_after_no_field_of_its_own_is_refused():
+    from pgcli.config.lm_algos import ClippedPolicyOptions, clipped_schema
+
+    with pytest.raises(TypeError, match="names no field of its own"):
+
+        @clipped_schema(typo="beta")
+        class Bad(ClippedPolicyOptions):
+            own: int = 1

@@ -12,18 +12,10 @@ import pytest
 from gymnasium import spaces
 
 from pgcli.config import EnvConfig
+from pgcli.config.algos import ALGOS
 from pgcli.envs.episodes import finished_episodes
 from pgcli.envs.make import make_env, make_vec_env, reward_threshold
-from pgcli.envs.spec import (
-    ACTION_SPACES,
-    OBSERVATION_SPACES,
-    OWN_TRAINERS,
-    SB3_TRAINERS,
-    algos_taking,
-    check_wrapper,
-    describe_space,
-    registered_id,
-)
+from pgcli.envs.spec import algos_taking, check_wrapper, describe_space, registered_id
 from pgcli.errors import ConfigError
 from pgcli.training.checks import check_env, probe_spaces
 
@@ -215,6 +207,14 @@ CANDIDATES = [
 ]
 
 
+SB3_TRAINERS = [name for name, e in ALGOS.items() if e.trainers.get("control") == "pgcli.algo.sb3:SB3Trainer"]
+OWN_TRAINERS = [name for name, e in ALGOS.items() if e.trains_on("control") and name not in SB3_TRAINERS]
+
+
+def test_the_catalogue_has_sb3_and_own_gymnasium_trainers():
+    assert SB3_TRAINERS == ["ppo", "a2c", "sb3_trpo"] and OWN_TRAINERS == ["trpo", "vpg", "ppo_kl", "grpo"]
+
+
 @pytest.mark.parametrize("name", SB3_TRAINERS)
 def test_sb3_space_tables_match_what_sb3_accepts(name: str):
     from sb3_contrib import TRPO
@@ -231,8 +231,8 @@ def test_sb3_space_tables_match_what_sb3_accepts(name: str):
 
     box = spaces.Box(-1, 1, (2,))
     for space in CANDIDATES:
-        assert accepts(box, space) == (name in algos_taking(ACTION_SPACES, space)), f"action space {space}"
-        assert accepts(space, spaces.Discrete(2)) == (name in algos_taking(OBSERVATION_SPACES, space)), f"obs {space}"
+        assert accepts(box, space) == (name in algos_taking("action", space)), f"action space {space}"
+        assert accepts(space, spaces.Discrete(2)) == (name in algos_taking("observation", space)), f"obs {space}"
 
 
 def test_own_trainers_take_what_make_policy_takes():
@@ -248,11 +248,11 @@ def test_own_trainers_take_what_make_policy_takes():
             builds = True
         except ValueError:
             builds = False
-        assert builds == (set(OWN_TRAINERS) <= set(algos_taking(ACTION_SPACES, action_space))), action_space
+        assert builds == (set(OWN_TRAINERS) <= set(algos_taking("action", action_space))), action_space
     for obs_space in (spaces.Discrete(4), spaces.MultiBinary(3)):
         with pytest.raises(ValueError):
             make_policy(obs_space, spaces.Discrete(2), model)
-        assert algos_taking(OBSERVATION_SPACES, obs_space) == list(SB3_TRAINERS)
+        assert algos_taking("observation", obs_space) == SB3_TRAINERS
 
 
 def test_describe_space_is_short_for_any_space():
