@@ -16,8 +16,6 @@ from typing import Any, TypeVar
 
 from pgcli.redact import redact_text
 
-RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
-"""How a run can end in the store (docs/runs.md): completed, failed, or stopped by the user."""
 STALE_MARK = "marked KILLED by pgcli runs --stale"
 """How the ``error`` tag of a run that ``pgcli runs --stale`` ended begins (docs/runs.md); ``pgcli sync`` drops it when
 the run's spool holds its true end."""

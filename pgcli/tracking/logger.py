@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgcli.tracking.client import RUN_STATUSES
+from pgcli.tracking.status import RUN_STATUSES
 from pgcli.tracking.reports import plot_learning_curve, write_metrics_csv
 
 if TYPE_CHECKING:

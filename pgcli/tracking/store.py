@@ -24,20 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.redact import redact_mapping
+from pgcli.redact import redact_mapping, redact_uri
 from pgcli.tracking.client import (
     PARAM_BATCH_LIMIT,
-    RUN_STATUSES,
     get_or_create_experiment,
     quiet_mlflow_logs,
     with_retry,
 )
+from pgcli.tracking.status import RUN_STATUSES
 from pgcli.tracking.uri import (
     MLFLOW_TABLES,
     SQLITE_PREFIX,
     TrackingSettings,
     file_store_path,
-    hide_password,
     probe_health,
     resolve_tracking_target,
     sqlite_path,
@@ -376,9 +375,9 @@ def _check_server(uri: str, timeout_s: float) -> None:
     health = probe_health(uri, timeout_s)
     if health.status is None:
         raise PgcliError(
-            f"tracking server {hide_password(uri)} is not reachable ({health.failure}); start it or fix tracking.uri"
+            f"tracking server {redact_uri(uri, keep_user=True)} is not reachable ({health.failure}); start it or fix tracking.uri"
         )
     if health.status >= 400:
         raise PgcliError(
-            f"tracking server {hide_password(uri)} answered {health.status} to its health check; is it MLflow?"
+            f"tracking server {redact_uri(uri, keep_user=True)} answered {health.status} to its health check; is it MLflow?"
         )

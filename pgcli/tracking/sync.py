@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pgcli.errors import ConfigError, PgcliError
+from pgcli.redact import redact_uri
 from pgcli.tracking.client import (
     MLFLOW_BATCH_LIMIT,
     PARAM_BATCH_LIMIT,
@@ -23,7 +24,7 @@ from pgcli.tracking.client import (
     with_retry,
 )
 from pgcli.tracking.models import save_pyfunc_model
-from pgcli.tracking.spool import SPOOL_FILE, Spool, is_remote, strip_credentials
+from pgcli.tracking.spool import SPOOL_FILE, Spool, is_remote
 from pgcli.tracking.store import ensure_store
 from pgcli.tracking.uri import probe_health
 
@@ -120,7 +121,7 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     if is_remote(target):
         quick_http_failures()
         if not probe_health(target, timeout_s=10.0).ok:
-            raise PgcliError(f"tracking server {strip_credentials(target)} is unreachable; nothing was delivered "
+            raise PgcliError(f"tracking server {redact_uri(target)} is unreachable; nothing was delivered "
                              f"(the {len(ops)} writes stay in {spool.path})")  # fmt: skip
     quiet_mlflow_logs()
     ensure_store(target)

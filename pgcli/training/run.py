@@ -36,8 +36,8 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
+from pgcli.redact import redact_uri
 from pgcli.tracking.client import STALE_MARK
-from pgcli.tracking.spool import strip_credentials
 from pgcli.training.owner import claim_run, process_alive, process_tags, release_run
 
 if TYPE_CHECKING:
@@ -426,8 +426,8 @@ class Run:
         backend = self.logger.backend
         return {
             "run_id": backend.run_id if backend else None,
-            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.tracking.spool)
-            "tracking_uri": strip_credentials(backend.uri) if backend else None,
+            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.redact.redact_uri)
+            "tracking_uri": redact_uri(backend.uri) if backend else None,
             **process_tags(),
         }
 
