@@ -33,6 +33,7 @@ from pgcli.compare.report import (
 )
 from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
+from pgcli.tracking.status import FINISHED
 from pgcli.training.logged import MIN_PREFIX, find_run, is_too_short
 
 DEFAULT_METRIC = "eval/return_mean"
@@ -87,8 +88,8 @@ def main(args: list[str]) -> int:
         raise ConfigError(f"--n-boot must be >= 1 (got {ns.n_boot}); typical: 2000")
     store = open_store(ns.overrides)
     parent, records = select_runs(store, parent=ns.parent, experiments=ns.experiment, filter_string=ns.filter)
-    skipped = [] if ns.include_unfinished else [r for r in records if r.status != "FINISHED"]
-    records = [r for r in records if r.status == "FINISHED" or ns.include_unfinished]
+    skipped = [] if ns.include_unfinished else [r for r in records if r.status != FINISHED]
+    records = [r for r in records if r.status == FINISHED or ns.include_unfinished]
     runs = load_curves(store, records, ns.metric, ns.x)
     if not runs:
         left_out = f" ({len(skipped)} unfinished runs left out: --include-unfinished)" if skipped else ""

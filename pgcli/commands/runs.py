@@ -34,7 +34,8 @@ from pgcli.compare.groups import RunCurve, lookup
 from pgcli.compare.report import decimals
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import CommandParser, ConfigError
-from pgcli.training.run import StaleRun, find_stale_runs, mark_killed
+from pgcli.tracking.status import RUNNING
+from pgcli.training.owner import StaleRun, find_stale_runs, mark_killed
 
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunRecord, RunStore
@@ -189,7 +190,7 @@ def short_count(n: int) -> str:
 
 def duration_cell(record: RunRecord) -> str:
     """How long the run took (a RUNNING run: so far), as 42s, 1m23s, 2h05m or 3d04h; ``-`` for a run not started."""
-    end = record.end_time or (int(time.time() * 1000) if record.status == "RUNNING" else 0)
+    end = record.end_time or (int(time.time() * 1000) if record.status == RUNNING else 0)
     if not end or not record.start_time:
         return "-"
     return short_duration(max(end - record.start_time, 0) // 1000)

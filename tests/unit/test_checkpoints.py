@@ -19,7 +19,8 @@ from pgcli.envs.make import make_vec_env
 from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import PgcliError
 from pgcli.tracking.logger import RunLogger
-from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor, prune_checkpoints
+from pgcli.training.checkpoints import prune_checkpoints
+from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[8], vf_hidden_sizes=[8])

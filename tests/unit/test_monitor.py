@@ -157,6 +157,8 @@ def test_evaluator_uses_frozen_copy_of_training_normalisation():
 class CountingEvaluator:
     """Stands in for Evaluator: returns fixed episodes and counts calls; advances a fake clock if given one."""
 
+    concurrent = None  # evaluates in this process only
+
     def __init__(self, clock: list[float] | None = None, seconds: float = 0.0) -> None:
         self.calls = 0
         self.clock, self.seconds = clock, seconds
