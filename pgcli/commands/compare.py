@@ -133,14 +133,14 @@ def open_store(overrides: list[str]) -> Any:
     """The run store the tracking ``overrides`` point at, checked to exist before MLflow opens (and would create)
     it."""
     from pgcli.config.compose import compose_train_config
-    from pgcli.tracking.store import RunStore, check_readable_store
+    from pgcli.tracking.store import RunStore, check_store
     from pgcli.tracking.uri import resolve_tracking_target
 
     run_cfg = compose_train_config(overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store to compare; drop the tracking override")
     uri = resolve_tracking_target(run_cfg.tracking).uri
-    check_readable_store(uri, doing="compare")  # before MLflow, which would create a store where there is none
+    check_store(uri, "read", doing="compare")  # before MLflow, which would create a store where there is none
     return RunStore(uri)
 
 

@@ -101,14 +101,14 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str]) -> int:
     """Entry point of ``pgcli eval``."""
     ns = parse_args(args)
-    from pgcli.tracking.store import check_writable_store, open_run_store
+    from pgcli.tracking.store import check_store, open_run_store
     from pgcli.training.checks import train_config
 
     tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them
     store = open_run_store(tracking)  # opened on first use: a run id is looked up only in a store that is there
     if store is not None and not ns.no_log:
-        check_writable_store(store.uri, doing="log the evaluation", fix="pass --no-log, or tracking.uri=<a store "
-                             "you can write>")  # fmt: skip
+        check_store(store.uri, "write", doing="log the evaluation",
+                    fix="pass --no-log, or tracking.uri=<a store you can write>")  # fmt: skip
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
 

@@ -83,11 +83,11 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pgcli.tracking.store import RunStore, check_readable_store, check_writable_store
+    from pgcli.tracking.store import RunStore, check_store
     from pgcli.tracking.uri import resolve_tracking_target
 
     uri = resolve_tracking_target(run_cfg.tracking).uri
-    check_readable_store(uri, doing="list")
+    check_store(uri, "read", doing="list")
     store = RunStore(uri)
     experiment_ids = store.experiment_ids(ns.experiment) if ns.experiment else None
     if ns.experiment and not experiment_ids:
@@ -98,7 +98,7 @@ def main(args: list[str]) -> int:
         stale, unknown = find_stale_runs(store, experiment_ids)
         stale, offline = _without_offline_ends(store, stale)
         if stale and not ns.dry_run:
-            check_writable_store(uri, doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
+            check_store(uri, "write", doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
         for run in stale:
             print(f"{run.run_id}  {run.name}  {run.reason}")
         if not ns.dry_run:

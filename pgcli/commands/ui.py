@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from pgcli.errors import CommandParser, ConfigError, PgcliError
 from pgcli.redact import redact_uri
-from pgcli.tracking.store import check_readable_store
+from pgcli.tracking.store import check_store
 from pgcli.tracking.uri import TrackingTarget, probe_health, resolve_tracking_target, sqlite_path
 
 ML_VIEW = "workflowType=machine_learning"
@@ -76,7 +76,7 @@ def main(args: list[str]) -> int:
     if target.uri.startswith(("http://", "https://")):
         print(f"pgcli: runs are on a tracking server; open {redact_uri(target.uri, keep_user=True)} in a browser")
         return 0
-    check_readable_store(target.uri, doing="show")
+    check_store(target.uri, "read", doing="show")
     check_port_free(ns.host, ns.port)
     url = f"http://{browser_host(ns.host)}:{ns.port}"
     print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)

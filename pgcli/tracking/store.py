@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pgcli.errors import ConfigError, PgcliError
 from pgcli.redact import redact_mapping, redact_uri
@@ -299,6 +299,29 @@ def _create_schema(uri: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # before a reading command opens a store
 # --------------------------------------------------------------------------------------------------------------------
+
+
+StoreIntent = Literal["read", "write"]
+"""What a command will do with a store it did not create: read its runs (``pgcli runs``, ``compare``, ``ui``, a
+resume's lookup) or write to it (``pgcli eval`` logging its run, ``pgcli runs --stale`` ending runs). A training run's
+store is checked by ``pgcli.training.preflight.check_tracking_uri``, which may create it."""
+
+
+def check_store(uri: str, intent: StoreIntent, *, doing: str, fix: str = "", timeout_s: float = 10.0) -> None:
+    """The one check before a command opens the store at ``uri`` for ``intent``: a one-line error (nothing written)
+    when it cannot (:func:`check_readable_store` for reading, :func:`check_writable_store` for writing).
+
+    Args:
+        uri: the tracking URI the command would open.
+        intent: ``read`` or ``write`` (:data:`StoreIntent`).
+        doing: what the command does with the runs, for the message ("compare", "log the evaluation").
+        fix: for writing, what the user can do instead, for the message.
+        timeout_s: for reading, how long a tracking server may take to answer its health check.
+    """
+    if intent == "read":
+        check_readable_store(uri, doing=doing, timeout_s=timeout_s)
+    else:
+        check_writable_store(uri, doing=doing, fix=fix)
 
 
 def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> None:

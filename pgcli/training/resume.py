@@ -179,7 +179,7 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
 
 def _with_own_record(run: LoggedRun) -> LoggedRun:
     """A run directory's run: the one its ``run.json`` names, in the store ``run.json`` names."""
-    from pgcli.tracking.store import RunStore, check_readable_store
+    from pgcli.tracking.store import RunStore, check_store
 
     info = run.run_file()
     if info is None:
@@ -187,7 +187,7 @@ def _with_own_record(run: LoggedRun) -> LoggedRun:
     run_id, uri = info.get("run_id"), info.get("tracking_uri")
     if run_id is None:
         return run  # trained with tracking=off
-    check_readable_store(str(uri), doing="resume")  # a one-line error before MLflow opens (and creates) a store
+    check_store(str(uri), "read", doing="resume")  # a one-line error before MLflow opens (and creates) a store
     store = RunStore(str(uri))
     record = store.find(str(run_id))
     if record is None:
