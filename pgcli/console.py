@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.redact import redact_text
-from pgcli.training.progress import parallel_job, write_line
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
+from pgcli.training.progress import parallel_job, write_line
 from pgcli.training.run import RUN_FILE
 from pgcli.training.summary import TrainSummary
 

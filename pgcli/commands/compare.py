@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.tracking.status import FINISHED
 from pgcli.training.logged import MIN_PREFIX, find_run, is_too_short
+
+if TYPE_CHECKING:
+    from pgcli.tracking.store import RunRecord, RunStore
 
 DEFAULT_METRIC = "eval/return_mean"
 EVAL_TAG = "pgcli.eval.model"
@@ -144,7 +147,7 @@ def open_store(overrides: list[str]) -> Any:
     return RunStore(uri)
 
 
-def load_curves(store: Any, records: Sequence[Any], metric: str, x: str | None = None) -> list[RunCurve]:
+def load_curves(store: RunStore, records: Sequence[RunRecord], metric: str, x: str | None = None) -> list[RunCurve]:
     """Each run's ``metric`` history, oldest run first; runs that never logged it are left out.
 
     With ``x``, the points are the steps at which the run logged both ``metric`` and ``x`` (the last value of each
@@ -152,9 +155,10 @@ def load_curves(store: Any, records: Sequence[Any], metric: str, x: str | None =
     are left out."""
     runs: list[RunCurve] = []
     for record in sorted(records, key=lambda r: r.start_time):
-        points = store.metric_history(record.run_id, metric)
-        if x is not None and points:
-            ys, xs = dict(points), dict(store.metric_history(record.run_id, x))  # step -> last value
+        history = store.metric_history(record.run_id, metric)
+        points: Sequence[tuple[float, ...]] = history
+        if x is not None and history:
+            ys, xs = dict(history), dict(store.metric_history(record.run_id, x))  # step -> last value
             points = [(step, ys[step], xs[step]) for step in sorted(ys.keys() & xs.keys())]
         if points:
             columns = [np.array(v, dtype=np.float64) for v in zip(*points, strict=True)]
@@ -192,8 +196,8 @@ def write_report(
 
 
 def select_runs(
-    store: Any, *, parent: str | None, experiments: list[str] | None, filter_string: str
-) -> tuple[Any, list[Any]]:
+    store: RunStore, *, parent: str | None, experiments: list[str] | None, filter_string: str
+) -> tuple[RunRecord | None, list[RunRecord]]:
     """(parent run or None, the selected runs): a sweep's children, an experiment's runs, or a filter's matches.
 
     With no selection at all, the children of the most recent sweep. Only training runs are compared
@@ -221,14 +225,14 @@ def select_runs(
     return select_runs(store, parent=sweeps[0].run_id, experiments=None, filter_string="")
 
 
-def training_runs(records: Sequence[Any]) -> list[Any]:
+def training_runs(records: Sequence[RunRecord]) -> list[RunRecord]:
     """The training runs among ``records``: not a sweep's parent (``pgcli_role=sweep``: it has no curve of its own)
     and not a ``pgcli eval`` run (tagged ``pgcli.eval.model``: one evaluation of a trained agent, logged beside the
     run it scored, not a run of its own budget). They are left out silently: they are not what compare compares."""
     return [r for r in records if r.tags.get("pgcli_role") != "sweep" and EVAL_TAG not in r.tags]
 
 
-def default_out_dir(parent: Any) -> Path:
+def default_out_dir(parent: RunRecord | None) -> Path:
     if parent is not None and parent.tags.get("sweep_dir"):
         return Path(parent.tags["sweep_dir"]) / "compare"
     return Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")

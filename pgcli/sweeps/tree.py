@@ -38,8 +38,8 @@ from omegaconf import DictConfig, OmegaConf
 from pgcli.sweeps.failures import quiet_failure
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
 from pgcli.sweeps.results import search_summary
-from pgcli.training.owner import process_tags
 from pgcli.tracking.status import FINISHED, KILLED, PRUNED, RUNNING
+from pgcli.training.owner import process_tags
 from pgcli.training.run import PARENT_RUN_ENV, sweep_status
 
 if TYPE_CHECKING:

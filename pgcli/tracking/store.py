@@ -395,12 +395,8 @@ def check_writable_store(uri: str, *, doing: str, fix: str) -> None:
 
 
 def _check_server(uri: str, timeout_s: float) -> None:
-    health = probe_health(uri, timeout_s)
+    health, shown = probe_health(uri, timeout_s), redact_uri(uri, keep_user=True)
     if health.status is None:
-        raise PgcliError(
-            f"tracking server {redact_uri(uri, keep_user=True)} is not reachable ({health.failure}); start it or fix tracking.uri"
-        )
+        raise PgcliError(f"tracking server {shown} is not reachable ({health.failure}); start it or fix tracking.uri")
     if health.status >= 400:
-        raise PgcliError(
-            f"tracking server {redact_uri(uri, keep_user=True)} answered {health.status} to its health check; is it MLflow?"
-        )
+        raise PgcliError(f"tracking server {shown} answered {health.status} to its health check; is it MLflow?")

@@ -42,11 +42,6 @@ class BackgroundEvaluation(Protocol):
     def result(self) -> EvalResult:
         """The submitted evaluation's result (waits for it)."""
 
-    @property
-    def concurrent(self) -> Evaluator | None:
-        """Itself while evaluations run concurrently (:attr:`background`), else None."""
-        return self if self.background else None
-
     def leave_worker(self) -> None:
         """The training env's worker has stopped: evaluate in this process from now on (no evaluation in flight)."""
 
@@ -88,6 +83,11 @@ class Evaluator:
         """Evaluate agents that can ``snapshot`` their policy concurrently, in an :class:`EvalProcess` or the worker."""
         self._env: VectorEnv | None = None
         self._process: EvalProcess | WorkerEvaluation | None = None
+
+    @property
+    def concurrent(self) -> Evaluator | None:
+        """Itself while evaluations run concurrently (:attr:`background`), else None."""
+        return self if self.background else None
 
     def leave_worker(self) -> None:
         """The training env's worker has stopped (its sub-envs came home): evaluate in this process from now on, with

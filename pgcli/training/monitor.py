@@ -38,7 +38,6 @@ from pgcli.algo.base import Agent, EvalResult
 from pgcli.envs.episodes import finished_episodes
 from pgcli.errors import DivergenceError
 from pgcli.tracking.logger import MetricLogger
-from pgcli.training.evaluation import EvaluatorLike
 from pgcli.training.checkpoints import (
     CHECKPOINTS_DIR,
     best_candidate_dir,
@@ -49,6 +48,7 @@ from pgcli.training.checkpoints import (
     staging_dir,
     step_name,
 )
+from pgcli.training.evaluation import EvaluatorLike
 from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
 from pgcli.training.progress import progress_bar
 from pgcli.training.run import StopRequest

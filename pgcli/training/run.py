@@ -16,8 +16,8 @@
 
 A process killed with SIGKILL cannot end its run: it stays RUNNING, with the metrics of up to the last
 ``tracking.flush_every_s`` seconds unwritten (every checkpoint flushes first, so nothing up to the last checkpoint is
-lost). :func:`pgcli.training.owner.find_stale_runs` (``pgcli runs --stale``) finds such runs by their ``pid``/``hostname`` tags and marks
-them KILLED; ``pgcli train resume=<run>`` continues them.
+lost). :func:`pgcli.training.owner.find_stale_runs` (``pgcli runs --stale``) finds such runs by their
+``pid``/``hostname`` tags and marks them KILLED; ``pgcli train resume=<run>`` continues them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
