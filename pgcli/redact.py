@@ -4,7 +4,9 @@ Two kinds of secret reach a run: credentials inside a URI (``tracking.uri=http:/
 sends as HTTP basic auth) and values whose key names a secret (``+env.kwargs.api_token=...``). Both are replaced by
 ``***`` in MLflow params and tags (:mod:`pgcli.tracking.backend` calls :func:`redact_mapping` on every write), in the
 ``.hydra/*.yaml`` files of the run directory before they are logged as artifacts (:func:`redact_hydra_dir`), and in
-console output (:func:`redact_text`). The connection itself still uses the URI as given.
+console output (:func:`redact_text`). Where a tracking URI is named on its own, :func:`redact_uri` masks it: without
+its credentials in files (``run.json``, the spool) and warnings, or with the user kept for the read-only commands. The
+connection itself still uses the URI as given.
 
 This module must stay light (no torch, SB3 or MLflow imports): the CLI uses it before anything runs.
 """
@@ -15,6 +17,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 SECRET_WORDS = r"token|passw(?:or)?d|secret|api[_-]?key|credential"
@@ -36,6 +39,18 @@ def redact_text(text: str) -> str:
     ``key=value`` assignments (``+env.kwargs.api_token=***``) replaced."""
     text = URI_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     return SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}={MASK}", text)
+
+
+def redact_uri(uri: str, *, keep_user: bool = False) -> str:
+    """``http://user:pass@host:5000`` -> ``http://host:5000`` (a file never holds a password); with ``keep_user``,
+    ``http://user:***@host:5000`` (the read-only commands' messages say whose credentials, not which)."""
+    parts = urlsplit(uri)
+    if parts.password is None and (keep_user or parts.username is None):
+        return uri
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    netloc = f"{parts.username}:{MASK}@{host}{port}" if keep_user else f"{host}{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def redact_value(key: str, value: Any) -> Any:

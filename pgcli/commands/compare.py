@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,7 +33,11 @@ from pgcli.compare.report import (
 )
 from pgcli.compare.stats import GroupStats, aggregate
 from pgcli.errors import CommandParser, ConfigError
+from pgcli.tracking.status import FINISHED
 from pgcli.training.logged import MIN_PREFIX, find_run, is_too_short
+
+if TYPE_CHECKING:
+    from pgcli.tracking.store import RunRecord, RunStore
 
 DEFAULT_METRIC = "eval/return_mean"
 EVAL_TAG = "pgcli.eval.model"
@@ -87,8 +91,8 @@ def main(args: list[str]) -> int:
         raise ConfigError(f"--n-boot must be >= 1 (got {ns.n_boot}); typical: 2000")
     store = open_store(ns.overrides)
     parent, records = select_runs(store, parent=ns.parent, experiments=ns.experiment, filter_string=ns.filter)
-    skipped = [] if ns.include_unfinished else [r for r in records if r.status != "FINISHED"]
-    records = [r for r in records if r.status == "FINISHED" or ns.include_unfinished]
+    skipped = [] if ns.include_unfinished else [r for r in records if r.status != FINISHED]
+    records = [r for r in records if r.status == FINISHED or ns.include_unfinished]
     runs = load_curves(store, records, ns.metric, ns.x)
     if not runs:
         left_out = f" ({len(skipped)} unfinished runs left out: --include-unfinished)" if skipped else ""
@@ -132,18 +136,18 @@ def open_store(overrides: list[str]) -> Any:
     """The run store the tracking ``overrides`` point at, checked to exist before MLflow opens (and would create)
     it."""
     from pgcli.config.compose import compose_train_config
-    from pgcli.tracking.store import RunStore, check_readable_store
+    from pgcli.tracking.store import RunStore, check_store
     from pgcli.tracking.uri import resolve_tracking_target
 
     run_cfg = compose_train_config(overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store to compare; drop the tracking override")
     uri = resolve_tracking_target(run_cfg.tracking).uri
-    check_readable_store(uri, doing="compare")  # before MLflow, which would create a store where there is none
+    check_store(uri, "read", doing="compare")  # before MLflow, which would create a store where there is none
     return RunStore(uri)
 
 
-def load_curves(store: Any, records: Sequence[Any], metric: str, x: str | None = None) -> list[RunCurve]:
+def load_curves(store: RunStore, records: Sequence[RunRecord], metric: str, x: str | None = None) -> list[RunCurve]:
     """Each run's ``metric`` history, oldest run first; runs that never logged it are left out.
 
     With ``x``, the points are the steps at which the run logged both ``metric`` and ``x`` (the last value of each
@@ -151,9 +155,10 @@ def load_curves(store: Any, records: Sequence[Any], metric: str, x: str | None =
     are left out."""
     runs: list[RunCurve] = []
     for record in sorted(records, key=lambda r: r.start_time):
-        points = store.metric_history(record.run_id, metric)
-        if x is not None and points:
-            ys, xs = dict(points), dict(store.metric_history(record.run_id, x))  # step -> last value
+        history = store.metric_history(record.run_id, metric)
+        points: Sequence[tuple[float, ...]] = history
+        if x is not None and history:
+            ys, xs = dict(history), dict(store.metric_history(record.run_id, x))  # step -> last value
             points = [(step, ys[step], xs[step]) for step in sorted(ys.keys() & xs.keys())]
         if points:
             columns = [np.array(v, dtype=np.float64) for v in zip(*points, strict=True)]
@@ -191,8 +196,8 @@ def write_report(
 
 
 def select_runs(
-    store: Any, *, parent: str | None, experiments: list[str] | None, filter_string: str
-) -> tuple[Any, list[Any]]:
+    store: RunStore, *, parent: str | None, experiments: list[str] | None, filter_string: str
+) -> tuple[RunRecord | None, list[RunRecord]]:
     """(parent run or None, the selected runs): a sweep's children, an experiment's runs, or a filter's matches.
 
     With no selection at all, the children of the most recent sweep. Only training runs are compared
@@ -220,14 +225,14 @@ def select_runs(
     return select_runs(store, parent=sweeps[0].run_id, experiments=None, filter_string="")
 
 
-def training_runs(records: Sequence[Any]) -> list[Any]:
+def training_runs(records: Sequence[RunRecord]) -> list[RunRecord]:
     """The training runs among ``records``: not a sweep's parent (``pgcli_role=sweep``: it has no curve of its own)
     and not a ``pgcli eval`` run (tagged ``pgcli.eval.model``: one evaluation of a trained agent, logged beside the
     run it scored, not a run of its own budget). They are left out silently: they are not what compare compares."""
     return [r for r in records if r.tags.get("pgcli_role") != "sweep" and EVAL_TAG not in r.tags]
 
 
-def default_out_dir(parent: Any) -> Path:
+def default_out_dir(parent: RunRecord | None) -> Path:
     if parent is not None and parent.tags.get("sweep_dir"):
         return Path(parent.tags["sweep_dir"]) / "compare"
     return Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")

@@ -21,10 +21,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.training.logged import LoggedRun, Wording
+
+if TYPE_CHECKING:
+    from pgcli.tracking.store import RunRecord, RunStore
 
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
 EVAL = Wording(
@@ -47,8 +50,8 @@ class EvalTarget:
     which: str
     """'final' or 'best'."""
     run_dir: Path | None
-    run: Any
-    """The run's :class:`~pgcli.tracking.store.RunRecord` when it was named by run id."""
+    run: RunRecord | None
+    """The run's record when it was named by run id."""
     logged: LoggedRun | None = None
     """The evaluated run (None for a model directory outside a run directory)."""
 
@@ -101,14 +104,14 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str]) -> int:
     """Entry point of ``pgcli eval``."""
     ns = parse_args(args)
-    from pgcli.tracking.store import check_writable_store, open_run_store
+    from pgcli.tracking.store import check_store, open_run_store
     from pgcli.training.checks import train_config
 
     tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them
     store = open_run_store(tracking)  # opened on first use: a run id is looked up only in a store that is there
     if store is not None and not ns.no_log:
-        check_writable_store(store.uri, doing="log the evaluation", fix="pass --no-log, or tracking.uri=<a store "
-                             "you can write>")  # fmt: skip
+        check_store(store.uri, "write", doing="log the evaluation",
+                    fix="pass --no-log, or tracking.uri=<a store you can write>")  # fmt: skip
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
 
@@ -120,7 +123,7 @@ def _artifact_root(tracking: Any) -> str | None:
 
 
 @contextmanager
-def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarget]:
+def resolve_target(target: str, *, best: bool, store: RunStore | None) -> Iterator[EvalTarget]:
     """The model directory and config ``target`` names; a one-line ConfigError when it names none.
 
     A run id, or a unique prefix of one, is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its
@@ -151,6 +154,7 @@ def resolve_target(target: str, *, best: bool, store: Any) -> Iterator[EvalTarge
     if run.run_dir is not None and _is_model_dir(run.run_dir / subdir):
         yield _target(run.run_dir / subdir, which, run)
         return
+    assert store is not None  # the run was found there
     with tempfile.TemporaryDirectory(prefix="pgcli-eval-") as tmp:
         model_dir = store.download(run.record.run_id, subdir, Path(tmp))
         if model_dir is None or not _is_model_dir(model_dir):
@@ -189,7 +193,7 @@ def _target(model_dir: Path, which: str, run: LoggedRun | None) -> EvalTarget:
     return EvalTarget(model_dir, logged.train_config(), logged.algo, logged.env, which, run_dir, record, run)
 
 
-def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
+def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | None, artifact_root: str | None) -> int:
     """Play the episodes, print the result, log it (unless ``store`` is None); returns the exit status."""
     import torch
 
@@ -229,6 +233,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
             videos = recorder.close() if recorder is not None else []
             elapsed = time.perf_counter() - start
             if run is not None:
+                assert store is not None  # eval_run opens a run only in a store
                 _log_eval(store, run.run_id, result, videos, episodes=episodes, seed=seed,
                           deterministic=deterministic, which=target.which)  # fmt: skip
     finally:
@@ -238,7 +243,9 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact
     return 0
 
 
-def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: Any, artifact_root: str | None) -> int:
+def evaluate_text_target(
+    target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | None, artifact_root: str | None
+) -> int:
     """``pgcli eval`` of a text policy (docs/lm.md, "Evaluation"): the run's own held-out evaluation
     (``pgcli.lm.evaluation``), with the same sampling seed, so a final model scores exactly the run's last
     ``eval/accuracy``; ``--seed`` changes the seed of the pass@k samples. The samples table is logged as
@@ -272,6 +279,7 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
                                learned_reward=task.learned_reward)  # fmt: skip
         elapsed = time.perf_counter() - start
         if run is not None:
+            assert store is not None  # eval_run opens a run only in a store
             store.log_params(run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
             store.log_metrics(run.run_id, {"eval/return_mean": result.mean, **result.extra})
             with tempfile.TemporaryDirectory() as tmp:
@@ -287,6 +295,7 @@ def evaluate_text_target(target: EvalTarget, ns: argparse.Namespace, *, store: A
             f"  logged          {source.metrics['eval/accuracy']:.3f} (eval/accuracy of the run's last evaluation)"
         )
     if run is not None:
+        assert store is not None  # eval_run opens a run only in a store
         lines.append(f"  MLflow run      {run.run_id}  ({store.uri})")
     print("\n".join(lines), flush=True)
     return 0
@@ -300,7 +309,7 @@ def _default_out(target: EvalTarget) -> Path:
     return Path("outputs") / "eval" / name / f"{stamp}_{target.which}"
 
 
-def _source_run(target: EvalTarget, store: Any) -> Any:
+def _source_run(target: EvalTarget, store: RunStore | None) -> RunRecord | None:
     """The evaluated run in the store (its record), None when the store does not have it."""
     if target.run is not None:
         return target.run
@@ -308,7 +317,9 @@ def _source_run(target: EvalTarget, store: Any) -> Any:
 
 
 @contextmanager
-def eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | None) -> Iterator[Any]:
+def eval_run(
+    store: RunStore | None, target: EvalTarget, source: RunRecord | None, artifact_root: str | None
+) -> Iterator[RunRecord | None]:
     """The ``eval-<run>`` MLflow run (None when ``store`` is None: ``--no-log``), ended as a training run ends
     (:func:`pgcli.training.run.final_status`): FINISHED, FAILED on an error, KILLED on Ctrl-C, SIGTERM or SIGHUP;
     never left RUNNING."""
@@ -327,7 +338,9 @@ def eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | N
         store.end(run.run_id, final_status(None))
 
 
-def _open_eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: str | None) -> Any:
+def _open_eval_run(
+    store: RunStore, target: EvalTarget, source: RunRecord | None, artifact_root: str | None
+) -> RunRecord:
     tags = {"pgcli.eval.model": target.which, "model_dir": str(target.model_dir.resolve()), "algo": target.algo,
             "env": target.env, "seed": str(target.cfg.seed)}  # fmt: skip
     if source is not None:
@@ -338,7 +351,7 @@ def _open_eval_run(store: Any, target: EvalTarget, source: Any, artifact_root: s
     return store.create_run(experiment, run_name=name, tags=tags, artifact_root=artifact_root)
 
 
-def _log_eval(store: Any, run_id: str, result: Any, videos: list[Path], **params: Any) -> None:
+def _log_eval(store: RunStore, run_id: str, result: Any, videos: list[Path], **params: Any) -> None:
     store.log_params(run_id, params)
     store.log_metrics(run_id, {"eval/return_mean": result.mean, "eval/return_std": result.std,
                                "eval/ep_len_mean": float(result.lengths.mean())})  # fmt: skip
@@ -349,7 +362,8 @@ def _log_eval(store: Any, run_id: str, result: Any, videos: list[Path], **params
 
 
 def _print_result(target: EvalTarget, result: Any, *, seed: int, deterministic: bool, elapsed: float,
-                  videos: list[Path], source: Any, eval_run: Any, store: Any) -> None:  # fmt: skip
+                  videos: list[Path], source: RunRecord | None, eval_run: RunRecord | None,
+                  store: RunStore | None) -> None:  # fmt: skip
     mode = "deterministic" if deterministic else "stochastic"
     where = f"run {source.run_id}" if source is not None else str(target.model_dir)
     lines = [
@@ -365,5 +379,6 @@ def _print_result(target: EvalTarget, result: Any, *, seed: int, deterministic: 
     for video in videos:
         lines.append(f"  video         {video}")
     if eval_run is not None:
+        assert store is not None  # eval_run opens a run only in a store
         lines.append(f"  MLflow run    {eval_run.run_id}  ({store.uri})")
     print("\n".join(lines), flush=True)

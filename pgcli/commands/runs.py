@@ -34,7 +34,8 @@ from pgcli.compare.groups import RunCurve, lookup
 from pgcli.compare.report import decimals
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import CommandParser, ConfigError
-from pgcli.training.run import StaleRun, find_stale_runs, mark_killed
+from pgcli.tracking.status import RUNNING
+from pgcli.training.owner import StaleRun, find_stale_runs, mark_killed
 
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunRecord, RunStore
@@ -82,11 +83,11 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pgcli.tracking.store import RunStore, check_readable_store, check_writable_store
+    from pgcli.tracking.store import RunStore, check_store
     from pgcli.tracking.uri import resolve_tracking_target
 
     uri = resolve_tracking_target(run_cfg.tracking).uri
-    check_readable_store(uri, doing="list")
+    check_store(uri, "read", doing="list")
     store = RunStore(uri)
     experiment_ids = store.experiment_ids(ns.experiment) if ns.experiment else None
     if ns.experiment and not experiment_ids:
@@ -97,7 +98,7 @@ def main(args: list[str]) -> int:
         stale, unknown = find_stale_runs(store, experiment_ids)
         stale, offline = _without_offline_ends(store, stale)
         if stale and not ns.dry_run:
-            check_writable_store(uri, doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
+            check_store(uri, "write", doing="mark runs KILLED", fix="fix its permissions, or list them with --dry-run")
         for run in stale:
             print(f"{run.run_id}  {run.name}  {run.reason}")
         if not ns.dry_run:
@@ -189,7 +190,7 @@ def short_count(n: int) -> str:
 
 def duration_cell(record: RunRecord) -> str:
     """How long the run took (a RUNNING run: so far), as 42s, 1m23s, 2h05m or 3d04h; ``-`` for a run not started."""
-    end = record.end_time or (int(time.time() * 1000) if record.status == "RUNNING" else 0)
+    end = record.end_time or (int(time.time() * 1000) if record.status == RUNNING else 0)
     if not end or not record.start_time:
         return "-"
     return short_duration(max(end - record.start_time, 0) // 1000)

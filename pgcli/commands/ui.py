@@ -30,8 +30,9 @@ from collections import deque
 from typing import IO, Any
 
 from pgcli.errors import CommandParser, ConfigError, PgcliError
-from pgcli.tracking.store import check_readable_store
-from pgcli.tracking.uri import TrackingTarget, hide_password, probe_health, resolve_tracking_target, sqlite_path
+from pgcli.redact import redact_uri
+from pgcli.tracking.store import check_store
+from pgcli.tracking.uri import TrackingTarget, probe_health, resolve_tracking_target, sqlite_path
 
 ML_VIEW = "workflowType=machine_learning"
 """Query of MLflow UI URLs that selects the model-training view (runs, charts) over the GenAI one."""
@@ -73,9 +74,9 @@ def main(args: list[str]) -> int:
     check_options(ns)
     target = store_to_show(ns.overrides)
     if target.uri.startswith(("http://", "https://")):
-        print(f"pgcli: runs are on a tracking server; open {hide_password(target.uri)} in a browser")
+        print(f"pgcli: runs are on a tracking server; open {redact_uri(target.uri, keep_user=True)} in a browser")
         return 0
-    check_readable_store(target.uri, doing="show")
+    check_store(target.uri, "read", doing="show")
     check_port_free(ns.host, ns.port)
     url = f"http://{browser_host(ns.host)}:{ns.port}"
     print(f"pgcli: starting the MLflow UI on {url} (store {target.uri}) ...", file=sys.stderr)

@@ -184,6 +184,9 @@ class TextEvaluator:
     monitor passes is the trainer, used by the monitor for saving only).
     """
 
+    concurrent = None
+    """Evaluated in this process only (``pgcli.training.evaluation.EvaluatorLike``)."""
+
     def __init__(
         self,
         task: TextTask,

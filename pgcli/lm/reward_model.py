@@ -281,6 +281,9 @@ class PairEvaluator:
     pairs add ``eval/policy_pair_fallback_frac``, the share of held-out pairs whose wrong completion is the checker's.
     """
 
+    concurrent = None
+    """Evaluated in this process only (``pgcli.training.evaluation.EvaluatorLike``)."""
+
     def __init__(
         self, task: Task, pairs: PairGenerator, cfg: EvalConfig, *, seed: int, n_table_rows: int, device: torch.device
     ) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgcli.training.console import lookup_overrides, resume_command
-from pgcli.training.run import KILLED, latest_checkpoint
+from pgcli.tracking.status import KILLED
+from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -142,4 +143,4 @@ def _interrupted(run: RunRecord) -> bool:
 
 def _checkpointed(run: RunRecord) -> bool:
     output_dir: Any = run.tags.get("output_dir")
-    return bool(output_dir) and latest_checkpoint(Path(output_dir) / "checkpoints") is not None
+    return bool(output_dir) and latest_checkpoint(checkpoints_dir(Path(output_dir))) is not None

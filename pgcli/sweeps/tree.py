@@ -38,8 +38,9 @@ from omegaconf import DictConfig, OmegaConf
 from pgcli.sweeps.failures import quiet_failure
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
 from pgcli.sweeps.results import search_summary
+from pgcli.tracking.status import FINISHED, KILLED, PRUNED, RUNNING
 from pgcli.training.owner import process_tags
-from pgcli.training.run import FINISHED, KILLED, PARENT_RUN_ENV, sweep_status
+from pgcli.training.run import PARENT_RUN_ENV, sweep_status
 
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
@@ -69,7 +70,7 @@ class SweepOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == "FINISHED" and not self.failed
+        return self.status == FINISHED and not self.failed
 
 
 _CURRENT: SweepCallback | None = None
@@ -172,16 +173,16 @@ class SweepCallback(Callback):
         try:
             parent = store.get(parent_id)
             children = sorted(store.children(parent), key=_job_order)
-            if status != "FINISHED":  # the sweep was cut short: no job is still writing to its run
+            if status != FINISHED:  # the sweep was cut short: no job is still writing to its run
                 for child in children:
-                    if child.status == "RUNNING":
+                    if child.status == RUNNING:
                         store.end(child.run_id, KILLED)
                 children = sorted(store.children(parent), key=_job_order)
             rows = drop_common_overrides([child_row(c, self.final_metric) for c in children])
             stopped = status == KILLED  # its KILLED jobs were interrupted, not failed (docs/sweeps.md)
-            ok = ("FINISHED", "PRUNED", KILLED) if stopped else ("FINISHED", "PRUNED")
+            ok = (FINISHED, PRUNED, KILLED) if stopped else (FINISHED, PRUNED)
             failed = [_describe_failure(r) for r in rows if r["status"] not in ok]
-            n_pruned = sum(r["status"] == "PRUNED" for r in rows)
+            n_pruned = sum(r["status"] == PRUNED for r in rows)
             job_nums = {r["job"] for r in rows}
             missing = [n for n in sweep_job_numbers(self.sweep_dir) if str(n) not in job_nums]
             left = leftover(self.plan, children, missing) if stopped else None
@@ -215,7 +216,7 @@ class SweepCallback(Callback):
             writer.writeheader()
             writer.writerows(rows)
         metrics: dict[str, float] = {"sweep/n_jobs": n_jobs, "sweep/n_failed": n_failed, "sweep/n_pruned": n_pruned}
-        returns = [float(r["final_return"]) for r in rows if r["status"] == "FINISHED" and r["final_return"]]
+        returns = [float(r["final_return"]) for r in rows if r["status"] == FINISHED and r["final_return"]]
         if returns:
             metrics["sweep/best_return"] = max(returns)
         optuna = out / "optimization_results.yaml"
@@ -348,7 +349,7 @@ def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, s
         "job": child.tags.get("sweep_job", ""),
         "trial": child.tags.get("trial", ""),
         "run_name": child.name,
-        "status": "PRUNED" if child.tags.get("pruned") == "true" else child.status,
+        "status": PRUNED if child.tags.get("pruned") == "true" else child.status,
         "seed": child.tags.get("seed", ""),
         "overrides": child.tags.get("hydra_overrides", ""),
         "final_return": "" if value is None or math.isnan(value) else f"{value:.2f}",
@@ -385,12 +386,12 @@ def summary_line(outcome: SweepOutcome) -> str:
         return _stopped_line(head, outcome, outcome.left)
     if outcome.failed:
         return f"{head}, {len(outcome.failed)} failed: " + "; ".join(outcome.failed)
-    if outcome.n_pruned and outcome.status == "FINISHED":
+    if outcome.n_pruned and outcome.status == FINISHED:
         return (
             f"{head}, {outcome.n_pruned} pruned, the others finished; compare them: "
             f"pgcli compare --parent {outcome.parent_run_id}"
         )
-    if outcome.status != "FINISHED":
+    if outcome.status != FINISHED:
         return f"{head} (parent run {outcome.parent_run_id} ended {outcome.status})"
     return f"{head}, all finished; compare them: pgcli compare --parent {outcome.parent_run_id}"
 

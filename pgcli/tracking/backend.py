@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pgcli.redact import redact_mapping
+from pgcli.redact import redact_mapping, redact_uri
 from pgcli.tracking.client import (
     MLFLOW_BATCH_LIMIT,
     get_or_create_experiment,
@@ -22,7 +22,8 @@ from pgcli.tracking.client import (
     quiet_mlflow_logs,
     with_retry,
 )
-from pgcli.tracking.spool import SPOOL_FILE, Spool, is_outage, is_remote, strip_credentials
+from pgcli.tracking.spool import SPOOL_FILE, Spool, is_outage, is_remote
+from pgcli.tracking.status import RUNNING
 from pgcli.tracking.store import ensure_store
 from pgcli.tracking.sync import apply_operation, deliver_spool
 from pgcli.tracking.uri import TrackingTarget, probe_health
@@ -68,7 +69,7 @@ class MLflowBackend:
         if run_id is not None:
             run = with_retry(self.client.get_run, run_id)
             self.experiment_id = str(run.info.experiment_id)
-            with_retry(self.client.update_run, run_id, status="RUNNING")
+            with_retry(self.client.update_run, run_id, status=RUNNING)
             if "error" in run.data.tags:  # the reason an earlier attempt failed; this attempt sets its own
                 with_retry(self.client.delete_tag, run_id, "error")
         elif parent_run_id:
@@ -150,7 +151,7 @@ class MLflowBackend:
             self._write({"op": "end", "status": status, "end_time": int(time.time() * 1000)})
         if self._offline and self.spool is not None:
             n = len(self.spool.operations())
-            print(f"pgcli: warning: tracking server {strip_credentials(self.uri)} is still unreachable: run "
+            print(f"pgcli: warning: tracking server {redact_uri(self.uri)} is still unreachable: run "
                   f"{self.run_id} shows RUNNING there until `pgcli sync {self.spool.path.parent}` delivers the {n} "
                   "writes waiting in " + str(self.spool.path), file=sys.stderr, flush=True)  # fmt: skip
 
@@ -173,7 +174,7 @@ class MLflowBackend:
         self._offline, self._next_probe = True, time.monotonic() + self.probe_every_s
         self.spool.start(self.run_id, self.uri)
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        print(f"pgcli: warning: tracking server {strip_credentials(self.uri)} unreachable ({reason}); training goes "
+        print(f"pgcli: warning: tracking server {redact_uri(self.uri)} unreachable ({reason}); training goes "
               f"on and its writes wait in {self.spool.path}", file=sys.stderr, flush=True)  # fmt: skip
 
     def _reconnect(self) -> bool:
@@ -191,6 +192,6 @@ class MLflowBackend:
                 raise
             return False
         self._offline = False
-        print(f"pgcli: tracking server {strip_credentials(self.uri)} is back: delivered {n} spooled writes",
+        print(f"pgcli: tracking server {redact_uri(self.uri)} is back: delivered {n} spooled writes",
               file=sys.stderr, flush=True)  # fmt: skip
         return True

@@ -3,7 +3,7 @@
 The writer (:mod:`pgcli.tracking.backend`), spool delivery (:mod:`pgcli.tracking.sync`) and the run store
 (:mod:`pgcli.tracking.store`) share them: a quiet console, fail-fast HTTP to a tracking server, retries while a shared
 SQLite file is locked by a parallel sweep job, and pgcli's experiments found or created one way. Nothing here imports
-MLflow: the callers pass their ``MlflowClient`` in.
+MLflow at run time: the callers pass their ``MlflowClient`` in.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgcli.redact import redact_text
 
-RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
-"""How a run can end in the store (docs/runs.md): completed, failed, or stopped by the user."""
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
 STALE_MARK = "marked KILLED by pgcli runs --stale"
 """How the ``error`` tag of a run that ``pgcli runs --stale`` ended begins (docs/runs.md); ``pgcli sync`` drops it when
 the run's spool holds its true end."""
@@ -70,7 +71,7 @@ def with_retry(fn: Callable[..., T], *args: Any, timeout_s: float = 60.0, **kwar
         delay = min(delay * 2, 2.0)
 
 
-def get_or_create_experiment(client: Any, name: str, artifact_root: str | None) -> str:
+def get_or_create_experiment(client: MlflowClient, name: str, artifact_root: str | None) -> str:
     """The id of experiment ``name``, created (with its artifacts under ``artifact_root``) if needed.
 
     pgcli's experiments are tagged as model training (:data:`EXPERIMENT_KIND`), existing ones on their next run.

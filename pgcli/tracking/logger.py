@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgcli.tracking.client import RUN_STATUSES
 from pgcli.tracking.reports import plot_learning_curve, write_metrics_csv
+from pgcli.tracking.status import RUN_STATUSES
 
 if TYPE_CHECKING:
     from pgcli.tracking.backend import MLflowBackend

@@ -20,19 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from pgcli.redact import redact_uri
 
 SPOOL_FILE = "tracking_spool.jsonl"
-
-
-def strip_credentials(uri: str) -> str:
-    """``http://user:pass@host:5000`` -> ``http://host:5000``: a spool file never holds a password."""
-    parts = urlsplit(uri)
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def is_remote(uri: str) -> bool:
@@ -98,7 +89,7 @@ class Spool:
     def start(self, run_id: str, uri: str) -> None:
         """Begin a spool for ``run_id`` (keeps one that is already there: an earlier outage of the same run)."""
         if not self.path.is_file():
-            self.append({"op": "run", "run_id": run_id, "uri": strip_credentials(uri)})
+            self.append({"op": "run", "run_id": run_id, "uri": redact_uri(uri)})
 
     def append(self, op: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

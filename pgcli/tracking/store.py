@@ -21,23 +21,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.redact import redact_mapping
+from pgcli.redact import redact_mapping, redact_uri
 from pgcli.tracking.client import (
     PARAM_BATCH_LIMIT,
-    RUN_STATUSES,
     get_or_create_experiment,
     quiet_mlflow_logs,
     with_retry,
 )
+from pgcli.tracking.status import RUN_STATUSES
 from pgcli.tracking.uri import (
     MLFLOW_TABLES,
     SQLITE_PREFIX,
     TrackingSettings,
     file_store_path,
-    hide_password,
     probe_health,
     resolve_tracking_target,
     sqlite_path,
@@ -302,6 +301,29 @@ def _create_schema(uri: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+StoreIntent = Literal["read", "write"]
+"""What a command will do with a store it did not create: read its runs (``pgcli runs``, ``compare``, ``ui``, a
+resume's lookup) or write to it (``pgcli eval`` logging its run, ``pgcli runs --stale`` ending runs). A training run's
+store is checked by ``pgcli.training.preflight.check_tracking_uri``, which may create it."""
+
+
+def check_store(uri: str, intent: StoreIntent, *, doing: str, fix: str = "", timeout_s: float = 10.0) -> None:
+    """The one check before a command opens the store at ``uri`` for ``intent``: a one-line error (nothing written)
+    when it cannot (:func:`check_readable_store` for reading, :func:`check_writable_store` for writing).
+
+    Args:
+        uri: the tracking URI the command would open.
+        intent: ``read`` or ``write`` (:data:`StoreIntent`).
+        doing: what the command does with the runs, for the message ("compare", "log the evaluation").
+        fix: for writing, what the user can do instead, for the message.
+        timeout_s: for reading, how long a tracking server may take to answer its health check.
+    """
+    if intent == "read":
+        check_readable_store(uri, doing=doing, timeout_s=timeout_s)
+    else:
+        check_writable_store(uri, doing=doing, fix=fix)
+
+
 def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> None:
     """Raise a one-line error unless ``uri`` is an existing MLflow store (a SQLite file) or an answering server.
 
@@ -373,12 +395,8 @@ def check_writable_store(uri: str, *, doing: str, fix: str) -> None:
 
 
 def _check_server(uri: str, timeout_s: float) -> None:
-    health = probe_health(uri, timeout_s)
+    health, shown = probe_health(uri, timeout_s), redact_uri(uri, keep_user=True)
     if health.status is None:
-        raise PgcliError(
-            f"tracking server {hide_password(uri)} is not reachable ({health.failure}); start it or fix tracking.uri"
-        )
+        raise PgcliError(f"tracking server {shown} is not reachable ({health.failure}); start it or fix tracking.uri")
     if health.status >= 400:
-        raise PgcliError(
-            f"tracking server {hide_password(uri)} answered {health.status} to its health check; is it MLflow?"
-        )
+        raise PgcliError(f"tracking server {shown} answered {health.status} to its health check; is it MLflow?")

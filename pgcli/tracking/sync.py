@@ -11,9 +11,10 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgcli.errors import ConfigError, PgcliError
+from pgcli.redact import redact_uri
 from pgcli.tracking.client import (
     MLFLOW_BATCH_LIMIT,
     PARAM_BATCH_LIMIT,
@@ -23,12 +24,15 @@ from pgcli.tracking.client import (
     with_retry,
 )
 from pgcli.tracking.models import save_pyfunc_model
-from pgcli.tracking.spool import SPOOL_FILE, Spool, is_remote, strip_credentials
+from pgcli.tracking.spool import SPOOL_FILE, Spool, is_remote
 from pgcli.tracking.store import ensure_store
 from pgcli.tracking.uri import probe_health
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
-def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+
+def apply_operation(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     """Write one spool-format operation (pgcli.tracking.spool) to ``run_id`` through ``client``."""
     write = _WRITERS.get(op["op"])
     if write is None:
@@ -36,7 +40,7 @@ def apply_operation(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
     write(client, run_id, op)
 
 
-def _write_metrics(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_metrics(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     from mlflow.entities import Metric
 
     points = [Metric(key, value, timestamp, step) for key, value, timestamp, step in op["metrics"]]
@@ -44,7 +48,7 @@ def _write_metrics(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
         with_retry(client.log_batch, run_id, metrics=points[i : i + MLFLOW_BATCH_LIMIT], synchronous=True)
 
 
-def _write_params(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_params(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     from mlflow.entities import Param
 
     items = [Param(k, v) for k, v in op["params"].items()]
@@ -52,13 +56,13 @@ def _write_params(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
         with_retry(client.log_batch, run_id, params=items[i : i + PARAM_BATCH_LIMIT], synchronous=True)
 
 
-def _write_tags(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_tags(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     from mlflow.entities import RunTag
 
     with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()], synchronous=True)
 
 
-def _write_artifact(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_artifact(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     path = Path(op["path"])
     if path.is_dir():
         client.log_artifacts(run_id, str(path), op["artifact_path"])
@@ -67,13 +71,13 @@ def _write_artifact(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
     # else: removed since (an old checkpoint pruned by checkpoint_keep): nothing left to deliver
 
 
-def _write_model(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_model(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     """An MLflow Model, built from a saved agent's files when it is delivered."""
     with tempfile.TemporaryDirectory(prefix="pgcli-model-") as tmp:
         client.log_artifacts(run_id, str(save_pyfunc_model(Path(op["path"]), Path(tmp) / op["name"])), op["name"])
 
 
-def _write_end(client: Any, run_id: str, op: Mapping[str, Any]) -> None:
+def _write_end(client: MlflowClient, run_id: str, op: Mapping[str, Any]) -> None:
     # end_time: when the run ended, not when its spool was delivered (absent in spools of older pgcli versions)
     with_retry(client.set_terminated, run_id, status=op["status"], end_time=op.get("end_time"))
 
@@ -85,7 +89,7 @@ _WRITERS: dict[str, Callable[[Any, str, Mapping[str, Any]], None]] = {
 """Each spooled operation's writer, by its ``op`` field."""
 
 
-def deliver_spool(client: Any, spool: Spool) -> int:
+def deliver_spool(client: MlflowClient, spool: Spool) -> int:
     """Replay every spooled operation in order, then remove the spool; returns how many were delivered.
 
     Replaying is idempotent (identical metric points are stored once, params and tags are rewritten with the same
@@ -120,7 +124,7 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     if is_remote(target):
         quick_http_failures()
         if not probe_health(target, timeout_s=10.0).ok:
-            raise PgcliError(f"tracking server {strip_credentials(target)} is unreachable; nothing was delivered "
+            raise PgcliError(f"tracking server {redact_uri(target)} is unreachable; nothing was delivered "
                              f"(the {len(ops)} writes stay in {spool.path})")  # fmt: skip
     quiet_mlflow_logs()
     ensure_store(target)
@@ -132,7 +136,7 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     return header["run_id"], n, status
 
 
-def _clear_stale_mark(client: Any, run_id: str) -> None:
+def _clear_stale_mark(client: MlflowClient, run_id: str) -> None:
     """A run that ended during an outage shows RUNNING until its spool is delivered; ``pgcli runs --stale`` of an
     older pgcli (or one that could not see the run directory) may have ended it KILLED meanwhile. Its spooled end is
     the true one (delivered last), so the mark's ``error`` tag goes; a FAILED run's spool sets its own."""

@@ -69,16 +69,6 @@ def _artifacts_beside(uri: str) -> str | None:
     return None if path is None else (path.resolve().parent / "mlartifacts").as_uri()
 
 
-def hide_password(uri: str) -> str:
-    """``uri`` without its password (``http://user:***@host``), for the messages of the read-only commands."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def supported_schemes() -> tuple[str, ...]:
     """MLflow's tracking schemes plus those of installed tracking-store plugins (entry point mlflow.tracking_store)."""
     plugins = tuple(ep.name for ep in entry_points(group="mlflow.tracking_store"))

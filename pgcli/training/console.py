@@ -16,8 +16,9 @@ from pathlib import Path
 
 from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.redact import redact_text
+from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
 from pgcli.training.progress import parallel_job, write_line
-from pgcli.training.run import RUN_FILE, latest_checkpoint
+from pgcli.training.run import RUN_FILE
 from pgcli.training.summary import TrainSummary
 
 log = logging.getLogger("pgcli")
@@ -130,7 +131,7 @@ def interrupted_line(run_dir: Path | None, lookup: list[str]) -> str:
         run_id = json.loads((run_dir / RUN_FILE).read_text()).get("run_id")
     except (OSError, ValueError):
         return "pgcli: interrupted before the run started: nothing to resume"
-    if latest_checkpoint(run_dir / "checkpoints") is None:
+    if latest_checkpoint(checkpoints_dir(run_dir)) is None:
         which = f" (run {run_id} ended KILLED)" if run_id else ""
         return f"pgcli: interrupted before the run's first checkpoint: nothing to resume{which}; start it again"
     return f"pgcli: interrupted; continue the run with: {resume_command(run_id, run_dir, lookup)}"

@@ -4,7 +4,8 @@ frozen copy of the training env's normalisation, the same start states at every 
 It plays them in this process, or concurrently with training in an evaluation process (:class:`EvalProcess`,
 ``hardware.eval_process``) or in the shared-memory env's worker (:class:`WorkerEvaluation`,
 ``hardware.eval_in_worker``), with the same results wherever they run. :class:`EvaluatorLike` is what the monitor needs
-of any evaluator (text tasks have ``pgcli.lm.evaluation.TextEvaluator``).
+of any evaluator (text tasks have ``pgcli.lm.evaluation.TextEvaluator``), and :class:`BackgroundEvaluation` what it
+needs of one that evaluates concurrently with training (its :attr:`EvaluatorLike.concurrent` side).
 """
 
 from __future__ import annotations
@@ -29,10 +30,30 @@ from pgcli.hardware.child import ChildPipe, ChildProcess, describe
 from pgcli.video import EpisodeRecorder, make_recording_env
 
 
+class BackgroundEvaluation(Protocol):
+    """An evaluator's concurrent side: one evaluation of a policy snapshot in flight at a time, beside training."""
+
+    def submit(self, actor: Actor) -> None:
+        """Start evaluating ``actor`` (a picklable snapshot); :meth:`result` collects it."""
+
+    def ready(self) -> bool:
+        """Whether the submitted evaluation has finished."""
+
+    def result(self) -> EvalResult:
+        """The submitted evaluation's result (waits for it)."""
+
+    def leave_worker(self) -> None:
+        """The training env's worker has stopped: evaluate in this process from now on (no evaluation in flight)."""
+
+
 class EvaluatorLike(Protocol):
     """What the monitor evaluates with: :class:`Evaluator` (episodes) or ``pgcli.lm.evaluation.TextEvaluator``."""
 
     cfg: EvalConfig
+
+    @property
+    def concurrent(self) -> BackgroundEvaluation | None:
+        """Where an agent that can ``snapshot`` its policy is evaluated beside training; None: only in this process."""
 
     def __call__(self, agent: Agent) -> EvalResult: ...
 
@@ -62,6 +83,11 @@ class Evaluator:
         """Evaluate agents that can ``snapshot`` their policy concurrently, in an :class:`EvalProcess` or the worker."""
         self._env: VectorEnv | None = None
         self._process: EvalProcess | WorkerEvaluation | None = None
+
+    @property
+    def concurrent(self) -> Evaluator | None:
+        """Itself while evaluations run concurrently (:attr:`background`), else None."""
+        return self if self.background else None
 
     def leave_worker(self) -> None:
         """The training env's worker has stopped (its sub-envs came home): evaluate in this process from now on, with

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from shutil import rmtree
 from typing import Any
 
 import numpy as np
@@ -40,8 +38,17 @@ from pgcli.contracts import Agent, EvalResult
 from pgcli.envs.episodes import finished_episodes
 from pgcli.errors import DivergenceError
 from pgcli.tracking.logger import MetricLogger
-from pgcli.tracking.spool import not_spooled
-from pgcli.training.evaluation import Evaluator, EvaluatorLike
+from pgcli.training.checkpoints import (
+    CHECKPOINTS_DIR,
+    best_candidate_dir,
+    complete_checkpoint,
+    discard,
+    prune_checkpoints,
+    put_in_place,
+    staging_dir,
+    step_name,
+)
+from pgcli.training.evaluation import EvaluatorLike
 from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
 from pgcli.training.progress import progress_bar
 from pgcli.training.run import StopRequest
@@ -194,8 +201,8 @@ class TrainingMonitor:
             self._log_rollout_stats(step)
         if self.watch_worker is not None and self._pending_eval is None and (note := self.watch_worker()):
             self.watch_worker = None  # the worker is gone; evaluations due from now on run here
-            if isinstance(self.evaluator, Evaluator):
-                self.evaluator.leave_worker()
+            if self.evaluator is not None and (concurrent := self.evaluator.concurrent) is not None:
+                concurrent.leave_worker()
             self._say(note)
         if self._next_eval is not None and step >= self._next_eval:
             # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
@@ -233,11 +240,11 @@ class TrainingMonitor:
             return None
         if defer and self._pending_eval is not None:
             self._discard_staged_checkpoint()
-            staged = agent.save(checkpoints / f".step_{step}.staged")
+            staged = agent.save(staging_dir(checkpoints, step))
             self._pending_ckpt = (step, staged, self.state_dict(step))
             return None
         self.collect_evaluation(wait=True)  # the monitor state saved below includes it
-        path = agent.save(checkpoints / f".step_{step}.staged")  # named step_<step> once monitor.json is in it
+        path = agent.save(staging_dir(checkpoints, step))  # named step_<step> once monitor.json is in it
         return self._complete_checkpoint(step, path, self.state_dict(step))
 
     def _complete_checkpoint(self, step: int, path: Path, state: dict[str, Any]) -> Path:
@@ -245,21 +252,17 @@ class TrainingMonitor:
         checkpoints = self.outputs.checkpoints
         assert checkpoints is not None  # only called once a checkpoint was saved there
         self.logger.flush()
-        write_monitor_state(path, state)
-        final = checkpoints / f"step_{step}"
-        if path != final:
-            rmtree(final, ignore_errors=True)
-            os.replace(path, final)
+        final = complete_checkpoint(checkpoints, step, path, state)
         self._last_ckpt_step = step
         self.last_checkpoint = final
-        self.logger.log_artifact(final, f"checkpoints/step_{step}")
+        self.logger.log_artifact(final, f"{CHECKPOINTS_DIR}/{step_name(step)}")
         if self.outputs.keep > 0:
             prune_checkpoints(checkpoints, self.outputs.keep)
         return final
 
     def _discard_staged_checkpoint(self) -> None:
         if self._pending_ckpt is not None:
-            rmtree(self._pending_ckpt[1], ignore_errors=True)
+            discard(self._pending_ckpt[1])
             self._pending_ckpt = None
 
     def _stop_if_requested(self, step: int, agent: Agent) -> None:
@@ -296,13 +299,12 @@ class TrainingMonitor:
                 self._next_video += self._video_every
         snapshot = getattr(agent, "snapshot", None)
         evaluator = self.evaluator
-        background = isinstance(evaluator, Evaluator) and evaluator.background  # text evaluators have no process
-        if background and video is None and self.on_eval is None and snapshot is not None:
-            assert isinstance(evaluator, Evaluator)  # for the type checker: `background` says so
+        concurrent = evaluator.concurrent  # None for text evaluators: they have no process
+        if concurrent is not None and video is None and self.on_eval is None and snapshot is not None:
             candidate = None
             if self.best_dir is not None:  # the agent at this step, in case this evaluation is the best
-                candidate = agent.save(self.best_dir.with_name(f".{self.best_dir.name}.step_{step}"))
-            evaluator.submit(snapshot())
+                candidate = agent.save(best_candidate_dir(self.best_dir, step))
+            concurrent.submit(snapshot())
             self._pending_eval = (step, scheduled, candidate)
             self._last_eval_step = step
             self._eval_seconds += time.perf_counter() - t0
@@ -319,27 +321,26 @@ class TrainingMonitor:
 
     def collect_evaluation(self, *, wait: bool) -> EvalResult | None:
         """Log the evaluation running in the evaluation process, if it has finished (``wait``: wait for it)."""
-        evaluator = self.evaluator
-        if self._pending_eval is None or not isinstance(evaluator, Evaluator) or not (wait or evaluator.ready()):
+        concurrent = self.evaluator.concurrent if self.evaluator is not None else None
+        if self._pending_eval is None or concurrent is None or not (wait or concurrent.ready()):
             return None
         step, scheduled, candidate = self._pending_eval
         t0 = time.perf_counter()
         try:
-            result = evaluator.result()
+            result = concurrent.result()
         finally:
             self._pending_eval = None
             self._eval_seconds += time.perf_counter() - t0
 
         def keep_candidate() -> None:
             assert candidate is not None and self.best_dir is not None
-            rmtree(self.best_dir, ignore_errors=True)
-            os.replace(candidate, self.best_dir)
+            put_in_place(candidate, self.best_dir)
 
         try:
             self._record_evaluation(step, scheduled, result, save_best=keep_candidate)
         finally:
             if candidate is not None and candidate.exists():
-                rmtree(candidate, ignore_errors=True)
+                discard(candidate)
         if self._pending_ckpt is not None:  # a checkpoint that waited for this evaluation
             ckpt_step, staged, state = self._pending_ckpt
             self._pending_ckpt = None
@@ -395,7 +396,7 @@ class TrainingMonitor:
         if self.evaluator is not None:
             self.evaluator.close()
         if self._pending_eval is not None and self._pending_eval[2] is not None:  # a run that ended early
-            rmtree(self._pending_eval[2], ignore_errors=True)
+            discard(self._pending_eval[2])
         self._discard_staged_checkpoint()
 
     # -- resume ------------------------------------------------------------------------------------------------------
@@ -474,21 +475,6 @@ class TrainingMonitor:
             postfix["eval"] = f"{self.last_eval.mean:.1f}"
         self._bar.set_postfix(postfix, refresh=False)  # shown with this step's count by the update below
         self._bar.update(max(0, step - self._bar.n))
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The env step of a ``step_<n>`` checkpoint directory (None for any other name)."""
-    prefix, _, number = path.name.partition("_")
-    return int(number) if prefix == "step" and number.isdigit() else None
-
-
-def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest ``step_<n>`` checkpoints, and temporary directories a crash left behind."""
-    steps = sorted((step, p) for p in checkpoint_dir.iterdir() if (step := checkpoint_step(p)) is not None)
-    for path in not_spooled([path for _, path in steps[:-keep]], checkpoint_dir.parent):  # kept until delivered
-        rmtree(path, ignore_errors=True)
-    for leftover in [*checkpoint_dir.glob(".step_*.tmp-*"), *checkpoint_dir.glob(".step_*.staged")]:
-        rmtree(leftover, ignore_errors=True)
 
 
 def _progress_bar(total: int) -> Any:

@@ -15,15 +15,18 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pgcli.errors import ConfigError
+from pgcli.tracking.client import STALE_MARK
+from pgcli.tracking.status import KILLED, RUNNING
 
 if TYPE_CHECKING:
-    from pgcli.tracking.store import RunRecord
+    from pgcli.tracking.store import RunRecord, RunStore
 
 OWNER_FILE = ".owner"
 """``<run dir>/.owner``: the process writing the run now (``pid``, ``hostname``, ``pid_start``), while it runs."""
@@ -109,7 +112,7 @@ def release_run(run_dir: Path) -> None:
 
 def _check_record(record: RunRecord, what: str) -> None:
     """A RUNNING MLflow run whose process lives on this host, or runs on another host, has a writer."""
-    if record.status != "RUNNING":
+    if record.status != RUNNING:
         return
     pid, host = record.tags.get("pid", ""), record.tags.get("hostname")
     if not pid.isdigit() or not host:
@@ -178,3 +181,48 @@ def _locked(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+# Stale runs: RUNNING in the store, their process gone ----------------------------------------------------------------
+
+
+def stale_reason(record: RunRecord, host: str | None = None) -> str | None:
+    """Why a RUNNING run is stale ('process 123 on host is gone'), or None when it may still be running (its process
+    lives, it ran on another host, or it has no pid tag)."""
+    host = host or socket.gethostname()
+    pid = record.tags.get("pid", "")
+    if record.status != RUNNING or not pid.isdigit() or record.tags.get("hostname") != host:
+        return None
+    if process_alive(int(pid), record.tags.get("pid_start", "")):
+        return None
+    return f"process {pid} on {host} is gone"
+
+
+@dataclass(frozen=True)
+class StaleRun:
+    run_id: str
+    name: str
+    experiment_id: str
+    reason: str
+
+
+def find_stale_runs(store: RunStore, experiment_ids: list[str] | None = None) -> tuple[list[StaleRun], int]:
+    """RUNNING runs of this host whose process is gone, and how many other RUNNING runs could not be judged
+    (another host, or no pid tag)."""
+    running = store.search(store.experiment_ids() if experiment_ids is None else experiment_ids,
+                           f"attributes.status = '{RUNNING}'")  # fmt: skip
+    stale, unknown = [], 0
+    for record in running:
+        reason = stale_reason(record)
+        if reason is not None:
+            stale.append(StaleRun(record.run_id, record.name, record.experiment_id, reason))
+        elif record.tags.get("hostname") != socket.gethostname() or not record.tags.get("pid", "").isdigit():
+            unknown += 1
+    return stale, unknown
+
+
+def mark_killed(store: RunStore, runs: Sequence[StaleRun]) -> None:
+    """End stale runs KILLED, with the reason in their ``error`` tag."""
+    for run in runs:
+        store.set_tags(run.run_id, {"error": f"{STALE_MARK}: {run.reason}"})
+        store.end(run.run_id, KILLED)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from pgcli.config import TrainConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.config.labels import applied_preset, env_label
-from pgcli.errors import ConfigError, PgcliError
+from pgcli.errors import ConfigError
+from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
-from pgcli.training.monitor_state import read_monitor_state
 from pgcli.training.owner import check_one_writer, claim_run, release_run
 from pgcli.training.run import RUN_FILE, ResumePoint
 
@@ -125,25 +125,19 @@ def resume_changes(overrides: list[str]) -> list[str]:
 
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
-    """Where the run continues: its newest checkpoint that passes :func:`checkpoint_fault`, which must be short of
-    ``cfg.total_steps``. The newer ones that do not pass are named in :attr:`ResumePoint.skipped`; when none passes,
-    a one-line PgcliError names the newest and why."""
+    """Where the run continues: its newest checkpoint that passes :func:`~pgcli.training.checkpoints.checkpoint_fault`
+    (:func:`~pgcli.training.checkpoints.newest_resumable`), which must be short of ``cfg.total_steps``. The newer ones
+    that do not pass are named in :attr:`ResumePoint.skipped`; when none passes, a one-line PgcliError names the newest
+    and why."""
     assert run.run_dir is not None
-    candidates = checkpoint_candidates(run.run_dir)
-    if not candidates:
+    found = newest_resumable(run.run_dir)
+    if found is None:
         raise ConfigError(
-            f"resume: run {run.run_id or run.run_dir} has no checkpoint in {run.run_dir / 'checkpoints'} "
+            f"resume: run {run.run_id or run.run_dir} has no checkpoint in {checkpoints_dir(run.run_dir)} "
             f"(checkpoint_every={cfg.checkpoint_every}, and it ended before a checkpoint or a clean stop saved one); "
             "nothing to continue from"
         )
-    skipped: list[tuple[Path, str]] = []
-    for step, checkpoint, fault in candidates:
-        fault = fault or checkpoint_fault(checkpoint, step)
-        if fault is None and step is not None:
-            break
-        skipped.append((checkpoint, str(fault)))
-    else:
-        raise PgcliError(f"resume: no checkpoint of {run.run_dir} can be loaded; the newest: {skipped[0][1]}")
+    step, checkpoint, skipped = found
     if step >= cfg.total_steps:
         raise ConfigError(
             f"resume: the last checkpoint is at step {step:,} and the run asks for total_steps={cfg.total_steps:,}; "
@@ -151,46 +145,6 @@ def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
         )
     skipped_lines = tuple(f"{path}: {fault}" for path, fault in skipped)
     return ResumePoint(run_id=run.run_id, checkpoint=checkpoint, step=step, skipped=skipped_lines)
-
-
-def checkpoint_candidates(run_dir: Path) -> list[tuple[int | None, Path, str | None]]:
-    """``(step, dir, fault)`` of the run's checkpoints, newest first: each ``checkpoints/step_<N>``, and the final
-    ``model/`` at the step of its monitor state (after a ``step_<N>`` of the same step; first when that state cannot
-    be read, its step unknown). A ``model/`` without monitor state (saved by an older pgcli) is none."""
-    found: list[tuple[int | None, Path, str | None]] = []
-    with suppress(OSError):  # no checkpoints/ yet
-        for path in (run_dir / "checkpoints").iterdir():
-            name = path.name.removeprefix("step_")
-            if path.name.startswith("step_") and name.isdigit() and path.is_dir():
-                found.append((int(name), path, None))
-    model = run_dir / "model"
-    try:
-        state = read_monitor_state(model)
-    except PgcliError as exc:
-        return [(None, model, str(exc)), *sorted(found, key=lambda c: -(c[0] or 0))]
-    if state is not None:
-        found.append((int(state["step"]), model, None))
-    # newest first; at one step the checkpoint before the model
-    return sorted(found, key=lambda c: (-(c[0] or 0), c[1].name == "model"))
-
-
-def checkpoint_fault(checkpoint: Path, step: int | None) -> str | None:
-    """Why ``checkpoint`` cannot be resumed from (one line naming the file), or None: a file missing, unreadable or
-    damaged (:func:`pgcli.algo.checkpoint.verify_checkpoint`), or its monitor state missing (the checkpoint was not
-    completed), invalid or of another step than ``step``."""
-    from pgcli.algo.checkpoint import verify_checkpoint
-
-    try:
-        steps = verify_checkpoint(checkpoint)
-        if read_monitor_state(checkpoint, step) is None:
-            return f"{checkpoint} has no monitor.json: its process ended before the checkpoint was complete"
-        if steps is not None and steps != step:  # the final model/ is named for no step: its files must agree
-            return f"checkpoint file {checkpoint / 'monitor.json'} is for step {step}, but state.json for step {steps}"
-    except PgcliError as exc:
-        return str(exc)
-    except OSError as exc:  # the directory itself went away or cannot be listed
-        return f"cannot read {checkpoint} ({exc.strerror or type(exc).__name__})"
-    return None
 
 
 def locate_run(target: str, lookup: list[str]) -> LoggedRun:
@@ -225,7 +179,7 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
 
 def _with_own_record(run: LoggedRun) -> LoggedRun:
     """A run directory's run: the one its ``run.json`` names, in the store ``run.json`` names."""
-    from pgcli.tracking.store import RunStore, check_readable_store
+    from pgcli.tracking.store import RunStore, check_store
 
     info = run.run_file()
     if info is None:
@@ -233,7 +187,7 @@ def _with_own_record(run: LoggedRun) -> LoggedRun:
     run_id, uri = info.get("run_id"), info.get("tracking_uri")
     if run_id is None:
         return run  # trained with tracking=off
-    check_readable_store(str(uri), doing="resume")  # a one-line error before MLflow opens (and creates) a store
+    check_store(str(uri), "read", doing="resume")  # a one-line error before MLflow opens (and creates) a store
     store = RunStore(str(uri))
     record = store.find(str(run_id))
     if record is None:

@@ -16,8 +16,8 @@
 
 A process killed with SIGKILL cannot end its run: it stays RUNNING, with the metrics of up to the last
 ``tracking.flush_every_s`` seconds unwritten (every checkpoint flushes first, so nothing up to the last checkpoint is
-lost). :func:`find_stale_runs` (``pgcli runs --stale``) finds such runs by their ``pid``/``hostname`` tags and marks
-them KILLED; ``pgcli train resume=<run>`` continues them.
+lost). :func:`pgcli.training.owner.find_stale_runs` (``pgcli runs --stale``) finds such runs by their
+``pid``/``hostname`` tags and marks them KILLED; ``pgcli train resume=<run>`` continues them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,17 +35,15 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgcli.errors import PgcliError
-from pgcli.tracking.client import STALE_MARK
-from pgcli.tracking.spool import strip_credentials
-from pgcli.training.owner import claim_run, process_alive, process_tags, release_run
+from pgcli.redact import redact_uri
+from pgcli.tracking.status import FAILED, FINISHED, KILLED, RUNNING
+from pgcli.training.owner import claim_run, process_tags, release_run
 
 if TYPE_CHECKING:
     from pgcli.contracts import Learner
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.tracking.logger import RunLogger
-    from pgcli.tracking.store import RunRecord, RunStore
 
-FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"
 """Set by the sweep callback: children of a multirun attach to this MLflow run."""
 RUN_FILE = "run.json"
@@ -154,53 +151,6 @@ def _say(line: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Stale runs: RUNNING in the store, their process gone (pgcli.training.owner says who runs a run)
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def stale_reason(record: RunRecord, host: str | None = None) -> str | None:
-    """Why a RUNNING run is stale ('process 123 on host is gone'), or None when it may still be running (its process
-    lives, it ran on another host, or it has no pid tag)."""
-    host = host or socket.gethostname()
-    pid = record.tags.get("pid", "")
-    if record.status != "RUNNING" or not pid.isdigit() or record.tags.get("hostname") != host:
-        return None
-    if process_alive(int(pid), record.tags.get("pid_start", "")):
-        return None
-    return f"process {pid} on {host} is gone"
-
-
-@dataclass(frozen=True)
-class StaleRun:
-    run_id: str
-    name: str
-    experiment_id: str
-    reason: str
-
-
-def find_stale_runs(store: RunStore, experiment_ids: list[str] | None = None) -> tuple[list[StaleRun], int]:
-    """RUNNING runs of this host whose process is gone, and how many other RUNNING runs could not be judged
-    (another host, or no pid tag)."""
-    running = store.search(store.experiment_ids() if experiment_ids is None else experiment_ids,
-                           "attributes.status = 'RUNNING'")  # fmt: skip
-    stale, unknown = [], 0
-    for record in running:
-        reason = stale_reason(record)
-        if reason is not None:
-            stale.append(StaleRun(record.run_id, record.name, record.experiment_id, reason))
-        elif record.tags.get("hostname") != socket.gethostname() or not record.tags.get("pid", "").isdigit():
-            unknown += 1
-    return stale, unknown
-
-
-def mark_killed(store: RunStore, runs: Sequence[StaleRun]) -> None:
-    """End stale runs KILLED, with the reason in their ``error`` tag."""
-    for run in runs:
-        store.set_tags(run.run_id, {"error": f"{STALE_MARK}: {run.reason}"})
-        store.end(run.run_id, KILLED)
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Checkpoints and the run directory
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -215,18 +165,6 @@ class ResumePoint:
     step: int
     skipped: tuple[str, ...] = ()
     """Newer checkpoints that could not be loaded, each as ``<dir>: <why>``, newest first."""
-
-
-def latest_checkpoint(checkpoint_dir: Path) -> tuple[int, Path] | None:
-    """The ``step_<N>`` directory with the largest N under ``checkpoint_dir`` (None when there is none)."""
-    if not checkpoint_dir.is_dir():
-        return None
-    found = []
-    for path in checkpoint_dir.iterdir():
-        name = path.name.removeprefix("step_")
-        if path.is_dir() and path.name.startswith("step_") and name.isdigit() and any(path.iterdir()):
-            found.append((int(name), path))
-    return max(found) if found else None
 
 
 def read_run_file(run_dir: Path) -> dict[str, Any] | None:
@@ -420,14 +358,14 @@ class Run:
         elif self.resume is not None:
             self.logger.restore_history(_csv_history(self.output_dir / "metrics.csv"))
         self.logger.set_tags(process_tags())
-        write_run_file(self.output_dir, {**self._run_file_base(), "status": "RUNNING"})
+        write_run_file(self.output_dir, {**self._run_file_base(), "status": RUNNING})
 
     def _run_file_base(self) -> dict[str, Any]:
         backend = self.logger.backend
         return {
             "run_id": backend.run_id if backend else None,
-            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.tracking.spool)
-            "tracking_uri": strip_credentials(backend.uri) if backend else None,
+            # no credentials on disk: a URI with user:password@ is kept as the bare server (pgcli.redact.redact_uri)
+            "tracking_uri": redact_uri(backend.uri) if backend else None,
             **process_tags(),
         }
 

@@ -19,7 +19,16 @@ from pgcli.envs.make import make_vec_env
 from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import PgcliError
 from pgcli.tracking.logger import RunLogger
-from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor, prune_checkpoints
+from pgcli.training.checkpoints import (
+    best_candidate_dir,
+    checkpoint_candidates,
+    checkpoint_step,
+    complete_checkpoint,
+    latest_checkpoint,
+    prune_checkpoints,
+    staging_dir,
+)
+from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(pi_hidden_sizes=[8], vf_hidden_sizes=[8])
@@ -86,6 +95,27 @@ def test_prune_keeps_the_newest_by_step_not_by_name_and_removes_crash_leftovers(
     (tmp_path / "notes").mkdir()
     prune_checkpoints(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "step_1000", "step_10000"]
+
+
+def test_the_layout_is_named_in_one_place(tmp_path: Path):
+    """docs/checkpoints.md's names: step_<n>, its hidden staging sibling, the best agent's candidate."""
+    checkpoints = tmp_path / "checkpoints"
+    assert staging_dir(checkpoints, 64) == checkpoints / ".step_64.staged"
+    assert best_candidate_dir(tmp_path / "best_model", 64) == tmp_path / ".best_model.step_64"
+    assert [checkpoint_step(Path(n)) for n in ("step_64", ".step_64.staged", "step_", "model")] == [
+        64,
+        None,
+        None,
+        None,
+    ]
+    staged = staging_dir(checkpoints, 64)
+    staged.mkdir(parents=True)
+    (staged / "model.pt").write_bytes(b"x")
+    final = complete_checkpoint(checkpoints, 64, staged, {"step": 64})
+    assert final == checkpoints / "step_64" and not staged.exists()
+    assert json.loads((final / "monitor.json").read_text()) == {"step": 64}  # written before the rename
+    assert latest_checkpoint(checkpoints) == (64, final)
+    assert [(step, path.name) for step, path, _ in checkpoint_candidates(tmp_path)] == [(64, "step_64")]
 
 
 def test_monitor_keeps_the_last_k_checkpoints_and_not_best_or_final(tmp_path: Path):

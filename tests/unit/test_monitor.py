@@ -157,6 +157,8 @@ def test_evaluator_uses_frozen_copy_of_training_normalisation():
 class CountingEvaluator:
     """Stands in for Evaluator: returns fixed episodes and counts calls; advances a fake clock if given one."""
 
+    concurrent = None  # evaluates in this process only
+
     def __init__(self, clock: list[float] | None = None, seconds: float = 0.0) -> None:
         self.calls = 0
         self.clock, self.seconds = clock, seconds
@@ -487,3 +489,18 @@ def test_a_dead_evaluation_process_is_a_one_line_error(tmp_path: Path):
         evaluator.result()
     assert "\n" not in str(err.value) and "evaluation process" in str(err.value) and "died" in str(err.value)
     evaluator.close()
+
+
+def test_only_a_background_evaluator_has_a_concurrent_side():
+    """The monitor asks ``evaluator.concurrent`` (pgcli.training.evaluation.EvaluatorLike), never its class."""
+    from pgcli.lm.evaluation import TextEvaluator
+
+    env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
+    train_env = make_vec_env(env_cfg, seed=0)
+    try:
+        assert Evaluator(env_cfg, EvalConfig(), seed=0, train_env=train_env).concurrent is None
+        background = Evaluator(env_cfg, EvalConfig(), seed=0, train_env=train_env, background=True)
+        assert background.concurrent is background
+        assert TextEvaluator.concurrent is None
+    finally:
+        train_env.close()

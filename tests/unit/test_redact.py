@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from pgcli.redact import redact_hydra_dir, redact_mapping, redact_text
+from pgcli.redact import redact_hydra_dir, redact_mapping, redact_text, redact_uri
 
 
 def test_uri_credentials_are_replaced_and_the_rest_kept():
@@ -53,3 +53,11 @@ def test_hydra_files_are_rewritten_only_when_they_hold_a_secret(tmp_path: Path):
     config = yaml.safe_load((hydra / "config.yaml").read_text())
     assert config["tracking"]["uri"] == "http://***@h:5000" and config["env"]["kwargs"]["api_token"] == "***"
     assert (hydra / "hydra.yaml").read_text() == before  # untouched: interpolations stay as written
+
+
+def test_redact_uri_drops_credentials_or_keeps_the_user():
+    assert redact_uri("http://user:pass@Host:5000/x") == "http://host:5000/x"  # files: the bare server
+    assert redact_uri("http://token@host") == "http://host"  # a user name alone can be a token
+    assert redact_uri("http://user:pass@host:5000/x", keep_user=True) == "http://user:***@host:5000/x"
+    assert redact_uri("http://user@host", keep_user=True) == "http://user@host"  # no password: as given
+    assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"

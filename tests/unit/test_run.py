@@ -1,4 +1,5 @@
-"""pgcli.training.run's decisions: the final status, the latest checkpoint, and which RUNNING runs are stale."""
+"""A run's decisions: the final status (pgcli.training.run), the latest checkpoint (pgcli.training.checkpoints), and
+which RUNNING runs are stale (pgcli.training.owner)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from pgcli.tracking.store import RunRecord
-from pgcli.training.owner import process_alive, process_start_time
-from pgcli.training.run import Interrupted, final_status, latest_checkpoint, stale_reason, sweep_status
+from pgcli.training.checkpoints import latest_checkpoint
+from pgcli.training.owner import process_alive, process_start_time, stale_reason
+from pgcli.training.run import Interrupted, final_status, sweep_status
 
 
 @pytest.mark.parametrize(

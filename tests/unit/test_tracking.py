@@ -17,7 +17,7 @@ from pgcli.tracking.reports import Panel, learning_curve_figure, plot_learning_c
 from pgcli.tracking.spool import SPOOL_FILE, Spool
 from pgcli.tracking.store import ensure_store
 from pgcli.tracking.uri import MLFLOW_TABLES, TrackingTarget, resolve_tracking_target, sqlite_tables
-from pgcli.training.monitor import prune_checkpoints
+from pgcli.training.checkpoints import prune_checkpoints
 
 
 def test_flatten_nests_with_dots_and_keeps_lists():
