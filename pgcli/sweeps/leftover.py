@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.training.console import lookup_overrides, resume_command
 from pgcli.tracking.status import KILLED
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
+from pgcli.training.console import lookup_overrides, resume_command
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
