@@ -51,9 +51,10 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import VectorEnv
 
-    from pgcli.algo.base import EvalResult, Learner, Trainer
+    from pgcli.algo.base import EvalResult, Trainer
+    from pgcli.algo.lm_base import TextTrainerFactory
     from pgcli.lm.model import CausalLM
-    from pgcli.lm.tasks import Task, TextTask
+    from pgcli.lm.tasks import Task
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
@@ -68,20 +69,19 @@ TRAINERS: dict[type, str] = {
     GRPOConfig: "pgcli.algo.grpo:GRPO",
 }
 TEXT_TRAINERS: dict[type, str] = {
-    SFTConfig: "pgcli.lm.sft:SFT",
+    SFTConfig: "pgcli.algo.sft:SFT",
     GRPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     RLOOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     REINFORCEConfig: "pgcli.algo.lm_grpo:LMGRPO",
     GSPOConfig: "pgcli.algo.lm_grpo:LMGRPO",
     ReinforcePPConfig: "pgcli.algo.lm_grpo:LMGRPO",
     PPOLMConfig: "pgcli.algo.lm_ppo:LMPPO",
-    RMConfig: "pgcli.lm.reward_model:RewardModelTrainer",
+    RMConfig: "pgcli.algo.reward_model:RewardModelTrainer",
 }
-"""Trainers of text tasks (docs/lm.md), built as ``Trainer(algo_cfg, task=, policy=, reference=, model=, seed=,
-device=)`` (the contract in ``pgcli/lm/__init__.py``); GRPO's config names a text trainer here and a control one in
-:data:`TRAINERS`."""
+"""Trainers of text tasks (docs/lm.md), built as :class:`pgcli.algo.lm_base.TextTrainerFactory` says; GRPO's config
+names a text trainer here and a control one in :data:`TRAINERS`."""
 AGENT_TRAINERS: dict[type, str] = {
-    SFTConfig: "pgcli.lm.sft:SFT",
+    SFTConfig: "pgcli.algo.sft:SFT",
     GRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
     FlowGRPOConfig: "pgcli.algo.lm_agent:LMAgentGRPO",
 }
@@ -112,23 +112,6 @@ class TrainerFactory(Protocol):
     """A trainer class: ``TRPO(cfg, env=env, model=model, seed=seed, device=device)``."""
 
     def __call__(self, cfg: Any, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> Trainer: ...
-
-
-class TextTrainerFactory(Protocol):
-    """A text trainer class: ``SFT(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed,
-    device=device)``."""
-
-    def __call__(
-        self,
-        cfg: Any,
-        *,
-        task: TextTask,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: TextModelConfig,
-        seed: int,
-        device: torch.device,
-    ) -> Learner: ...
 
 
 def trainer_class(algo_cfg: Any) -> TrainerFactory:
@@ -382,9 +365,10 @@ def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
     """:func:`train` for a text task (docs/lm.md): the task, the TinyGPT policy (from ``init`` when given, which is
-    also the frozen reference), the text trainer and the held-out evaluator, in the same
+    also the frozen reference), the text trainer with its KL reference and the held-out evaluator, in the same
     :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
+    from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
     from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_task
@@ -410,7 +394,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
                 cfg.algo,
                 task=trainer_task,
                 policy=policy,
-                reference=reference,
+                reference=kl_reference(cfg.algo, policy, reference),  # the evaluator's is the init model's
                 model=cfg.model,
                 seed=cfg.seed,
                 device=device,
