@@ -158,6 +158,7 @@ def speed(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
+    from pgcli.algo.lm_base import kl_reference
     from pgcli.algo.lm_grpo import LMGRPO
     from pgcli.lm.model import generate
     from pgcli.lm.tasks import encode_prompts, make_task
@@ -182,8 +183,8 @@ def speed(args: argparse.Namespace) -> None:
         def update(self, step: int, agent: object) -> None:
             pass
 
-    trainer = LMGRPO(algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=0,
-                     device=torch.device("cpu"))  # fmt: skip
+    trainer = LMGRPO(algo, task=task, policy=policy, reference=kl_reference(algo, policy, reference),
+                     model=cfg.model, seed=0, device=torch.device("cpu"))  # fmt: skip
     generator = torch.Generator().manual_seed(1)
     prompt_rng = np.random.default_rng(1)
     bare, sampling, overall = [], [], []

@@ -79,6 +79,7 @@ def update_peak(model_dir: Path, device: Any, dtype: str, new_tokens: int, lora_
     """Peak GPU memory (GB) and wall time of one GRPO update (sampling included) from a fresh model."""
     import torch
 
+    from pgcli.algo.lm_base import kl_reference
     from pgcli.algo.lm_grpo import LMGRPO
     from pgcli.lm.hf import AdapterOff
     from pgcli.lm.load import make_text_policy, make_text_task
@@ -87,7 +88,7 @@ def update_peak(model_dir: Path, device: Any, dtype: str, new_tokens: int, lora_
                  "model.gradient_checkpointing=true", "algo.beta=0.04")  # fmt: skip
     task = make_text_task(cfg.env, cfg.model)
     policy = make_text_policy(task, cfg.model, device)
-    reference = AdapterOff(policy) if lora_r else None  # as pgcli train builds it (a full fine-tune copies)
+    reference = kl_reference(cfg.algo, policy, AdapterOff(policy) if lora_r else None)  # as pgcli train builds it
     trainer = LMGRPO(cfg.algo, task=task, policy=policy, reference=reference, model=cfg.model, seed=0, device=device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -3,7 +3,7 @@
 
 Picks the budget of the ``sft_addition`` preset: a warm start that is clearly imperfect (held-out greedy accuracy
 between 20% and 60%) after 1-3 minutes of CPU, so that RL has room to improve it. For each (n_digits, seed) the SFT
-trainer (``pgcli.lm.sft.SFT``, the ``algo=sft`` defaults, ``model=tiny_gpt``) runs in this process, one torch thread,
+trainer (``pgcli.algo.sft.SFT``, the ``algo=sft`` defaults, ``model=tiny_gpt``) runs in this process, one torch thread,
 and every ``--eval-every`` demonstrations the policy is scored on the task's held-out set with
 ``pgcli.lm.evaluation.evaluate_text`` (the monitor's evaluation: greedy accuracy, pass@8, ...). CPU time counts the
 training steps only (``time.process_time``, evaluations excluded), so it does not move with the machine's load as
@@ -31,9 +31,9 @@ RESULTS = ROOT / "benchmarks" / "results" / "lm_sft.json"
 def run_curve(digits: int, seed: int, demos: int, eval_every: int) -> list[dict[str, float]]:
     import torch
 
+    from pgcli.algo.sft import SFT
     from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
     from pgcli.lm.load import make_text_policy
-    from pgcli.lm.sft import SFT
     from pgcli.lm.tasks import make_task
     from pgcli.training.build import seed_everything
     from pgcli.training.checks import train_config

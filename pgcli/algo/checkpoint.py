@@ -162,7 +162,7 @@ def verify_checkpoint(path: Path) -> int | None:
             read_file(file, _check_zip)
         elif file.suffix == ".json" and file.name != STATE_FILE:
             read_file(file, lambda f: json.loads(f.read_text()))
-    values = state.get("trainer", state) if isinstance(state, dict) else None  # pgcli.lm.sft keeps them at the top
+    values = state.get("trainer", state) if isinstance(state, dict) else None  # pgcli.algo.sft keeps them at the top
     steps = values.get("steps") if isinstance(values, dict) else None
     return steps if isinstance(steps, int) else None
 

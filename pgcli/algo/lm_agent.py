@@ -19,15 +19,16 @@ compare at the same number of generated completions.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from pgcli.algo.lm_grpo import LMGRPO, STD_EPS, CriticFreeConfig
-from pgcli.algo.lm_rollout import CompletionBatch, SamplingSettings, rollout_stats
+from pgcli.algo.lm_base import CriticFreeConfig
+from pgcli.algo.lm_grpo import LMGRPO, STD_EPS
+from pgcli.algo.lm_rollout import CompletionBatch, rollout_stats
 from pgcli.config import GRPOConfig
 from pgcli.lm.agent import TOOL_ERRORS, AgentTask
-from pgcli.lm.model import CausalLM
 from pgcli.lm.play import Episodes, play
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.lm import group_advantages, token_advantages
@@ -62,25 +63,13 @@ def episode_stats(episodes: Episodes, batch: CompletionBatch) -> dict[str, float
 
 class LMAgentGRPO(LMGRPO):
     """Flow-GRPO (``algo=flow_grpo``) or whole-trajectory GRPO (``algo=grpo``) on a multi-turn task (module
-    docstring); sampling is play, the update, checkpoints and resume are :class:`LMGRPO`'s."""
+    docstring); sampling is play and whole-trajectory GRPO has its advantages, the rest is :class:`LMGRPO`'s."""
 
-    def __init__(
-        self,
-        cfg: CriticFreeConfig,
-        *,
-        task: TextTask,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: SamplingSettings,
-        seed: int,
-        device: torch.device,
-    ) -> None:
+    def __init__(self, cfg: CriticFreeConfig, *, task: TextTask, **kwargs: Any) -> None:
         if not isinstance(task, AgentTask):
             raise TypeError(f"{type(self).__name__} plays multi-turn tasks (got {type(task).__name__})")
-        super().__init__(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed, device=device)
+        super().__init__(cfg, task=task, **kwargs)
         self.agent_task = task
-        if isinstance(cfg, GRPOConfig):  # one advantage per trajectory, given to its turns
-            self.estimator = trajectory_advantages
 
     def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
         """1. G trajectories of each of M questions played by the old policy; the batch of their turns, each with
@@ -105,3 +94,9 @@ class LMAgentGRPO(LMGRPO):
             trajectory=rows.trajectory,
         )
         return batch, episode_stats(episodes, batch)
+
+    def _advantages(self, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+        """Whole-trajectory GRPO: one advantage per trajectory, given to its turns; Flow-GRPO: :class:`LMGRPO`'s."""
+        if isinstance(self.cfg, GRPOConfig):
+            return trajectory_advantages(self.cfg, batch, old_logp, ref_logp)
+        return super()._advantages(batch, old_logp, ref_logp)

@@ -33,32 +33,16 @@ summation order. The math is in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in
 
 from __future__ import annotations
 
-import copy
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from pgcli.algo.checkpoint import Stateful
-from pgcli.algo.guard import check_update
-from pgcli.algo.lm_rollout import (
-    CompletionBatch,
-    SamplingSettings,
-    generator_state,
-    load_text_trainer,
-    rollout_stats,
-    sample_completions,
-    save_text_trainer,
-    set_generator_state,
-)
+from pgcli.algo.lm_base import CriticFreeConfig, TextRLTrainer
+from pgcli.algo.lm_rollout import CompletionBatch
 from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
-from pgcli.contracts import Monitor
 from pgcli.lm.model import CausalLM, completion_logprobs
-from pgcli.lm.tasks import TextTask
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals
 from pgcli.ops.grpo import KL_ESTIMATORS, clip_bounds, k3_kl
 from pgcli.ops.lm import (
@@ -80,7 +64,6 @@ from pgcli.ops.lm import (
 STD_EPS = 1e-4
 """Added to the std before dividing the GRPO advantages (TRL's value)."""
 
-CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig | GSPOConfig | ReinforcePPConfig | FlowGRPOConfig
 KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig, FlowGRPOConfig)
 """Configs whose KL to the reference is a loss term (`kl_estimator`); RLOO and REINFORCE++ fold it into the reward."""
 
@@ -188,59 +171,11 @@ def token_loss(
     )
 
 
-class LMGRPO:
+class LMGRPO(TextRLTrainer[CriticFreeConfig]):
     """Critic-free trainer on a text task: GRPO, Dr. GRPO, RLOO, REINFORCE, GSPO or REINFORCE++, by the config's
-    type."""
+    type; built, sampling, checkpoints and resume as :class:`pgcli.algo.lm_base.TextRLTrainer`."""
 
-    def __init__(
-        self,
-        cfg: CriticFreeConfig,
-        *,
-        task: TextTask,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: SamplingSettings,
-        seed: int,
-        device: torch.device,
-    ) -> None:
-        self.cfg, self.task, self.device = cfg, task, device
-        self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
-        self.policy = policy.to(device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
-        # pi_ref: the SFT model the run starts from (DeepSeekMath); none at all when beta = 0
-        self.reference: CausalLM | None = None
-        if cfg.beta > 0:
-            self.reference = (copy.deepcopy(self.policy) if reference is None else reference.to(device)).eval()
-            self.reference.requires_grad_(False)
-        self.estimator = ESTIMATORS[type(cfg)]
-        self.prompt_rng = np.random.default_rng(seed)  # training prompts
-        self.generator = torch.Generator(device=device).manual_seed(seed)  # token sampling
-        self.steps = 0
-        self.n_updates = 0
-
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        while self.steps < total_steps:
-            start = time.perf_counter()
-            batch, stats = self._sample()
-            self.steps += len(batch.rewards)
-            # 2. advantages; 3. mu epochs of clipped minibatch steps
-            stats |= self._update(batch)
-            stats["time/update_s"] = time.perf_counter() - start
-            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
-            losses = ("train/policy_loss", "train/loss", "train/grad_norm") if "train/loss" in stats else ()
-            check_update(monitor, self.steps, stats, losses, params=self.policy.parameters())
-            monitor.log(self.steps, stats)
-            monitor.update(self.steps, agent=self)
-        return self.steps
-
-    def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
-        """1. G completions of each of M prompts from the old policy, scored by the task; their ``rollout/*``
-        metrics."""
-        problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
-        batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
-                                   temperature=self.temperature, top_p=self.top_p, generator=self.generator,
-                                   device=self.device)  # fmt: skip
-        return batch, rollout_stats(batch)
+    checked_losses = ("train/policy_loss", "train/loss", "train/grad_norm")
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
         cfg = self.cfg
@@ -258,10 +193,10 @@ class LMGRPO:
         if len(rows) == 0:
             return stats
         with torch.no_grad():  # one pass each (by micro-batches): the policy did not change since sampling
-            old_logp = self._logprobs(self.policy, batch)
-            ref_logp = None if self.reference is None else self._logprobs(self.reference, batch)
+            old_logp = self._batch_logprobs(self.policy, batch)
+            ref_logp = None if self.reference is None else self._batch_logprobs(self.reference, batch)
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
-        advantages = self.estimator(cfg, batch, old_logp, ref_logp)  # [B, C]
+        advantages = self._advantages(batch, old_logp, ref_logp)  # [B, C]
 
         totals = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
         n_minibatches = 0
@@ -277,7 +212,7 @@ class LMGRPO:
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
             self.reference.load_state_dict(self.policy.state_dict())
         with torch.no_grad():  # KL(old || new) over the whole update: k3 on the sampled tokens
-            new_logp = self._logprobs(self.policy, batch)
+            new_logp = self._batch_logprobs(self.policy, batch)
             approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], batch.mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
         stats["train/approx_kl"] = approx_kl
@@ -311,34 +246,6 @@ class LMGRPO:
         self.optimizer.step()
         return stats
 
-    def _logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
-        """log pi(o_t | q, o_<t) [B, C] of the sampled tokens under `model` at the sampling temperature, in passes of
-        `model.micro_batch` completions (0: one pass)."""
-        rows = torch.arange(len(batch.rewards), device=self.device)
-        return torch.cat([completion_logprobs(model, batch.prompt_tokens[chunk], batch.prompt_mask[chunk],
-                                              batch.tokens[chunk], batch.mask[chunk].bool(),
-                                              temperature=self.temperature)[0]
-                          for chunk in micro_batches(rows, self.micro_batch)])  # fmt: skip
-
-    def save(self, path: Path) -> Path:
-        """``model.pt`` (policy, reference, optimizer), ``policy.pt`` and ``state.json`` (completions so far,
-        updates, the prompt and sampling generators, the process RNGs); see `pgcli.algo.lm_rollout`."""
-        values = {
-            "steps": self.steps,
-            "n_updates": self.n_updates,
-            "prompt_rng": self.prompt_rng.bit_generator.state,
-            "generator": generator_state(self.generator),
-        }
-        return save_text_trainer(path, self.policy, self._modules(), values)
-
-    def load(self, path: Path) -> None:
-        values = load_text_trainer(path, self.device, self._modules())
-        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
-        self.prompt_rng.bit_generator.state = values["prompt_rng"]
-        set_generator_state(self.generator, values["generator"])
-
-    def _modules(self) -> dict[str, Stateful | None]:
-        return {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
-
-    def close(self) -> None:
-        """Nothing to release: a text task holds no env."""
+    def _advantages(self, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
+        """The config's advantage estimator (`ESTIMATORS`) on `batch`: [B, C]."""
+        return ESTIMATORS[type(self.cfg)](self.cfg, batch, old_logp, ref_logp)

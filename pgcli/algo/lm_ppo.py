@@ -21,30 +21,17 @@ summation order). The math is in `pgcli.ops.lm`; sampling in `pgcli.algo.lm_roll
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from pgcli.algo.checkpoint import Stateful
-from pgcli.algo.guard import check_update
-from pgcli.algo.lm_rollout import (
-    CompletionBatch,
-    SamplingSettings,
-    generator_state,
-    load_text_trainer,
-    rollout_stats,
-    sample_completions,
-    save_text_trainer,
-    set_generator_state,
-)
+from pgcli.algo.lm_base import TextRLTrainer
+from pgcli.algo.lm_rollout import CompletionBatch
 from pgcli.config import PPOLMConfig
-from pgcli.contracts import Monitor
-from pgcli.lm.model import CausalLM, completion_logprobs
-from pgcli.lm.tasks import TextTask
+from pgcli.lm.model import CausalLM
 from pgcli.ops.aggregate import BatchTotals, batch_totals
 from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
@@ -79,54 +66,16 @@ class ValueModel(nn.Module):
         return self.head(hidden).squeeze(-1)
 
 
-class LMPPO:
-    """PPO with a value network on a text task (module docstring)."""
+class LMPPO(TextRLTrainer[PPOLMConfig]):
+    """PPO with a value network on a text task (module docstring); built, sampling, checkpoints and resume as
+    :class:`pgcli.algo.lm_base.TextRLTrainer`, plus the value network and its optimizer."""
 
-    def __init__(
-        self,
-        cfg: PPOLMConfig,
-        *,
-        task: TextTask,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: SamplingSettings,
-        seed: int,
-        device: torch.device,
-    ) -> None:
-        self.cfg, self.task, self.device = cfg, task, device
-        self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
-        self.policy = policy.to(device)
-        self.value = ValueModel(copy.deepcopy(self.policy)).to(device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+    checked_losses = ("train/policy_loss", "train/value_loss", "train/grad_norm")
+
+    def __init__(self, cfg: PPOLMConfig, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
+        self.value = ValueModel(copy.deepcopy(self.policy)).to(self.device)
         self.vf_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.vf_learning_rate)
-        self.reference: CausalLM | None = None
-        if cfg.beta > 0:  # the KL penalty's pi_ref: the SFT model the run starts from
-            self.reference = (copy.deepcopy(self.policy) if reference is None else reference.to(device)).eval()
-            self.reference.requires_grad_(False)
-        self.prompt_rng = np.random.default_rng(seed)
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        self.steps = 0
-        self.n_updates = 0
-
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        while self.steps < total_steps:
-            start = time.perf_counter()
-            # 1. sample and score
-            problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
-            batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
-                                       temperature=self.temperature, top_p=self.top_p, generator=self.generator,
-                                       device=self.device)  # fmt: skip
-            self.steps += len(batch.rewards)
-            # 2. KL-penalised token rewards, GAE; 3. clipped policy and value epochs
-            stats = rollout_stats(batch) | self._update(batch)
-            stats["time/update_s"] = time.perf_counter() - start
-            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
-            losses = ("train/policy_loss", "train/value_loss", "train/grad_norm") if "train/value_loss" in stats else ()
-            params = [*self.policy.parameters(), *self.value.parameters()]
-            check_update(monitor, self.steps, stats, losses, params=params)
-            monitor.log(self.steps, stats)
-            monitor.update(self.steps, agent=self)
-        return self.steps
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
         cfg = self.cfg
@@ -141,12 +90,8 @@ class LMPPO:
             return stats
         mask = batch.mask
         with torch.no_grad():  # by micro-batches: the model did not change since sampling
-            old_logp = self._by_rows(batch, lambda rows: self._logprobs(self.policy, batch, rows)[0])  # [B, C]
-            reference = self.reference
-            if reference is None:
-                ref_logp = old_logp
-            else:
-                ref_logp = self._by_rows(batch, lambda rows: self._logprobs(reference, batch, rows)[0])
+            old_logp = self._batch_logprobs(self.policy, batch)  # [B, C]
+            ref_logp = old_logp if self.reference is None else self._batch_logprobs(self.reference, batch)
             old_values = self._by_rows(batch, lambda rows: self._values(batch, rows, mask.shape[1]))  # [B, C]
             rewards = kl_penalized_rewards(batch.rewards, old_logp, ref_logp, mask, beta=cfg.beta)
             advantages, returns = token_gae(rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.gae_lambda)
@@ -167,7 +112,7 @@ class LMPPO:
                     totals[key] += value
         self.n_updates += 1
         with torch.no_grad():
-            new_logp = self._by_rows(batch, lambda rows: self._logprobs(self.policy, batch, rows)[0])
+            new_logp = self._batch_logprobs(self.policy, batch)
             approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
         stats["train/approx_kl"] = approx_kl
@@ -235,46 +180,15 @@ class LMPPO:
         self.vf_optimizer.step()
         return vf_loss_sum
 
-    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
-        """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at
-        once), concatenated: [B, C]."""
-        rows = torch.arange(len(batch.rewards), device=self.device)
-        return torch.cat([score(chunk) for chunk in micro_batches(rows, self.micro_batch)])
-
-    def _logprobs(
-        self, model: CausalLM, batch: CompletionBatch, rows: Tensor, width: int | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
-        (all) under `model` at the sampling temperature."""
-        cols = slice(None) if width is None else slice(0, width)
-        return completion_logprobs(model, batch.prompt_tokens[rows], batch.prompt_mask[rows],
-                                   batch.tokens[rows, cols], batch.mask[rows, cols].bool(),
-                                   temperature=self.temperature)  # fmt: skip
-
     def _values(self, batch: CompletionBatch, rows: Tensor, width: int) -> Tensor:
         """V_phi [B', width] before each of the first `width` sampled tokens of completions `rows`."""
         return self.value(batch.prompt_tokens[rows], batch.prompt_mask[rows], batch.tokens[rows, :width],
                           batch.mask[rows, :width].bool())  # fmt: skip
 
-    def save(self, path: Path) -> Path:
-        """``model.pt`` (policy, value network, reference, both optimizers), ``policy.pt`` and ``state.json``."""
-        values = {
-            "steps": self.steps,
-            "n_updates": self.n_updates,
-            "prompt_rng": self.prompt_rng.bit_generator.state,
-            "generator": generator_state(self.generator),
-        }
-        return save_text_trainer(path, self.policy, self._modules(), values)
-
-    def load(self, path: Path) -> None:
-        values = load_text_trainer(path, self.device, self._modules())
-        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
-        self.prompt_rng.bit_generator.state = values["prompt_rng"]
-        set_generator_state(self.generator, values["generator"])
+    def _trained_parameters(self) -> Iterable[Tensor]:
+        return [*self.policy.parameters(), *self.value.parameters()]
 
     def _modules(self) -> dict[str, Stateful | None]:
+        """``model.pt``'s state dicts: the policy, the value network, the reference and both optimizers."""
         return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer,
                 "vf_optimizer": self.vf_optimizer, "reference": self.reference}  # fmt: skip
-
-    def close(self) -> None:
-        """Nothing to release: a text task holds no env."""

@@ -97,7 +97,7 @@ _OWN: dict[str, Any] = {"observation_spaces": ("Box",), "action_spaces": ("Discr
 """pgcli's own PyTorch trainers: an MLP (or a CNN) on a Box observation; Categorical or diagonal-Gaussian actions."""
 _LM_GRPO = "pgcli.algo.lm_grpo:LMGRPO"
 _AGENT_GRPO = "pgcli.algo.lm_agent:LMAgentGRPO"
-_SFT = "pgcli.lm.sft:SFT"
+_SFT = "pgcli.algo.sft:SFT"
 
 ALGOS: dict[str, AlgoEntry] = {
     entry.name: entry
@@ -116,7 +116,7 @@ ALGOS: dict[str, AlgoEntry] = {
         AlgoEntry(ReinforcePPConfig, {"text": _LM_GRPO}),
         AlgoEntry(PPOLMConfig, {"text": "pgcli.algo.lm_ppo:LMPPO"}),
         AlgoEntry(FlowGRPOConfig, {"multi-turn": _AGENT_GRPO}),
-        AlgoEntry(RMConfig, {"text": "pgcli.lm.reward_model:RewardModelTrainer"}),
+        AlgoEntry(RMConfig, {"text": "pgcli.algo.reward_model:RewardModelTrainer"}),
     )
 }
 """Every algorithm, by ``conf/algo`` option, in the order the option reference and the error messages list them."""

@@ -1,20 +1,15 @@
-"""A reward model of a text task trained on preference pairs (``pgcli rm``, ``algo=rm``; docs/lm.md, "Reward models:
-`pgcli rm`").
+"""A reward model of a text task (``pgcli rm``, ``algo=rm``; docs/lm.md, "Reward models: `pgcli rm`"): the model, its
+scores, its pairs and its held-out evaluation; the trainer is :mod:`pgcli.algo.reward_model`.
 
 The model is the policy's architecture with a scalar head (InstructGPT's reward model, Ouyang et al., 2022): the
 final hidden state at the last real token of prompt + completion (the completion's EOS) through a linear layer,
 
     r_phi(x, y) = w^T h_phi(x, y)_last
 
-with TinyGPT or any Hugging Face model (``model=hf``: its LoRA adapters and the head train). Trained on pairs
-(x, y_c, y_r), y_c preferred (:mod:`pgcli.lm.pairs`), with the Bradley-Terry loss
-
-    L(phi) = - mean_pairs log sigmoid(r_phi(x, y_c) - r_phi(x, y_r))
-
-with AdamW, a linear learning-rate warm-up over ``warmup_steps`` pairs and a global gradient-norm clip; a "step" is
-one pair. The head starts at zero, so every reward starts at 0 and the loss at log 2. The loss only sees reward
-differences, so the head has no bias. ``algo.pairs=policy`` pairs take their wrong completions from the init policy
-(the frozen ``reference`` an ``init=<SFT run>`` gives), sampled by :class:`PolicySampler`. Held-out pairs give
+with TinyGPT or any Hugging Face model (``model=hf``: its LoRA adapters and the head train). The head starts at zero,
+so every reward starts at 0; the Bradley-Terry loss (:mod:`pgcli.ops.preference`) only sees reward differences, so
+the head has no bias. ``algo.pairs=policy`` pairs take their wrong completions from the init policy (the frozen
+``reference`` an ``init=<SFT run>`` gives), sampled by :class:`PolicySampler`. Held-out pairs give
 ``eval/pairwise_accuracy``, the share of pairs with r(x, y_c) > r(x, y_r) (a tie counts as wrong), and
 ``eval/reward_margin``, the mean r(x, y_c) - r(x, y_r).
 
@@ -29,44 +24,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pgcli.config import EvalConfig, RMConfig
 from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.load import TextModelConfig, make_text_policy
-from pgcli.lm.model import CausalLM, generate, save_policy
+from pgcli.lm.model import CausalLM, generate
 from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac
-from pgcli.lm.supervised import SupervisedTrainer
 from pgcli.lm.tasks import Problem, Task, Vocab, decode_completions, encode_completions, encode_prompts
-from pgcli.ops.lm import micro_batches
 
 REWARD_HEAD_FILE = "reward_head.pt"
 """The scalar head's ``state_dict`` beside the backbone's ``policy.pt`` (``weights.pt`` holds the whole reward model:
 a LoRA backbone's adapters apart from the base, and the head, for resuming)."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The loss and its metrics (pure)
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _check_pair_shapes(r_chosen: Tensor, r_rejected: Tensor) -> None:
-    if r_chosen.ndim != 1 or r_chosen.shape != r_rejected.shape:
-        raise ValueError(f"rewards must be two [N] tensors (got {tuple(r_chosen.shape)} and {tuple(r_rejected.shape)})")
-
-
-def bradley_terry_loss(r_chosen: Tensor, r_rejected: Tensor) -> Tensor:
-    """``-mean log sigmoid(r_chosen - r_rejected)`` over N pairs: the negative log-likelihood of the labels under the
-    Bradley-Terry model P(y_c > y_r) = sigmoid(r_c - r_r). Inputs [N]; returns a scalar."""
-    _check_pair_shapes(r_chosen, r_rejected)
-    return -F.logsigmoid(r_chosen - r_rejected).mean()
-
-
-def pairwise_accuracy(r_chosen: Tensor, r_rejected: Tensor) -> Tensor:
-    """Share of the N pairs whose chosen completion gets the strictly higher reward (a tie counts as wrong)."""
-    _check_pair_shapes(r_chosen, r_rejected)
-    return (r_chosen > r_rejected).float().mean()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -197,77 +166,6 @@ def pair_generator(
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The trainer
-# --------------------------------------------------------------------------------------------------------------------
-
-
-class RewardModelTrainer(SupervisedTrainer[RMConfig]):
-    """Bradley-Terry training of a :class:`RewardModel` on generated pairs (module docstring); the text-trainer
-    signature of ``pgcli.lm``. ``policy`` is the backbone (fresh, or ``init=<SFT run>``); ``reference``, the frozen
-    init model, is sampled for ``algo.pairs=policy`` only (no KL term: the reward model does not generate)."""
-
-    rng_key = "pair_rng"
-    run_kind = "a reward-model run"
-
-    def __init__(
-        self,
-        cfg: RMConfig,
-        *,
-        task: Task,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: TextModelConfig,
-        seed: int,
-        device: torch.device,
-    ) -> None:
-        self.reward_model = RewardModel(policy).to(device).train()
-        params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
-        super().__init__(cfg, self.reward_model, params, seed=seed, device=device)
-        self.task, self.micro_batch = task, model.micro_batch
-        self.pairs = pair_generator(cfg, task, reference, model, device)
-
-    def _step(self) -> dict[str, float]:
-        return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
-
-    def _train_on(self, pairs: list[Pair]) -> dict[str, float]:
-        """One gradient step on ``pairs``, ``model.micro_batch`` pairs per forward/backward pass (0: all at once);
-        each pass's loss is its share of the batch mean."""
-        n = len(pairs)
-        texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-        prompts, prompt_mask, completions, completion_mask = encode_texts(
-            self.task.vocab, [p.problem.prompt for p in pairs] * 2, texts, self.device
-        )  # [2N, P], [2N, C]: the chosen rows, then the rejected rows
-        lr = self._start_step()
-        margins: list[Tensor] = []  # [N'] per pass
-        for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
-            both = torch.cat([rows, rows + n])  # [2N']
-            rewards = self.reward_model.score(prompts[both], prompt_mask[both], completions[both],
-                                              completion_mask[both])  # fmt: skip  # [2N']
-            r_chosen, r_rejected = rewards.split(len(rows))
-            loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
-            loss.backward()
-            margins.append((r_chosen - r_rejected).detach())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
-        margin = torch.cat(margins)  # [N]
-        stats = {
-            "train/loss": float(-F.logsigmoid(margin).mean()),
-            "train/pairwise_accuracy": float((margin > 0).float().mean()),
-            "train/reward_margin": float(margin.mean()),
-            "train/grad_norm": float(grad_norm),
-            "train/learning_rate": lr,
-        }
-        if self.cfg.pairs == "policy":
-            stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
-        return stats
-
-    def _save_model(self, directory: Path) -> None:
-        """``policy.pt`` (the backbone) and ``reward_head.pt``: what :func:`load_reward_model` reads."""
-        save_policy(self.reward_model.backbone, directory)
-        torch.save(self.reward_model.head.state_dict(), directory / REWARD_HEAD_FILE)
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Held-out evaluation
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -291,9 +189,10 @@ class PairEvaluator:
         self.pairs, self.policy_pairs = pairs.eval_pairs(seed), pairs.kind == "policy"
 
     def __call__(self, agent: Agent) -> EvalResult:
-        if not isinstance(agent, RewardModelTrainer):
+        reward_model = getattr(agent, "reward_model", None)  # a RewardModelTrainer's (pgcli.algo.reward_model)
+        if not isinstance(reward_model, RewardModel):
             raise TypeError(f"a reward-model evaluation scores a RewardModelTrainer (got {type(agent).__name__})")
-        result = evaluate_pairs(agent.reward_model, self.task.vocab, self.pairs, self.device, self.n_table_rows)
+        result = evaluate_pairs(reward_model, self.task.vocab, self.pairs, self.device, self.n_table_rows)
         if self.policy_pairs:
             result.extra["eval/policy_pair_fallback_frac"] = fallback_frac(self.pairs)
         return result

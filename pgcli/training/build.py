@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import VectorEnv
 
-    from pgcli.contracts import EvalResult, Learner, Trainer
+    from pgcli.algo.lm_base import TextTrainerFactory
+    from pgcli.contracts import EvalResult, Trainer
     from pgcli.lm.model import CausalLM
-    from pgcli.lm.tasks import Task, TextTask
+    from pgcli.lm.tasks import Task
     from pgcli.tracking.backend import MLflowBackend
     from pgcli.training.monitor import Outputs, Schedule, TrainingMonitor
     from pgcli.training.run import ResumePoint, Run
@@ -64,23 +65,6 @@ class TrainerFactory(Protocol):
     """A trainer class: ``TRPO(cfg, env=env, model=model, seed=seed, device=device)``."""
 
     def __call__(self, cfg: Any, *, env: VectorEnv, model: ModelConfig, seed: int, device: torch.device) -> Trainer: ...
-
-
-class TextTrainerFactory(Protocol):
-    """A text trainer class: ``SFT(cfg, task=task, policy=policy, reference=reference, model=model, seed=seed,
-    device=device)``."""
-
-    def __call__(
-        self,
-        cfg: Any,
-        *,
-        task: TextTask,
-        policy: CausalLM,
-        reference: CausalLM | None,
-        model: TextModelConfig,
-        seed: int,
-        device: torch.device,
-    ) -> Learner: ...
 
 
 def trainer_class(algo_cfg: Any, *, kind: str = "control") -> TrainerFactory:
@@ -335,9 +319,10 @@ def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
     """:func:`train` for a text task (docs/lm.md): the task, the TinyGPT policy (from ``init`` when given, which is
-    also the frozen reference), the text trainer and the held-out evaluator, in the same
+    also the frozen reference), the text trainer with its KL reference and the held-out evaluator, in the same
     :class:`pgcli.training.run.Run`."""
     from pgcli.agent import write_text_agent_files
+    from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
     from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_task
@@ -363,7 +348,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
                 cfg.algo,
                 task=trainer_task,
                 policy=policy,
-                reference=reference,
+                reference=kl_reference(cfg.algo, policy, reference),  # the evaluator's is the init model's
                 model=cfg.model,
                 seed=cfg.seed,
                 device=device,

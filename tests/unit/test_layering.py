@@ -7,7 +7,8 @@
 - nothing imports ``pgcli.cli`` (the entry point sits on top; ``pgcli/__main__.py`` is its only caller);
 - ``pgcli/ops`` (pure math) imports nothing from pgcli outside ``pgcli.ops``;
 - ``pgcli/algo`` (the trainers) imports nothing of the monitor's implementation, the run or tracking: trainers see the
-  :class:`pgcli.contracts.Monitor` protocol only;
+  :class:`pgcli.contracts.Monitor` protocol only; every trainer (a class with a ``learn`` method) lives there, so the
+  rule reaches them all;
 - ``pgcli/config`` imports nothing that builds envs, tasks, trainers or runs (checks that need the world run after
   composition, in ``pgcli.training.checks``);
 - only the ``pgcli/tracking`` package imports ``mlflow`` (MLflow is a backend behind one logger interface);
@@ -210,6 +211,19 @@ def test_ops_import_nothing_above_them():
 def test_trainers_see_the_monitor_protocol_only():
     offenders = _importers("pgcli.algo", ("pgcli.training", "pgcli.tracking", "pgcli.commands", "pgcli.sweeps"))
     assert not offenders, offenders
+
+
+def test_every_trainer_lives_in_algo():
+    # a trainer elsewhere (SFT and the reward model's were in pgcli/lm) would escape the rule above
+    outside = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.name}"
+        for path in python_files()
+        if path.parent.name != "algo"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(item, ast.FunctionDef) and item.name == "learn" for item in node.body)
+    ]
+    assert not outside, f"trainers outside pgcli/algo: {outside}"
 
 
 def test_config_builds_nothing():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pgcli.algo.lm_agent import LMAgentGRPO, trajectory_advantages
+from pgcli.algo.lm_base import kl_reference
 from pgcli.algo.lm_grpo import ESTIMATORS, STD_EPS
 from pgcli.algo.lm_rollout import CompletionBatch
 from pgcli.config import CountdownToolEnvConfig, FlowGRPOConfig, GRPOConfig, LMModelConfig
@@ -193,7 +194,8 @@ def make_agent_trainer(algo: str) -> LMAgentGRPO:
     policy = make_text_policy(task, model, torch.device("cpu"))
     kw = {"group_size": 4, "n_groups": 2, "batch_size": 8, "learning_rate": 1e-3}
     cfg = FlowGRPOConfig(**kw) if algo == "flow_grpo" else GRPOConfig(**kw, n_iterations=1)
-    return LMAgentGRPO(cfg, task=task, policy=policy, reference=None, model=model, seed=0, device=torch.device("cpu"))
+    return LMAgentGRPO(cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=model, seed=0,
+                       device=torch.device("cpu"))  # fmt: skip
 
 
 @pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pgcli.algo.sft import SFT
 from pgcli.config import LMModelConfig, SFTConfig
 from pgcli.lm.model import TinyGPT, TinyGPTSizes, completion_logprobs
-from pgcli.lm.sft import SFT
 from pgcli.lm.tasks import Sort, Task, encode_completions, encode_prompts
 
 

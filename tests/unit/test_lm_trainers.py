@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from pgcli.algo.lm_base import kl_reference
 from pgcli.algo.lm_grpo import ESTIMATORS, LMGRPO, token_loss
 from pgcli.algo.lm_ppo import LMPPO
 from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
@@ -79,7 +80,8 @@ def make_trainer(algo: str, task: Task | None = None, *, micro_batch: int = 0, *
     task = task or make_task()
     cfg = CONFIGS[algo](**kw)
     trainer_class = LMPPO if algo == "ppo_lm" else LMGRPO
-    return trainer_class(cfg, task=task, policy=make_policy(task), reference=None,
+    policy = make_policy(task)
+    return trainer_class(cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None),
                          model=Sampling(micro_batch=micro_batch), seed=0, device=CPU)  # fmt: skip
 
 
@@ -213,7 +215,8 @@ def loss_terms(algo: str, **kw):
             param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
     batch = sampled_batch(trainer, task)
     with torch.no_grad():
-        old_logp, ref_logp = trainer._logprobs(trainer.policy, batch), trainer._logprobs(trainer.reference, batch)
+        old_logp = trainer._batch_logprobs(trainer.policy, batch)
+        ref_logp = trainer._batch_logprobs(trainer.reference, batch)
     out = token_loss(trainer.policy, trainer.cfg, batch, torch.arange(16), old_logp=old_logp, ref_logp=ref_logp,
                      advantages=torch.zeros_like(old_logp), temperature=1.0,
                      max_len=task.max_completion_len)  # fmt: skip

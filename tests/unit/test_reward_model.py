@@ -1,6 +1,6 @@
-"""The reward model of ``pgcli rm`` (docs/lm.md, "Reward models: `pgcli rm`"): the Bradley-Terry loss and pairwise
-accuracy against hand-computed values, the preference pairs generated from the tasks, the scalar head on the last
-real token, exact resume of the trainer, and the config rules."""
+"""The reward model of ``pgcli rm`` (docs/lm.md, "Reward models: `pgcli rm`"): the preference pairs generated from the
+tasks, the scalar head on the last real token, exact resume of the trainer, and the config rules (the Bradley-Terry
+loss: test_ops_preference.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from pgcli.algo.reward_model import RewardModelTrainer
 from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, LMModelConfig, RMConfig, SortEnvConfig
 from pgcli.errors import ConfigError
 from pgcli.lm.load import make_text_policy, make_text_task
 from pgcli.lm.pairs import PairGenerator, addition_credit, perturb_digits
-from pgcli.lm.reward_model import (
-    PolicySampler,
-    RewardModel,
-    RewardModelTrainer,
-    bradley_terry_loss,
-    evaluate_pairs,
-    load_reward_model,
-    pairwise_accuracy,
-    score_texts,
-)
+from pgcli.lm.reward_model import PolicySampler, RewardModel, evaluate_pairs, load_reward_model, score_texts
 from pgcli.lm.tasks import Task, make_task
 
 TINY = LMModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32)
@@ -34,41 +26,6 @@ CPU = torch.device("cpu")
 
 def _addition(n_digits: int = 2) -> Task:
     return make_task(AdditionEnvConfig(id="addition", n_digits=n_digits, n_eval=64))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# the loss and the accuracy
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def test_bradley_terry_loss_matches_hand_computed_values():
-    # margins 1 and 0: (-log sigmoid(1) - log sigmoid(0)) / 2 = (0.313262 + 0.693147) / 2
-    loss = bradley_terry_loss(torch.tensor([1.0, 0.5]), torch.tensor([0.0, 0.5]))
-    assert loss.item() == pytest.approx((math.log(1 + math.exp(-1.0)) + math.log(2.0)) / 2, abs=1e-6)
-    assert loss.item() == pytest.approx(0.503204, abs=1e-6)
-    # a wrong ranking by 2 costs log(1 + e^2) = 2.126928
-    assert bradley_terry_loss(torch.tensor([-1.0]), torch.tensor([1.0])).item() == pytest.approx(2.126928, abs=1e-6)
-
-
-def test_bradley_terry_loss_gradient_is_sigmoid_of_minus_the_margin():
-    r_chosen, r_rejected = torch.tensor([2.0], requires_grad=True), torch.tensor([1.0], requires_grad=True)
-    bradley_terry_loss(r_chosen, r_rejected).backward()
-    assert r_chosen.grad is not None and r_rejected.grad is not None
-    assert r_chosen.grad.item() == pytest.approx(-1 / (1 + math.e), abs=1e-6)  # -sigmoid(-1)
-    assert r_rejected.grad.item() == pytest.approx(1 / (1 + math.e), abs=1e-6)
-
-
-def test_pairwise_accuracy_counts_strictly_higher_chosen_rewards():
-    r_chosen = torch.tensor([2.0, 1.0, 0.0, -3.0])
-    r_rejected = torch.tensor([1.0, 1.0, -1.0, -2.0])  # right, tie (wrong), right, wrong
-    assert pairwise_accuracy(r_chosen, r_rejected).item() == pytest.approx(0.5)
-
-
-def test_the_loss_refuses_mismatched_shapes():
-    with pytest.raises(ValueError, match=r"two \[N\] tensors"):
-        bradley_terry_loss(torch.zeros(3), torch.zeros(2))
-    with pytest.raises(ValueError, match=r"two \[N\] tensors"):
-        pairwise_accuracy(torch.zeros(2, 1), torch.zeros(2, 1))
 
 
 # --------------------------------------------------------------------------------------------------------------------

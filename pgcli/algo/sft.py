@@ -23,17 +23,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pgcli.algo.supervised import WEIGHTS_FILE, SupervisedTrainer
 from pgcli.config import SFTConfig
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
-from pgcli.lm.supervised import WEIGHTS_FILE, SupervisedTrainer
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
 from pgcli.ops.aggregate import batch_totals
 from pgcli.ops.lm import masked_mean, micro_batches
 
 
 class SFT(SupervisedTrainer[SFTConfig]):
-    """Supervised fine-tuning trainer (module docstring); the text-trainer signature of ``pgcli.lm``."""
+    """Supervised fine-tuning trainer (module docstring), built as every text trainer
+    (:class:`pgcli.algo.lm_base.TextTrainerFactory`)."""
 
     rng_key = "problem_rng"
     run_kind = "an SFT run"

@@ -1,5 +1,5 @@
-"""What pgcli's two supervised text trainers share: the SFT trainer (:mod:`pgcli.lm.sft`) and the reward model's
-(:mod:`pgcli.lm.reward_model`).
+"""What pgcli's two supervised text trainers share: the SFT trainer (:mod:`pgcli.algo.sft`) and the reward model's
+(:mod:`pgcli.algo.reward_model`).
 
 Both take one AdamW step per batch of ``algo.batch_size`` freshly drawn examples (demonstrations, preference pairs),
 count a step as one example, warm the learning rate up linearly over ``algo.warmup_steps`` examples, check every

@@ -1,0 +1,216 @@
+"""The contract every trainer of a text task is built by, and the base of the RL ones (docs/lm.md, "Writing a text
+trainer"; docs/algorithms/lm.md).
+
+:class:`TextTrainerFactory` is the one statement of how ``pgcli.training.build`` builds a text trainer (SFT, the reward
+model's, the RL trainers). :class:`TextRLTrainer` holds what the RL trainers share, as SB3's ``OnPolicyAlgorithm``
+does for its subclasses: the constructor (policy, optimizer, reference, the prompt and sampling generators, counters),
+the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches, and the
+checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a value network (`pgcli.algo.lm_ppo`) and the multi-turn
+trainer (`pgcli.algo.lm_agent`) write their update top to bottom (`_update`) and, where it differs, their sampling
+(`_sample`). The frozen reference pi_ref is built once, by the caller (:func:`kl_reference`), and passed in.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pgcli.algo.checkpoint import Stateful
+from pgcli.algo.guard import check_update
+from pgcli.algo.lm_rollout import (
+    CompletionBatch,
+    SamplingSettings,
+    generator_state,
+    load_text_trainer,
+    rollout_stats,
+    sample_completions,
+    save_text_trainer,
+    set_generator_state,
+)
+from pgcli.config import (
+    FlowGRPOConfig,
+    GRPOConfig,
+    GSPOConfig,
+    PPOLMConfig,
+    REINFORCEConfig,
+    ReinforcePPConfig,
+    RLOOConfig,
+)
+from pgcli.contracts import Learner, Monitor
+from pgcli.lm.model import CausalLM, completion_logprobs
+from pgcli.lm.tasks import TextTask
+from pgcli.ops.lm import micro_batches
+
+if TYPE_CHECKING:
+    from pgcli.lm.load import TextModelConfig
+
+CriticFreeConfig = GRPOConfig | RLOOConfig | REINFORCEConfig | GSPOConfig | ReinforcePPConfig | FlowGRPOConfig
+TextRLConfig = CriticFreeConfig | PPOLMConfig
+"""The configs of the RL trainers of text tasks: each has a KL coefficient ``beta`` to a frozen reference."""
+Cfg = TypeVar("Cfg", bound=TextRLConfig)
+
+
+class TextTrainerFactory(Protocol):
+    """A text trainer class, as ``pgcli.training.build`` builds it (its algorithm's row of ``pgcli.config.algos.ALGOS``
+    names it for the kind ``text``, or ``multi-turn``)::
+
+        Trainer(algo_cfg, *, task: TextTask, policy: CausalLM, reference: CausalLM | None,
+                model: LMModelConfig | HFModelConfig, seed: int, device: torch.device)
+
+    ``policy`` is on ``device``, initialised from ``init=<run>`` when given (else fresh, or the pretrained weights).
+    ``reference`` is what :func:`kl_reference` gives for the config: for an RL config with a KL term, the frozen pi_ref
+    (``requires_grad`` off, eval mode: a copy of the ``init`` weights or of the starting policy, or the policy with its
+    LoRA adapters off with ``model=hf``), else None; for SFT and the reward model, the frozen ``init`` model or None
+    (the reward model samples it for ``algo.pairs=policy``). ``model`` is the validated model config: its
+    ``temperature`` and ``top_p`` are the rollouts' sampling settings (and the temperature of ``completion_logprobs``),
+    its ``micro_batch`` the rows per forward/backward pass.
+
+    A "step" is one sampled completion (SFT: one demonstration; the reward model: one pair):
+    ``learn(total_steps, monitor)`` trains that many, calling ``monitor.log(step, {"train/...": ...})`` and
+    ``monitor.update(step, agent=self)`` after each update; the monitor's text evaluator reads ``self.policy`` for
+    ``eval/accuracy`` etc. ``save(dir)`` must write the weights with ``pgcli.lm.model.save_policy(self.policy, dir)``
+    (plus optimiser/RNG state for checkpoints) so that ``pgcli eval`` and ``init=<run>`` find ``dir/policy.pt``.
+    """
+
+    def __call__(
+        self,
+        cfg: Any,
+        *,
+        task: TextTask,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: TextModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> Learner: ...
+
+
+def kl_reference(cfg: object, policy: CausalLM, init_reference: CausalLM | None) -> CausalLM | None:
+    """The ``reference`` a text trainer of ``cfg`` is built with (:class:`TextTrainerFactory`), given the frozen
+    ``init_reference`` of ``pgcli.lm.init.start_from_init``. An RL config with a KL term (``beta`` > 0): that reference
+    or, without one, a frozen copy of ``policy`` as the run starts (DeepSeekMath: pi_ref is the model RL starts from);
+    one with ``beta`` = 0: None (no reference pass); SFT and the reward model: ``init_reference`` as it is."""
+    if not isinstance(cfg, TextRLConfig):
+        return init_reference
+    if not cfg.beta > 0:
+        return None
+    return copy.deepcopy(policy).eval().requires_grad_(False) if init_reference is None else init_reference
+
+
+class TextRLTrainer(Generic[Cfg]):
+    """The shared part of an RL trainer of a text task (module docstring), built as :class:`TextTrainerFactory` says.
+
+    One iteration of ``learn``: ``_sample`` (1. G completions of each of M training prompts from the old policy, scored
+    by the task), then the subclass's ``_update`` (2. advantages, 3. epochs of minibatch steps; its ``train/*``
+    metrics), the divergence guard on ``checked_losses`` and the trained parameters, then the monitor.
+    """
+
+    checked_losses: ClassVar[tuple[str, ...]]
+    """The update's metrics that must be finite (checked when the update ran: it logged ``train/grad_norm``)."""
+
+    def __init__(
+        self,
+        cfg: Cfg,
+        *,
+        task: TextTask,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: SamplingSettings,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        if (reference is not None) != (cfg.beta > 0):
+            raise ValueError(f"algo.beta={cfg.beta} takes {'a' if cfg.beta > 0 else 'no'} reference policy: pass "
+                             "kl_reference(cfg, policy, init_reference)")  # fmt: skip
+        self.cfg, self.task, self.device = cfg, task, device
+        self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
+        self.policy = policy.to(device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+        # pi_ref: the model the run starts from (kl_reference), None without a KL term
+        self.reference = None if reference is None else reference.to(device).eval().requires_grad_(False)
+        self.prompt_rng = np.random.default_rng(seed)  # training prompts
+        self.generator = torch.Generator(device=device).manual_seed(seed)  # token sampling
+        self.steps = 0
+        self.n_updates = 0
+
+    def learn(self, total_steps: int, monitor: Monitor) -> int:
+        while self.steps < total_steps:
+            start = time.perf_counter()
+            batch, stats = self._sample()
+            self.steps += len(batch.rewards)
+            stats |= self._update(batch)
+            stats["time/update_s"] = time.perf_counter() - start
+            stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
+            losses = self.checked_losses if "train/grad_norm" in stats else ()
+            check_update(monitor, self.steps, stats, losses, params=self._trained_parameters())
+            monitor.log(self.steps, stats)
+            monitor.update(self.steps, agent=self)
+        return self.steps
+
+    def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
+        """1. G completions of each of M prompts from the old policy, scored by the task; their ``rollout/*``
+        metrics."""
+        problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+        batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
+                                   temperature=self.temperature, top_p=self.top_p, generator=self.generator,
+                                   device=self.device)  # fmt: skip
+        return batch, rollout_stats(batch)
+
+    def _update(self, batch: CompletionBatch) -> dict[str, float]:
+        """2. and 3.: one update on ``batch``; its ``train/*`` metrics."""
+        raise NotImplementedError
+
+    def _trained_parameters(self) -> Iterable[Tensor]:
+        """Every parameter an update trains, for the divergence guard."""
+        return self.policy.parameters()
+
+    def _logprobs(
+        self, model: CausalLM, batch: CompletionBatch, rows: Tensor, width: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
+        (all) under `model` at the sampling temperature."""
+        cols = slice(None) if width is None else slice(0, width)
+        return completion_logprobs(model, batch.prompt_tokens[rows], batch.prompt_mask[rows],
+                                   batch.tokens[rows, cols], batch.mask[rows, cols].bool(),
+                                   temperature=self.temperature)  # fmt: skip
+
+    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
+        """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at
+        once), concatenated: [B, C]."""
+        rows = torch.arange(len(batch.rewards), device=self.device)
+        return torch.cat([score(chunk) for chunk in micro_batches(rows, self.micro_batch)])
+
+    def _batch_logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
+        """log pi(o_t | q, o_<t) [B, C] of every sampled token under `model`, by micro-batches."""
+        return self._by_rows(batch, lambda rows: self._logprobs(model, batch, rows)[0])
+
+    def save(self, path: Path) -> Path:
+        """``model.pt`` (`_modules`: the networks and optimizers), ``policy.pt`` and ``state.json`` (completions so
+        far, updates, the prompt and sampling generators, the process RNGs); see `pgcli.algo.lm_rollout`."""
+        values = {
+            "steps": self.steps,
+            "n_updates": self.n_updates,
+            "prompt_rng": self.prompt_rng.bit_generator.state,
+            "generator": generator_state(self.generator),
+        }
+        return save_text_trainer(path, self.policy, self._modules(), values)
+
+    def load(self, path: Path) -> None:
+        values = load_text_trainer(path, self.device, self._modules())
+        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
+        self.prompt_rng.bit_generator.state = values["prompt_rng"]
+        set_generator_state(self.generator, values["generator"])
+
+    def _modules(self) -> dict[str, Stateful | None]:
+        """The state dicts of ``model.pt``, by name."""
+        return {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
+
+    def close(self) -> None:
+        """Nothing to release: a text task holds no env."""

@@ -1,0 +1,96 @@
+"""The reward model's trainer (``pgcli rm``, ``algo=rm``; docs/lm.md, "Reward models: `pgcli rm`"): a
+:class:`pgcli.lm.reward_model.RewardModel` trained on preference pairs (x, y_c, y_r), y_c preferred
+(:mod:`pgcli.lm.pairs`), with the Bradley-Terry loss (:mod:`pgcli.ops.preference`)
+
+    L(phi) = - mean_pairs log sigmoid(r_phi(x, y_c) - r_phi(x, y_r))
+
+with AdamW, a linear learning-rate warm-up over ``warmup_steps`` pairs and a global gradient-norm clip
+(:mod:`pgcli.algo.supervised`); a "step" is one pair. The head starts at zero, so the loss starts at log 2. The saved
+model directory holds ``policy.pt`` (the backbone) and ``reward_head.pt``, what
+:func:`pgcli.lm.reward_model.load_reward_model` reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pgcli.algo.supervised import SupervisedTrainer
+from pgcli.config import RMConfig
+from pgcli.lm.load import TextModelConfig
+from pgcli.lm.model import CausalLM, save_policy
+from pgcli.lm.pairs import Pair, fallback_frac
+from pgcli.lm.reward_model import REWARD_HEAD_FILE, RewardModel, encode_texts, pair_generator
+from pgcli.lm.tasks import Task
+from pgcli.ops.lm import micro_batches
+from pgcli.ops.preference import bradley_terry_loss
+
+
+class RewardModelTrainer(SupervisedTrainer[RMConfig]):
+    """Bradley-Terry training of a :class:`RewardModel` on generated pairs (module docstring), built as every text
+    trainer (:class:`pgcli.algo.lm_base.TextTrainerFactory`). ``policy`` is the backbone (fresh, or ``init=<SFT
+    run>``); ``reference``, the frozen init model, is sampled for ``algo.pairs=policy`` only (no KL term: the reward
+    model does not generate)."""
+
+    rng_key = "pair_rng"
+    run_kind = "a reward-model run"
+
+    def __init__(
+        self,
+        cfg: RMConfig,
+        *,
+        task: Task,
+        policy: CausalLM,
+        reference: CausalLM | None,
+        model: TextModelConfig,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.reward_model = RewardModel(policy).to(device).train()
+        params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
+        super().__init__(cfg, self.reward_model, params, seed=seed, device=device)
+        self.task, self.micro_batch = task, model.micro_batch
+        self.pairs = pair_generator(cfg, task, reference, model, device)
+
+    def _step(self) -> dict[str, float]:
+        return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
+
+    def _train_on(self, pairs: list[Pair]) -> dict[str, float]:
+        """One gradient step on ``pairs``, ``model.micro_batch`` pairs per forward/backward pass (0: all at once);
+        each pass's loss is its share of the batch mean."""
+        n = len(pairs)
+        texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+        prompts, prompt_mask, completions, completion_mask = encode_texts(
+            self.task.vocab, [p.problem.prompt for p in pairs] * 2, texts, self.device
+        )  # [2N, P], [2N, C]: the chosen rows, then the rejected rows
+        lr = self._start_step()
+        margins: list[Tensor] = []  # [N'] per pass
+        for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
+            both = torch.cat([rows, rows + n])  # [2N']
+            rewards = self.reward_model.score(prompts[both], prompt_mask[both], completions[both],
+                                              completion_mask[both])  # fmt: skip  # [2N']
+            r_chosen, r_rejected = rewards.split(len(rows))
+            loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
+            loss.backward()
+            margins.append((r_chosen - r_rejected).detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        margin = torch.cat(margins)  # [N]
+        stats = {
+            "train/loss": float(-F.logsigmoid(margin).mean()),
+            "train/pairwise_accuracy": float((margin > 0).float().mean()),
+            "train/reward_margin": float(margin.mean()),
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": lr,
+        }
+        if self.cfg.pairs == "policy":
+            stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
+        return stats
+
+    def _save_model(self, directory: Path) -> None:
+        """``policy.pt`` (the backbone) and ``reward_head.pt``: what :func:`load_reward_model` reads."""
+        save_policy(self.reward_model.backbone, directory)
+        torch.save(self.reward_model.head.state_dict(), directory / REWARD_HEAD_FILE)
