@@ -51,8 +51,9 @@ from pgcli.envs.spec import (
 )
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import select_device
-from pgcli.lm.learned_reward import check_reward_model, locate_reward_model, reward_model_ref
+from pgcli.lm.learned_reward import check_reward_model, reward_model_ref
 from pgcli.lm.tasks import make_puzzle, resolve_reward
+from pgcli.training.references import locate_reward_model
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
