@@ -95,9 +95,9 @@ def check_sweep(job: JobDraft) -> None:
 
 
 def check_store(job: JobDraft) -> None:
-    from pgcli.training.preflight import check_train_environment, plan_from_overrides
+    if job.mode.writes:  # preflight is imported only where it checks (pgcli train --cfg job writes nothing)
+        from pgcli.training.preflight import check_train_environment, plan_from_overrides
 
-    if job.mode.writes:
         plan = plan_from_overrides(job.overrides, multirun=job.multirun, output_dir=job.output_dir)
         check_train_environment(plan)
 
