@@ -230,9 +230,9 @@ def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
 
     import torch
 
-    from pgcli.lm.init import locate_init
     from pgcli.lm.load import make_text_policy
     from pgcli.lm.model import load_policy
+    from pgcli.training.references import locate_init
 
     policy = make_text_policy(task, cfg.model, torch.device("cpu"))
     if cfg.init is None:

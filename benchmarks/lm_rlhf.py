@@ -109,9 +109,9 @@ def best_of_n(seed: int, warm: dict[str, Any], rm: dict[str, Any], args: argpars
     import torch
 
     from pgcli.agent import agent_config
+    from pgcli.lm.init import InitSource
     from pgcli.lm.learned_reward import load_learned_reward
     from pgcli.lm.load import make_text_policy, make_text_task
-    from pgcli.lm.locate import InitSource
     from pgcli.lm.model import generate
     from pgcli.lm.tasks import decode_completions, encode_prompts
 

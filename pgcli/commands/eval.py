@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgcli.config.overrides import override_key
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.training.logged import LoggedRun, Wording
 
@@ -87,7 +88,7 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     ns = parser.parse_intermixed_args(list(args))
     ns.video = ns.video or any(o in VIDEO_FLAGS for o in ns.overrides)
     ns.overrides = [o for o in ns.overrides if o not in VIDEO_FLAGS and o not in ("video=false", "video=False")]
-    bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
+    bad = [o for o in ns.overrides if not override_key(o).startswith("tracking")]
     if bad:
         raise ConfigError(
             f"pgcli eval takes tracking overrides only (got {bad[0]!r}); the run's config is used as logged"
@@ -255,8 +256,8 @@ def evaluate_text_target(
     import torch
 
     from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
-    from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_policy, make_text_task
+    from pgcli.training.references import learned_reward
 
     if ns.video:
         raise ConfigError("--video: a text task has no frames; its samples table is logged instead")

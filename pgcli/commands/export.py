@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from pgcli.config.overrides import override_key
 from pgcli.errors import CommandParser, ConfigError
 
 
@@ -30,7 +31,7 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="directory to write (default: <run dir>/hf)")
     parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli train)")
     ns = parser.parse_intermixed_args(list(args))
-    bad = [o for o in ns.overrides if not o.lstrip("+~").startswith("tracking")]
+    bad = [o for o in ns.overrides if not override_key(o).startswith("tracking")]
     if bad:
         raise ConfigError(f"pgcli export takes tracking overrides only (got {bad[0]!r})")
     return ns

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pgcli.commands import train
 from pgcli.config.compose import text_task_overrides
+from pgcli.config.overrides import override_key, split_override
 from pgcli.errors import ConfigError
 
 DEFAULT_TASK = "addition"
@@ -24,15 +25,15 @@ def fixed_algo_main(args: list[str], *, algo: str) -> int:
     unless given, ``resume=`` belongs to ``pgcli train``, and ``--help`` is the command's own page (``pgcli sft``,
     ``pgcli rm``)."""
     overrides = train.task_overrides(args)
-    typed = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") == "algo"]
+    typed = [a for a in overrides if override_key(a) == "algo"]
     if typed:
         raise ConfigError(f"pgcli {algo} trains algo={algo}; drop {typed[0]} (or use pgcli train {typed[0]})")
     if any(a.startswith("resume=") for a in args):
         raise ConfigError(f"pgcli {algo} resume=<run> is pgcli train resume=<run>: a run resumes with its own algo")
-    has_env = any(a.split("=", 1)[0].lstrip("+~") == "env" for a in overrides)
+    has_env = any(override_key(a) == "env" for a in overrides)
     args = [f"algo={algo}", *([] if has_env else [f"env={DEFAULT_TASK}"]), *args]
     if "-h" in args or "--help" in args:
         own = [f"algo={algo}", f"env={DEFAULT_TASK}"]  # what the command picks: marked (default) on its page
-        chosen = dict(o.split("=", 1) for o in [*own, *text_task_overrides(own)])
+        chosen = {key: value for _, key, value in map(split_override, [*own, *text_task_overrides(own)])}
         return train.print_help(train.task_overrides(args), command=algo, chosen=chosen)
     return train.main(args, command=algo)

@@ -23,7 +23,6 @@ from pgcli.config.compose import (
     CONF_DIR,
     compose_dictconfig,
     compose_train_config,
-    text_task_overrides,
     to_train_config,
 )
 from pgcli.errors import ConfigError, PgcliError
@@ -112,22 +111,27 @@ def main(args: list[str], *, command: str = "train") -> int:
         return print_help(task_overrides(args))
     if any(a in ("-sc", "--shell-completion") for a in args) and not any(a.startswith("query=") for a in args):
         raise ConfigError('shell completion for pgcli is installed with: eval "$(pgcli completion bash)"')
+    trained = TrainedRun()
     try:
         if any(a.startswith("resume=") for a in args):
             from pgcli.training.resume import resume_command
 
             return resume_command(args)
-        return _run_hydra(checked_args(args, command=command))
+        return _run_hydra(checked_args(args, command=command), trained)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say how the run continues (docs/runs.md)
-        print(_interrupted_line(args), file=sys.stderr)
+        print(_interrupted_line(args, trained.run_dir), file=sys.stderr)
         return 128 + getattr(exc, "signum", signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
 
 
-_JOB_DIR: Path | None = None
-"""The run directory of the run this process trains (or last trained): what an interrupt continues."""
+@dataclasses.dataclass
+class TrainedRun:
+    """What the jobs of this process hand back to :func:`main`: the run directory of the run it trains (or last
+    trained), which an interrupt continues (None: none started)."""
+
+    run_dir: Path | None = None
 
 
-def _interrupted_line(args: list[str]) -> str:
+def _interrupted_line(args: list[str], run_dir: Path | None) -> str:
     """``pgcli: interrupted``, and the command that continues the interrupted run when it saved a checkpoint."""
     from pgcli.redact import redact_text
     from pgcli.training.console import interrupted_line, lookup_overrides
@@ -136,14 +140,15 @@ def _interrupted_line(args: list[str]) -> str:
         import shlex
 
         return redact_text(f"pgcli: interrupted; continue the run with: {shlex.join(['pgcli', 'train', *args])}")
-    return interrupted_line(_JOB_DIR, lookup_overrides(task_overrides(args)))
+    return interrupted_line(run_dir, lookup_overrides(task_overrides(args)))
 
 
 def checked_args(args: list[str], *, command: str = "train") -> list[str]:
-    """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed its checks
-    (a one-line ConfigError otherwise): ``--from-run`` resolved, a text task's implied groups and a stale preset's
-    ``~preset`` added."""
+    """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed the pipeline's
+    passes (:mod:`pgcli.training.pipeline`; a one-line ConfigError otherwise): ``--from-run`` resolved, ``init=``'s
+    carried-over settings, a text task's implied groups and a stale preset's ``~preset`` added."""
     from pgcli.training.from_run import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
+    from pgcli.training.pipeline import Preflight, prepare_job
 
     # an unknown flag is one line now; Hydra gets its flags first (below), wherever they were typed
     hydra_argv(split_from_run(args)[1] if has_from_run(args) else args, command)
@@ -151,76 +156,28 @@ def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     reject_logged_config_dir(args)
     if has_from_run(args):  # the logged run's config, registered in the ConfigStore, under these overrides
         args = from_run_args(args, overrides=task_overrides(args), store_for=_run_store)
-    from pgcli.lm.init import init_overrides
-
-    args = [*args, *init_overrides(task_overrides(args))]  # init=<SFT run>: its model and task settings, unless typed
-    args = [*args, *text_task_overrides(task_overrides(args))]  # env=addition implies model=tiny_gpt, algo=grpo
-    if not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args):
-        args = _preflight(args)
+    mode = Preflight(
+        checks=not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args),
+        writes=not any(a in ("--cfg", "-c") for a in args),  # nothing is written when only the config is printed
+        preset_note=True,
+        sweep_check=_check_search,
+    )
+    task = task_overrides(args)
+    job = prepare_job(task, multirun=any(a in ("-m", "--multirun") for a in args), mode=mode)
+    args = [*args, *job.overrides[len(task) :]]  # the passes add overrides at the end
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
     return args
 
 
-def _preflight(args: list[str]) -> list[str]:
-    """Check every job of ``args`` before Hydra starts the first; returns ``args`` with a stale preset dropped."""
-    from pgcli.config.presets import stale_preset_overrides
-    from pgcli.training.checks import validate_overrides
+def _check_search(overrides: list[str]) -> None:
+    """An Optuna search's checks: settings, search space, the study's budget (imported for ``-m`` only)."""
+    from pgcli.sweeps.study import check_search
 
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    preset_drop = stale_preset_overrides(task_overrides(args), multirun=multirun)
-    args = [*args, *preset_drop.overrides]
-    validate_overrides(task_overrides(args), multirun=multirun)
-    if multirun:
-        from pgcli.sweeps.study import check_search
-
-        check_search(task_overrides(args))  # an Optuna search: settings, search space, the study's budget
-    if not any(a in ("--cfg", "-c") for a in args):  # nothing is written when only the config is printed
-        from pgcli.training.preflight import check_train_environment, plan_from_overrides
-
-        check_train_environment(plan_from_overrides(task_overrides(args), multirun=multirun))
-        from pgcli.lm.init import check_init_overrides
-
-        check_init_overrides(task_overrides(args))  # init=<SFT run>: found and fitting, before anything starts
-    preset_drop.announce()
-    if not any(a in ("--cfg", "-c") for a in args):
-        note = preset_note(task_overrides(args), multirun=multirun)
-        if note:
-            print(note, file=sys.stderr, flush=True)
-    return args
+    check_search(overrides)
 
 
-def preset_note(overrides: list[str], *, multirun: bool) -> str | None:
-    """The line a command starts with when a preset applies (docs/configuration.md: presets apply automatically, so
-    a user should see which did): ``pgcli: note: preset ppo_cartpole applied (...)``; once for a whole sweep, with
-    how many of its jobs each preset reaches. None when no job gets one (``~preset``, no preset for the pair,
-    ``--from-run``: the logged run's values)."""
-    from collections import Counter
-
-    from pgcli.config.compose import hydra_compose, job_overrides
-    from pgcli.config.labels import applied_preset
-
-    jobs = job_overrides(overrides, multirun=multirun)
-    by_groups: dict[tuple[str, ...], list[list[str]]] = {}  # the group choices alone decide the preset
-    for job in jobs:
-        by_groups.setdefault(tuple(o for o in job if "." not in o.split("=", 1)[0]), []).append(job)
-    applied: Counter[str] = Counter()
-    for same in by_groups.values():
-        preset = applied_preset(hydra_compose(same[0], hydra_node=True).hydra.runtime.choices, CONF_DIR)
-        if preset is not None:
-            applied[preset] += len(same)
-    if not applied:
-        return None
-    where = "conf/preset/<name>.yaml; ~preset trains without them"
-    if len(applied) > 1:
-        names = ", ".join(f"{name} ({n} of {len(jobs)} jobs)" for name, n in sorted(applied.items()))
-        return f"pgcli: note: presets {names} applied ({where})"
-    ((name, n),) = applied.items()
-    some = f" to {n} of {len(jobs)} jobs" if n < len(jobs) else ""
-    return f"pgcli: note: preset {name} applied{some} (conf/preset/{name}.yaml; ~preset trains without it)"
-
-
-def _run_hydra(args: list[str]) -> int:
+def _run_hydra(args: list[str], trained: TrainedRun) -> int:
     """Run the Hydra app on ``args``; 1 when a sweep had failed jobs."""
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
         signal.signal(signum, _raise_interrupted)
@@ -231,7 +188,7 @@ def _run_hydra(args: list[str]) -> int:
     # A multirun's parent MLflow run is ended by the sweep callback at multirun end; Hydra skips that hook when the
     # sweeper raises (it re-raises a failed job) or on Ctrl-C, so those paths end it here. Never left RUNNING.
     try:
-        _train_app()
+        _train_app(trained)
     except KeyboardInterrupt as exc:
         if close_sweep(KILLED) is None:
             raise
@@ -287,7 +244,7 @@ def task_overrides(args: list[str]) -> list[str]:
     return out
 
 
-def _train_app() -> None:
+def _train_app(trained: TrainedRun) -> None:
     import hydra
 
     from pgcli.config import register_configs
@@ -296,23 +253,23 @@ def _train_app() -> None:
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
     def train(cfg: DictConfig) -> float:
-        return run_train(cfg)
+        return run_train(cfg, trained)
 
     train()
 
 
-def run_train(cfg: DictConfig) -> float:
+def run_train(cfg: DictConfig, trained: TrainedRun | None = None) -> float:
     """The body of ``pgcli train`` for one job: validate, train, print the summary; returns the final eval return
-    (the mean over the job's seeds). A failure ends this job with pgcli's one error line, or, in a sweep, with one
-    line naming the job (its traceback in the job's log) and goes to the launcher, which records the failed job while
-    the sweep goes on (:mod:`pgcli.sweeps.failures`)."""
+    (the mean over the job's seeds); ``trained`` gets the run directory of the run in training. A failure ends this
+    job with pgcli's one error line, or, in a sweep, with one line naming the job (its traceback in the job's log) and
+    goes to the launcher, which records the failed job while the sweep goes on (:mod:`pgcli.sweeps.failures`)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        return _train_job(cfg, hc, multirun=multirun)
+        return _train_job(cfg, hc, multirun=multirun, trained=trained or TrainedRun())
     except Exception as exc:  # Hydra would print it with a traceback; the MLflow run has already ended FAILED
         if multirun:
             _raise_sweep_job_error(exc, hc)  # the launcher records the failed job; the sweep goes on
@@ -335,7 +292,7 @@ def _raise_sweep_job_error(exc: Exception, hc: HydraConf) -> NoReturn:
     raise job_failed(exc, hc) from None
 
 
-def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
+def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool, trained: TrainedRun) -> float:
     """Train the job's seeds one after another: ``n_seeds > 1`` (a hyperparameter search) runs seeds
     seed..seed+n-1, each its own run under ``<output_dir>/seed<k>``; returns their mean, so a sweeper never optimises
     the seed."""
@@ -361,8 +318,7 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> float:
         seed_cfg = dataclasses.replace(run_cfg, seed=seed)
         ctx = _seed_context(hc, run_cfg, seed, trial=trial, sweep_tags=sweep_tags)
         print_budget_note(seed_cfg, list(hc.overrides.task))
-        global _JOB_DIR
-        _JOB_DIR = ctx.output_dir
+        trained.run_dir = ctx.output_dir  # what an interrupt continues
         summary = train(seed_cfg, ctx)
 
         print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 from pgcli.config.algos import ALGOS
 from pgcli.config.hf import HFModelConfig
 from pgcli.config.labels import register_resolver
+from pgcli.config.overrides import Overrides, split_override, task_lines
 from pgcli.config.pixels import IMAGE_ENVS, CNNModelConfig
 from pgcli.config.run import EnvConfig, HardwareConfig, ModelConfig, TrackingConfig, TrainConfig
 from pgcli.config.text import TEXT_ENV_CONFIGS, LMModelConfig
 from pgcli.errors import ConfigError, PgcliError
 
 if TYPE_CHECKING:
-    from hydra.core.override_parser.types import Override
     from omegaconf import DictConfig
 
 
@@ -108,13 +108,13 @@ def job_overrides(overrides: list[str], *, multirun: bool) -> list[list[str]]:
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
-    parsed = parse_overrides(task)
-    if not multirun or not any(o.is_sweep_override() for o in parsed):
+    task = task_lines(overrides)
+    parsed = Overrides.parse(task)
+    if not multirun or not parsed.is_sweep():
         return [task]
-    if all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parsed):
-        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    return [fixed_overrides(task)]
+    if parsed.is_grid():
+        return [job for batch in BasicSweeper.split_arguments(list(parsed), None) for job in batch]
+    return [parsed.fixed()]
 
 
 def fixed_overrides(overrides: list[str]) -> list[str]:
@@ -123,18 +123,7 @@ def fixed_overrides(overrides: list[str]) -> list[str]:
     Raises:
         ConfigError: an override does not parse.
     """
-    return [o.input_line or "" for o in parse_overrides(overrides) if not o.is_sweep_override()]
-
-
-def parse_overrides(overrides: list[str]) -> list[Override]:
-    """Hydra's parsed ``Override`` objects; an override that does not parse is a one-line ConfigError."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    try:
-        return OverridesParser.create().parse_overrides(overrides)
-    except OverrideParseException as exc:
-        raise ConfigError(f"cannot parse override: {str(exc).splitlines()[0]}") from None
+    return Overrides.parse(overrides).fixed()
 
 
 def compose_train_config(overrides: list[str]) -> TrainConfig:
@@ -153,7 +142,11 @@ def text_task_overrides(overrides: list[str]) -> list[str]:
     (``env=addition,sort``). ``env=pong`` (an image env) without ``model=`` adds ``model=cnn``; so does a sweep over
     image envs only.
     """
-    values = {o.split("=", 1)[0].strip(): o.split("=", 1)[1].strip() for o in overrides if "=" in o}
+    values = {}  # a plain choice only (+model=... appends to the config; Hydra refuses it for a chosen group)
+    for line in overrides:
+        prefix, key, value = split_override(line)
+        if "=" in line and not prefix:
+            values[key] = value.strip()
     envs = [env.strip() for env in values.get("env", "").split(",")]
     if all(env in IMAGE_ENVS for env in envs):
         return [] if "model" in values else ["model=cnn"]
@@ -177,8 +170,8 @@ def reject_unknown_preset(overrides: list[str]) -> None:
     """
     available = sorted(p.stem for p in (Path(CONF_DIR) / "preset").glob("*.yaml"))
     for override in overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key == "preset" and value not in ("", "null") and value not in available:
+        prefix, key, value = split_override(override)
+        if key == "preset" and "~" not in prefix and value not in ("", "null") and value not in available:
             close = difflib.get_close_matches(value, available, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "see conf/preset/"
             raise ConfigError(f"unknown preset option '{value}' ({hint}); presets are named <algo>_<env>[_<variant>]")

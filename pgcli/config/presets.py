@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pgcli.config.compose import CONF_DIR, hydra_compose, job_overrides
 from pgcli.config.labels import applied_preset, env_option_ids
+from pgcli.config.overrides import override_key, task_lines
 from pgcli.errors import ConfigError
 
 
@@ -47,7 +48,7 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool) -> PresetDro
         ConfigError: a sweep over ``env.id`` where some jobs keep their preset's id and others do not (one Hydra
             command line cannot drop the preset for only some jobs).
     """
-    keys = {_key(o) for o in overrides if not o.lstrip("+~").startswith("hydra")}
+    keys = {override_key(o) for o in task_lines(overrides)}
     if "env.id" not in keys or "preset" in keys:
         return PresetDrop()
     try:
@@ -77,8 +78,3 @@ def stale_preset_overrides(overrides: list[str], *, multirun: bool) -> PresetDro
             f"is not applied{hint}"
         )
     return PresetDrop(["~preset"], notices)
-
-
-def _key(override: str) -> str:
-    """The key of a ``key=value`` override without Hydra's ``+``/``++``/``~`` prefix (``~preset`` -> ``preset``)."""
-    return override.split("=", 1)[0].lstrip("+~").strip()

@@ -11,9 +11,10 @@ A ``model=hf`` reward model thus scores any policy (TinyGPT, or another ``model=
 knows its task's characters only, so it scores TinyGPT policies on a task with the same characters whose prompt +
 completion fit its ``max_len`` (:func:`check_reward_model`).
 
-The run is found as ``init=`` finds its run (:func:`pgcli.lm.locate.locate_model`): a missing run, one that did not
-finish or one that is not a reward model is a one-line ConfigError before anything is created. Scores are computed
-in batches on the policy's device, without gradient.
+This module receives the reward model's directory (an :class:`~pgcli.lm.init.InitSource`); the run is found as
+``init=`` finds its run (:func:`pgcli.training.references.learned_reward`): a missing run, one that did not finish or
+one that is not a reward model is a one-line ConfigError before anything is created. Scores are computed in batches
+on the policy's device, without gradient.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import HFModelConfig, TextEnvConfig, TrackingConfig
+from pgcli.config import HFModelConfig, TextEnvConfig
 from pgcli.config.text import REWARD_MODEL_PREFIX
 from pgcli.errors import ConfigError
+from pgcli.lm.init import InitSource
 from pgcli.lm.load import TextModelConfig
-from pgcli.lm.locate import InitSource, ModelRef, locate_model
 
 if TYPE_CHECKING:
     import torch
@@ -43,22 +44,9 @@ def reward_model_ref(reward: Any) -> str | None:
     return None
 
 
-def _how(ref: str) -> ModelRef:
-    return ModelRef(f"env.reward={REWARD_MODEL_PREFIX}{ref}", kind="a reward-model run (pgcli rm)", doing="score with")
-
-
-def locate_reward_model(ref: str, tracking: TrackingConfig) -> InitSource:
-    """The final model of the reward-model run ``ref`` names; one-line ConfigError when there is none, the run did
-    not finish, or it is not a ``pgcli rm`` run."""
-    from pgcli.lm.reward_model import REWARD_HEAD_FILE
-
-    how = _how(ref)
-    source = locate_model(ref, tracking, how)
-    algo = source.spec.get("algo")
-    if algo != "rm" or not (source.model_dir / REWARD_HEAD_FILE).is_file():
-        raise ConfigError(f"{how.option}: {source.model_dir} is the model of an algo={algo} run, not a reward model; "
-                          f"train one with pgcli rm env={source.spec.get('env')}")  # fmt: skip
-    return source
+def reward_option(ref: str) -> str:
+    """``env.reward=rm:<ref>``: how the errors about the reward model ``ref`` name the option."""
+    return f"env.reward={REWARD_MODEL_PREFIX}{ref}"
 
 
 def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelConfig, ref: str) -> None:
@@ -66,7 +54,7 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
     docstring: a ``model=tiny_gpt`` reward model reads its task's characters only)."""
     from pgcli.lm.tasks import make_puzzle
 
-    option = _how(ref).option
+    option = reward_option(ref)
     config = source.spec.get("config", {})
     rm_model, rm_env = config.get("model", {}), config.get("env", {}).get("id")
     if "path" in rm_model:  # model=hf: its tokenizer reads any string
@@ -96,17 +84,3 @@ def load_learned_reward(source: InitSource, device: torch.device) -> LearnedRewa
     rm_task = make_text_task(cfg.env, cfg.model)  # its vocabulary: the reward model's characters or tokenizer
     model = load_reward_model(rm_task, cfg.model, device, source.model_dir).requires_grad_(False)
     return functools.partial(score_texts, model, rm_task.vocab, device=device, batch_size=SCORE_BATCH)
-
-
-def learned_reward(
-    env: TextEnvConfig, model: TextModelConfig, tracking: TrackingConfig, device: torch.device
-) -> tuple[LearnedReward | None, dict[str, str]]:
-    """The learned reward ``env.reward`` names (None for the checker or a function) and the run's tags recording it
-    (``reward_model``: its model directory; ``reward_model_run_id``)."""
-    ref = reward_model_ref(env.reward)
-    if ref is None:
-        return None, {}
-    source = locate_reward_model(ref, tracking)
-    check_reward_model(source, env, model, ref)
-    tags = {"reward_model": str(source.model_dir), "reward_model_run_id": source.run_id or ""}
-    return load_learned_reward(source, device), tags

@@ -106,10 +106,10 @@ def distinct_overrides(hc: HydraConf) -> list[str]:
     """The job's overrides that set it apart in its sweep (``++env.kwargs={a:1}``, not ``total_steps=256``): those of
     the keys the sweep varies, read from the sweep's ``multirun.yaml`` and the sweeper's search space; all of the job's
     overrides when neither names one."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from pgcli.config.overrides import Overrides
 
     keys = _swept_keys(hc)
-    job = OverridesParser.create().parse_overrides([str(o) for o in hc.overrides.task])
+    job = Overrides.parse(str(o) for o in hc.overrides.task)
     last = {o.key_or_group: str(o.input_line) for o in job}  # a search's value comes after the command line's
     chosen = [line for key, line in last.items() if key in keys]
     return chosen or list(last.values())
@@ -118,15 +118,15 @@ def distinct_overrides(hc: HydraConf) -> list[str]:
 def _swept_keys(hc: HydraConf) -> set[str]:
     """The keys of the sweeper's search space and of the sweep's command line with several values (``seed=0,1``)."""
     import yaml
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from pgcli.config.overrides import Overrides
 
     keys = {str(k) for k in (hc.sweeper.get("params") or {})}
     try:  # Hydra's basic sweeper writes the file before any job; another job may be masking a secret in it right now
         task = OmegaConf.select(OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml"), "hydra.overrides.task")
     except (OSError, yaml.YAMLError):
         return keys  # no file (another sweeper) or half written: the label is longer, the failure still reported
-    sweep = OverridesParser.create().parse_overrides([str(o) for o in task or []])
-    return keys | {o.key_or_group for o in sweep if o.is_sweep_override()}
+    return keys | Overrides.parse(str(o) for o in task or []).swept_keys()
 
 
 def _relative(path: Path) -> str:

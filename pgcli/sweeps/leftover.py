@@ -42,14 +42,15 @@ class SweepPlan:
     def from_config(cls, config: DictConfig) -> SweepPlan:
         from omegaconf import OmegaConf
 
-        from pgcli.config.compose import job_overrides, parse_overrides
+        from pgcli.config.compose import job_overrides
+        from pgcli.config.overrides import Overrides
 
         task = [str(o) for o in config.hydra.overrides.task]
         hydra = [str(o) for o in config.hydra.overrides.hydra if not str(o).startswith("hydra.mode=")]
         n_trials = OmegaConf.select(config, "hydra.sweeper.n_trials", default=None)
         if n_trials is not None:
             return cls(task, hydra, n_trials=int(n_trials))
-        grid = all(o.is_discrete_sweep() or not o.is_sweep_override() for o in parse_overrides(task))
+        grid = Overrides.parse(task).is_grid()
         return cls(task, hydra, jobs=job_overrides(task, multirun=True) if grid else None)
 
     @property
@@ -105,10 +106,10 @@ def leftover(plan: SweepPlan | None, children: list[RunRecord], no_run: list[int
 def grid_commands(plan: SweepPlan, nums: list[int], *, not_started: set[int]) -> list[str]:
     """``pgcli train -m`` command lines that run the grid jobs ``nums`` again: jobs that differ only in the last swept
     key share one (``seed=1,2``), as Hydra's basic sweeper orders them."""
-    from pgcli.config.compose import parse_overrides
+    from pgcli.config.overrides import Overrides
 
     assert plan.jobs is not None
-    swept = [i for i, o in enumerate(parse_overrides(plan.task)) if o.is_sweep_override()]
+    swept = [i for i, o in enumerate(Overrides.parse(plan.task)) if o.is_sweep_override()]
     groups: dict[tuple[str, ...], list[int]] = {}
     for num in nums:
         groups.setdefault(tuple(_value(plan.jobs[num][i]) for i in swept[:-1]), []).append(num)

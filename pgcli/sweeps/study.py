@@ -140,14 +140,10 @@ class SearchSpace:
     def parse(cls, params: Mapping[str, Any], arguments: list[str]) -> SearchSpace:
         """From ``hydra.sweeper.params`` and the command line's task overrides (``algo.gamma=choice(0.9,0.99)``
         there is a dimension too; a plain ``key=value`` is passed to every trial)."""
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra.errors import HydraException
+        from pgcli.config.overrides import Overrides
 
         lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
-        try:
-            parsed = OverridesParser.create().parse_overrides(lines)
-        except HydraException as exc:
-            raise ConfigError(f"cannot parse the search space: {str(exc).splitlines()[0]}") from None
+        parsed = Overrides.parse(lines, what="the search space")
         distributions, fixed = {}, []
         for i, override in enumerate(parsed):
             key = override.get_key_element()
@@ -335,15 +331,16 @@ def check_search(overrides: list[str]) -> None:
     creates nothing. Other sweepers pass through."""
     from omegaconf import OmegaConf
 
-    from pgcli.config.compose import fixed_overrides, hydra_compose, parse_overrides
+    from pgcli.config.compose import hydra_compose
+    from pgcli.config.overrides import Overrides
     from pgcli.training.checks import train_config
 
-    parsed = parse_overrides(overrides)
-    config = hydra_compose(fixed_overrides(overrides), hydra_node=True)
+    parsed = Overrides.parse(overrides)
+    config = hydra_compose(parsed.fixed(), hydra_node=True)
     if OmegaConf.select(config, "hydra.sweeper._target_") != SWEEPER_TARGET:
         return
     cfg = search_config(config.hydra.sweeper)
-    task = [o.input_line or "" for o in parsed if not o.key_or_group.startswith("hydra")]
+    task = parsed.task().lines
     space = SearchSpace.parse(cfg.params, task)
     point = [f"{key}={value}" for key, value in space.first_point().items()]
     train_config([*space.fixed, *point])

@@ -288,11 +288,9 @@ CHILD_COLUMNS = {
 
 def swept_keys(config: DictConfig) -> set[str]:
     """Keys the sweep varies: grid overrides with several values (``env=a,b``) and the sweeper's search space."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from pgcli.config.overrides import Overrides
 
-    task = [str(o) for o in config.hydra.overrides.task]
-    parsed = OverridesParser.create().parse_overrides(task)
-    keys = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    keys = Overrides.parse(str(o) for o in config.hydra.overrides.task).swept_keys()
     params = OmegaConf.select(config, "hydra.sweeper.params")
     if params:
         keys |= {str(k) for k in params}

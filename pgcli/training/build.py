@@ -324,8 +324,8 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.agent import write_text_agent_files
     from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
-    from pgcli.lm.learned_reward import learned_reward
     from pgcli.lm.load import make_text_task
+    from pgcli.training.references import init_source, learned_reward
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
@@ -333,7 +333,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)
-    policy, reference, init_tags = start_from_init(cfg, task, device)
+    policy, reference, init_tags = start_from_init(cfg, task, device, init_source(cfg))
     tags = run_tags(cfg, ctx, device) | init_tags | reward_tags
     start = time.perf_counter()
 

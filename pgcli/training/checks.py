@@ -42,8 +42,9 @@ from pgcli.envs.pixels import missing_package, quiet_ale
 from pgcli.envs.spec import algos_taking, check_wrapper, describe_space, registered_id, takes
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import select_device
-from pgcli.lm.learned_reward import check_reward_model, locate_reward_model, reward_model_ref
+from pgcli.lm.learned_reward import check_reward_model, reward_model_ref
 from pgcli.lm.tasks import make_puzzle, resolve_reward
+from pgcli.training.references import locate_reward_model
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

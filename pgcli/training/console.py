@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
+from pgcli.config.overrides import override_key, split_override
 from pgcli.redact import redact_text
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
 from pgcli.training.progress import parallel_job, write_line
@@ -70,7 +71,7 @@ def print_budget_note(cfg: TrainConfig, overrides: list[str]) -> None:
 
     Only when the command line sets one of :data:`BUDGET_KEYS`: a preset's budget (``total_steps=100000`` from
     rl-baselines3-zoo) overshoots as the zoo's own runs do, and the summary names the steps trained."""
-    if not any(o.split("=", 1)[0].lstrip("+~") in BUDGET_KEYS for o in overrides):
+    if not any(override_key(o) in BUDGET_KEYS for o in overrides):
         return
     planned, per = cfg.planned_steps, cfg.steps_per_rollout
     if isinstance(cfg.algo, GRPOConfig) and not isinstance(cfg.env, TextEnvConfig):
@@ -109,7 +110,12 @@ LOOKUP_KEYS = ("tracking.uri", "tracking.store_dir")
 
 def lookup_overrides(overrides: list[str]) -> list[str]:
     """The :data:`LOOKUP_KEYS` overrides among a command line's ``overrides``."""
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+") in LOOKUP_KEYS]
+    lookup = []
+    for override in overrides:
+        prefix, key, _ = split_override(override)
+        if key in LOOKUP_KEYS and "~" not in prefix:  # ~tracking.uri deletes the setting, it names no store
+            lookup.append(override)
+    return lookup
 
 
 def resume_command(run_id: str | None, run_dir: Path | None, lookup: list[str]) -> str:

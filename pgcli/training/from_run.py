@@ -23,6 +23,7 @@ from typing import Any
 
 from pgcli.config.compose import CONF_DIR
 from pgcli.config.labels import preset_label
+from pgcli.config.overrides import override_key, split_override
 from pgcli.errors import ConfigError
 from pgcli.training.logged import LoggedRun, Wording
 
@@ -75,14 +76,14 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
         store_for: the run store for tracking overrides (None with tracking=off).
     """
     source, rest = split_from_run(args)
-    groups = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides if "=" in o and "." not in o.split("=", 1)[0]}
+    groups = {override_key(o): o for o in overrides if "=" in o and "." not in override_key(o)}
     for group in ("algo", "env"):
         if group in groups:
             raise ConfigError(
                 f"--from-run keeps the logged run's {group}; '{groups[group]}' would train something else "
                 "(start a new run with pgcli train instead)"
             )
-    tracking = [o for o in overrides if o.lstrip("+~").startswith("tracking")]
+    tracking = [o for o in overrides if override_key(o).startswith("tracking")]
     # tracking=off turns off the new run's logging, not the lookup: a run id is found in the store the other tracking
     # overrides (or the defaults) name (docs/evaluation.md, "pgcli train --from-run")
     lookup = [o for o in tracking if not _turns_tracking_off(o)]
@@ -111,11 +112,11 @@ def from_run_args(args: list[str], *, overrides: list[str], store_for: Callable[
 def _turns_tracking_off(override: str) -> bool:
     """Whether ``override`` is ``tracking=off`` or ``tracking.backend=off``, its value quoted or not (Hydra reads
     ``tracking.backend='off'`` as ``off`` too)."""
-    key, _, value = override.lstrip("+~").partition("=")
+    _, key, value = split_override(override)
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         value = value[1:-1]
-    return key.strip() in ("tracking", "tracking.backend") and value == "off"
+    return key in ("tracking", "tracking.backend") and value == "off"
 
 
 def register_source(values: dict[str, Any]) -> None:

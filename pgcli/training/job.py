@@ -11,15 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pgcli.config import TrainConfig
-from pgcli.config.compose import CONF_DIR, hydra_compose, text_task_overrides
+from pgcli.config.compose import CONF_DIR, hydra_compose
 from pgcli.training.build import RunContext, train
 from pgcli.training.summary import TrainSummary
-
-if TYPE_CHECKING:
-    from pgcli.training.preflight import StorePlan
 
 
 @dataclass(frozen=True)
@@ -45,11 +40,13 @@ def run_job(
 ) -> TrainSummary:
     """Compose, check, label and train one job in this process; returns its :class:`TrainSummary`.
 
-    The steps are ``pgcli train``'s for a single run: a text task's implied choices (``env=addition`` adds
+    The steps are ``pgcli train``'s for a single run, the same passes (:func:`pgcli.training.pipeline.prepare_job`):
+    ``init=<run>``'s carried-over settings, a text task's implied choices (``env=addition`` adds
     ``model=tiny_gpt algo=grpo``), ``~preset`` when ``env.id`` leaves its preset's env (with the same note on
     stderr), every rule of the config and the world's checks (:func:`pgcli.training.checks.train_config`), the
-    tracking store and run directory checked, then the run named ``<algo>-<env label>-s<seed>`` and trained inside
-    :class:`pgcli.training.run.Run`, which ends its MLflow run FINISHED, FAILED or KILLED.
+    tracking store and run directory checked, ``init`` found and fitting; then the run named
+    ``<algo>-<env label>-s<seed>`` and trained inside :class:`pgcli.training.run.Run`, which ends its MLflow run
+    FINISHED, FAILED or KILLED.
 
     Example::
 
@@ -70,26 +67,20 @@ def run_job(
         PgcliError: the store or run directory cannot be used, or training failed in a way pgcli reports in one line.
         pgcli.training.run.Interrupted: SIGINT, SIGTERM or SIGHUP (the run ends KILLED).
     """
-    from pgcli.config.presets import stale_preset_overrides
     from pgcli.hardware import placement
-    from pgcli.training.checks import train_config
     from pgcli.training.console import print_budget_note
-    from pgcli.training.preflight import check_train_environment
+    from pgcli.training.pipeline import prepare_job
 
     task = [*overrides, *([] if tracking else ["tracking=off"])]
-    task = [*task, *text_task_overrides(task)]
-    preset_drop = stale_preset_overrides(task, multirun=False)
-    task = [*task, *preset_drop.overrides]
-    cfg = train_config(task)
-    labels = job_labels(task)
+    job = prepare_job(task, output_dir=None if output_dir is None else Path(output_dir))
+    assert job.cfg is not None  # checked by the pipeline's check_jobs pass
+    labels = job_labels(job.overrides)
     run_dir = labels.run_dir if output_dir is None else Path(output_dir)
-    check_train_environment(store_plan(cfg, run_dir, "hydra.run.dir" if output_dir is None else "output_dir"))
-    preset_drop.announce()
     ctx = RunContext(
-        algo_name=labels.algo, env_name=labels.env, preset=labels.preset, output_dir=run_dir, overrides=task
+        algo_name=labels.algo, env_name=labels.env, preset=labels.preset, output_dir=run_dir, overrides=job.overrides
     )
-    print_budget_note(cfg, task)
-    return train(placement.one_process(cfg) if one_process else placement.fall_back_when_busy(cfg), ctx)
+    print_budget_note(job.cfg, job.overrides)
+    return train(placement.one_process(job.cfg) if one_process else placement.fall_back_when_busy(job.cfg), ctx)
 
 
 def job_labels(overrides: list[str]) -> JobLabels:
@@ -104,14 +95,3 @@ def job_labels(overrides: list[str]) -> JobLabels:
         preset=preset_label(choices, CONF_DIR),
         run_dir=Path(str(composed.hydra.run.dir)),
     )
-
-
-def store_plan(cfg: TrainConfig, run_dir: Path, output_key: str) -> StorePlan:
-    """What the run will write to: ``cfg``'s tracking store (None with ``tracking=off``) and ``run_dir``."""
-    from pgcli.tracking.uri import resolve_tracking_target
-    from pgcli.training.preflight import StorePlan
-
-    if cfg.tracking.backend != "mlflow":
-        return StorePlan(None, None, run_dir, output_key)
-    target = resolve_tracking_target(cfg.tracking)
-    return StorePlan(target.uri, target.artifact_root, run_dir, output_key, experiment=cfg.experiment)

@@ -312,6 +312,7 @@ def train_config_from_dict(
     from omegaconf.errors import OmegaConfBaseException
 
     from pgcli.config.compose import describe_config_error
+    from pgcli.config.overrides import split_override
 
     if algo_name not in ALGOS:
         raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGOS)})")
@@ -326,7 +327,7 @@ def train_config_from_dict(
     except OmegaConfBaseException as exc:
         raise ConfigError(f"the logged config does not fit this pgcli's schema: {str(exc).splitlines()[0]}") from None
     for change in changes:
-        key, value = change.lstrip("+~").split("=", 1)
+        _, key, value = split_override(change)
         try:
             OmegaConf.update(merged, key, value, force_add=False)  # typed fields convert '20000', 'false'
         except OmegaConfBaseException as exc:

@@ -272,30 +272,37 @@ def check_writable_dir(path: Path, *, what: str, min_free: int = MIN_FREE_BYTES)
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def plan_from_overrides(overrides: list[str], *, multirun: bool) -> StorePlan:
-    """Compose the config (Hydra's own part included) for ``overrides`` and say where the run will write.
+def plan_from_overrides(overrides: list[str], *, multirun: bool, output_dir: Path | None = None) -> StorePlan:
+    """Compose the config (Hydra's own part included) for ``overrides`` and say where the run will write: to
+    ``output_dir`` when the caller chose it (:func:`pgcli.training.job.run_job`), else to Hydra's run or sweep
+    directory.
 
     Sweep overrides (``seed=0,1``) are left out: the tracking store and the root of the output directory are the same
     for every job of a sweep unless the sweep varies them, which only the jobs themselves can then report.
     """
     from omegaconf import OmegaConf
 
-    from pgcli.config.compose import fixed_overrides, hydra_compose
+    from pgcli.config.compose import hydra_compose
+    from pgcli.config.overrides import Overrides, task_lines
 
-    fixed = fixed_overrides(overrides)
+    fixed = Overrides.parse(overrides).fixed()
     try:
         cfg = hydra_compose(fixed, hydra_node=True)
     except ConfigError:
         # a hydra.* override this compose cannot take (a sweeper's own keys): Hydra itself judges those; the task
         # overrides were validated already, so the store is still checked, against the default output directory
-        cfg = hydra_compose([o for o in fixed if not o.lstrip("+~").startswith("hydra")], hydra_node=True)
-    output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
+        cfg = hydra_compose(task_lines(fixed), hydra_node=True)
     tracking: TrackingConfig = OmegaConf.to_object(cfg.tracking)  # type: ignore[assignment]
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if tracking.backend != "mlflow":
-        return StorePlan(None, None, Path(str(output)), key)
-    target = resolve_tracking_target(tracking)
     experiment = cfg.get("experiment")
-    return StorePlan(
-        target.uri, target.artifact_root, Path(str(output)), key, None if experiment is None else str(experiment)
-    )
+    key = "output_dir" if output_dir is not None else "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if output_dir is None:
+        output_dir = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
+    return store_plan(tracking, None if experiment is None else str(experiment), output_dir, key)
+
+
+def store_plan(tracking: TrackingConfig, experiment: str | None, output_dir: Path, output_key: str) -> StorePlan:
+    """What a run will write to: ``tracking``'s store (None with ``tracking=off``) and ``output_dir``."""
+    if tracking.backend != "mlflow":
+        return StorePlan(None, None, output_dir, output_key)
+    target = resolve_tracking_target(tracking)
+    return StorePlan(target.uri, target.artifact_root, output_dir, output_key, experiment)

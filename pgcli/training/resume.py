@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from pgcli.config import TrainConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.config.labels import applied_preset, env_label
+from pgcli.config.overrides import override_key
 from pgcli.errors import ConfigError
 from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
@@ -71,7 +72,7 @@ class ResumePlan:
 def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     """Find the run ``target`` names and check that it can continue with ``overrides``; raise a one-line
     :class:`~pgcli.errors.ConfigError` otherwise. Reads only: nothing is written to the store or the run dir."""
-    lookup = [o for o in _checked_syntax(overrides) if _key(o) in LOOKUP_OVERRIDES]
+    lookup = [o for o in _checked_syntax(overrides) if override_key(o) in LOOKUP_OVERRIDES]
     run = locate_run(target, lookup)
     assert run.run_dir is not None  # locate_run found it on this machine
     logged = run.logged_config(context="resume: ")
@@ -101,10 +102,6 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     )
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def _checked_syntax(overrides: list[str]) -> list[str]:
     for override in overrides:
         if "=" not in override:
@@ -116,12 +113,13 @@ def resume_changes(overrides: list[str]) -> list[str]:
     """The overrides a run continues with (``RESUME_OVERRIDES``); lookup overrides are left out, and any other key is
     a one-line error (it would change the experiment)."""
     for override in _checked_syntax(overrides):
-        if _key(override) not in RESUME_OVERRIDES + LOOKUP_OVERRIDES:
+        key = override_key(override)
+        if key not in RESUME_OVERRIDES + LOOKUP_OVERRIDES:
             raise ConfigError(
-                f"resume: '{_key(override)}' cannot change when a run continues (it changes the experiment); allowed: "
+                f"resume: '{key}' cannot change when a run continues (it changes the experiment); allowed: "
                 f"{', '.join(RESUME_OVERRIDES)}; to train with other values start a new run"
             )
-    return [o for o in overrides if _key(o) in RESUME_OVERRIDES]
+    return [o for o in overrides if override_key(o) in RESUME_OVERRIDES]
 
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:

@@ -10,10 +10,12 @@ import torch
 from pgcli.agent import write_text_agent_files
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import ConfigError
-from pgcli.lm.init import check_init, init_overrides, locate_init
+from pgcli.lm.init import check_init
 from pgcli.lm.load import make_text_policy
 from pgcli.lm.model import load_policy, save_policy
 from pgcli.lm.tasks import make_task
+from pgcli.training.pipeline import init_overrides
+from pgcli.training.references import locate_init
 
 
 @pytest.fixture

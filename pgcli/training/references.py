@@ -4,7 +4,9 @@ The run's final model is ``<run dir>/model/`` (``policy.pt`` with its ``agent.js
 may name the run directory, its ``model/`` directory, or the MLflow run id or a unique prefix of it (the run directory
 is read where it exists on this machine, else the ``model`` artifact is downloaded from the store into
 ``<store_dir>/init/<run id>/``, under the whole id); a run named by id must be FINISHED. Every failure is one line
-starting with the option as typed (:class:`ModelRef`).
+starting with the option as typed (:class:`ModelRef`). What is found is a model directory
+(:class:`pgcli.lm.init.InitSource`): :mod:`pgcli.lm` builds policies and reward models from directories and never
+reads a run itself.
 """
 
 from __future__ import annotations
@@ -14,18 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import TrackingConfig
+from pgcli.config import TextEnvConfig, TrackingConfig, TrainConfig
 from pgcli.errors import ConfigError
+from pgcli.lm.init import InitSource
+from pgcli.lm.learned_reward import check_reward_model, load_learned_reward, reward_model_ref, reward_option
+from pgcli.lm.load import TextModelConfig
 from pgcli.training.logged import LoggedRun, Wording
 
 if TYPE_CHECKING:
+    import torch
+
+    from pgcli.lm.tasks import LearnedReward
     from pgcli.tracking.store import RunStore
 
 
 @dataclass(frozen=True)
 class ModelRef:
-    """How a command option names another run's final model in its one-line errors: ``init=<run>`` here,
-    ``env.reward=rm:<run>`` (:mod:`pgcli.lm.learned_reward`)."""
+    """How a command option names another run's final model in its one-line errors: ``init=<run>`` or
+    ``env.reward=rm:<run>``."""
 
     option: str
     """The option as typed, ``init=abc12345``: every error starts with it."""
@@ -45,16 +53,43 @@ class ModelRef:
         )
 
 
-@dataclass(frozen=True)
-class InitSource:
-    """Where the initial weights come from."""
+def locate_init(init: str, tracking: TrackingConfig) -> InitSource:
+    """The model directory ``init=<run>`` names (:mod:`pgcli.lm.init`); one-line ConfigError when there is none."""
+    return locate_model(init, tracking, ModelRef(f"init={init}"))
 
-    model_dir: Path
-    """A directory with ``policy.pt`` and ``agent.json``."""
-    spec: dict[str, Any]
-    """Its ``agent.json``."""
-    run_id: str | None
-    """The SFT run's MLflow run id (None for a ``tracking=off`` run)."""
+
+def init_source(cfg: TrainConfig) -> InitSource | None:
+    """The model directory a run starts from (``cfg.init``, for :func:`pgcli.lm.init.start_from_init`); None without
+    ``init``."""
+    return None if cfg.init is None else locate_init(cfg.init, cfg.tracking)
+
+
+def locate_reward_model(ref: str, tracking: TrackingConfig) -> InitSource:
+    """The final model of the reward-model run ``ref`` names; one-line ConfigError when there is none, the run did
+    not finish, or it is not a ``pgcli rm`` run."""
+    from pgcli.lm.reward_model import REWARD_HEAD_FILE
+
+    how = ModelRef(reward_option(ref), kind="a reward-model run (pgcli rm)", doing="score with")
+    source = locate_model(ref, tracking, how)
+    algo = source.spec.get("algo")
+    if algo != "rm" or not (source.model_dir / REWARD_HEAD_FILE).is_file():
+        raise ConfigError(f"{how.option}: {source.model_dir} is the model of an algo={algo} run, not a reward model; "
+                          f"train one with pgcli rm env={source.spec.get('env')}")  # fmt: skip
+    return source
+
+
+def learned_reward(
+    env: TextEnvConfig, model: TextModelConfig, tracking: TrackingConfig, device: torch.device
+) -> tuple[LearnedReward | None, dict[str, str]]:
+    """The learned reward ``env.reward`` names (None for the checker or a function) and the run's tags recording it
+    (``reward_model``: its model directory; ``reward_model_run_id``)."""
+    ref = reward_model_ref(env.reward)
+    if ref is None:
+        return None, {}
+    source = locate_reward_model(ref, tracking)
+    check_reward_model(source, env, model, ref)
+    tags = {"reward_model": str(source.model_dir), "reward_model_run_id": source.run_id or ""}
+    return load_learned_reward(source, device), tags
 
 
 def locate_model(ref: str, tracking: TrackingConfig, how: ModelRef) -> InitSource:
