@@ -108,7 +108,7 @@ def best_of_n(seed: int, warm: dict[str, Any], rm: dict[str, Any], args: argpars
     import numpy as np
     import torch
 
-    from pgcli.agent import agent_config
+    from pgcli.config.saved_agent import agent_config
     from pgcli.lm.init import InitSource
     from pgcli.lm.learned_reward import load_learned_reward
     from pgcli.lm.load import make_text_policy, make_text_task

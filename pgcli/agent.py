@@ -27,23 +27,18 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from pgcli.config import EnvConfig, TrainConfig
+from pgcli.config.saved_agent import (
+    AGENT_FILE,
+    FORMAT_VERSION,
+    NORMALIZER_FILE,
+    SB3_FILE,
+    SB3_NORMALIZER_FILE,
+    TORCH_FILE,
+    agent_config,
+    read_agent_spec,
+)
 from pgcli.errors import ConfigError
 from pgcli.redact import redact_tree
-from pgcli.training.logged import train_config_from_dict
-
-AGENT_FILE = "agent.json"
-TORCH_FILE = "model.pt"
-SB3_FILE = "model.zip"
-TEXT_POLICY_FILE = "policy.pt"
-"""A text policy's weights (``pgcli.lm.model.POLICY_FILE``)."""
-NORMALIZER_FILE = "normalizer.npz"
-SB3_NORMALIZER_FILE = "vecnormalize.pkl"
-FORMAT_VERSION = 1
-
-
-def is_model_dir(path: Path) -> bool:
-    """Whether ``path`` holds a saved agent (``model.pt``, SB3's ``model.zip`` or a text policy's ``policy.pt``)."""
-    return any((path / name).is_file() for name in (TORCH_FILE, SB3_FILE, TEXT_POLICY_FILE))
 
 
 def space_spec(space: gym.Space) -> dict[str, Any]:
@@ -142,26 +137,6 @@ def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env
     path = model_dir / SB3_NORMALIZER_FILE
     norm.save(str(path))
     return path
-
-
-def read_agent_spec(model_dir: Path) -> dict[str, Any]:
-    """The parsed ``agent.json`` of a model directory (one-line error when it is missing or unreadable)."""
-    path = model_dir / AGENT_FILE
-    try:
-        spec: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{model_dir} has no {AGENT_FILE} (saved by an older pgcli?); pass its run dir") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    if spec.get("format") != FORMAT_VERSION:
-        raise ConfigError(f"{path}: unsupported format {spec.get('format')!r} (this pgcli reads {FORMAT_VERSION})")
-    return spec
-
-
-def agent_config(spec: dict[str, Any]) -> TrainConfig:
-    """The run's config stored in an ``agent.json``, typed as every logged config is
-    (:func:`pgcli.training.logged.train_config_from_dict`)."""
-    return train_config_from_dict(spec["config"], spec["algo"])
 
 
 @dataclass

@@ -80,7 +80,7 @@ class TextPyfunc:
     def __init__(self, model_dir: Path) -> None:
         import torch
 
-        from pgcli.agent import agent_config, read_agent_spec
+        from pgcli.config.saved_agent import agent_config, read_agent_spec
         from pgcli.lm.load import make_text_policy, make_text_task
 
         cfg = agent_config(read_agent_spec(model_dir))
@@ -113,7 +113,7 @@ class RewardModelPyfunc:
     def __init__(self, model_dir: Path) -> None:
         import torch
 
-        from pgcli.agent import agent_config, read_agent_spec
+        from pgcli.config.saved_agent import agent_config, read_agent_spec
         from pgcli.lm.load import make_text_task
         from pgcli.lm.reward_model import load_reward_model
 
@@ -145,7 +145,7 @@ class RewardModelPyfunc:
 
 def _load_pyfunc(data_path: str) -> AgentPyfunc | TextPyfunc | RewardModelPyfunc:
     """MLflow's loader-module entry point: ``data_path`` is the model directory."""
-    from pgcli.agent import read_agent_spec
+    from pgcli.config.saved_agent import read_agent_spec
 
     model_dir = Path(data_path)
     spec = read_agent_spec(model_dir)

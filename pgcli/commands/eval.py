@@ -170,7 +170,7 @@ def _missing_model(what: str, best: bool) -> str:
 
 
 def _is_model_dir(path: Path) -> bool:
-    from pgcli.agent import is_model_dir
+    from pgcli.config.saved_agent import is_model_dir
 
     return is_model_dir(path)
 
@@ -178,7 +178,7 @@ def _is_model_dir(path: Path) -> bool:
 def _target(model_dir: Path, which: str, run: LoggedRun | None) -> EvalTarget:
     """The run's config from ``agent.json`` of the model, else the run's ``.hydra`` (models saved before agent.json;
     the ``hydra`` artifact when the run directory is not here)."""
-    from pgcli.agent import AGENT_FILE, agent_config, read_agent_spec
+    from pgcli.config.saved_agent import AGENT_FILE, agent_config, read_agent_spec
 
     run_dir, record = (run.run_dir, run.record) if run is not None else (None, None)
     if (model_dir / AGENT_FILE).is_file():

@@ -75,7 +75,7 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
 def load_learned_reward(source: InitSource, device: torch.device) -> LearnedReward:
     """The reward model in ``source`` as a :class:`~pgcli.lm.tasks.LearnedReward` on ``device``: its scores of
     (prompt, completion) strings, :data:`SCORE_BATCH` rows per forward pass, without gradient."""
-    from pgcli.agent import agent_config
+    from pgcli.config.saved_agent import agent_config
     from pgcli.lm.load import make_text_task
     from pgcli.lm.reward_model import load_reward_model, score_texts
 

@@ -5,8 +5,8 @@ run id (or a unique prefix of at least 8 of its hex digits, as ``pgcli runs`` sh
 directory (docs/runs.md, "Run ids"). :meth:`LoggedRun.locate` turns either into the run directory on this
 machine (when it is here), the run's record in the store (when it is there) and that store; the run's Hydra config is
 then :meth:`LoggedRun.config_dir` (or the ``hydra`` artifact, :meth:`LoggedRun.hydra_dir`), read by
-:meth:`LoggedConfig.read` and typed by :func:`train_config_from_dict`, the one way a logged config (``.hydra/`` or
-``agent.json``) becomes a :class:`~pgcli.config.TrainConfig` again.
+:meth:`LoggedConfig.read` and typed by :func:`pgcli.config.logged.train_config_from_dict`, the one way a logged
+config (``.hydra/`` or ``agent.json``) becomes a :class:`~pgcli.config.TrainConfig` again.
 
 Locating reads only and creates nothing: a run id is looked up only in a store that is there (a missing one is a
 one-line error naming it), and so is a run directory's record (:meth:`LoggedRun.find_in`). Each command keeps its own
@@ -18,22 +18,14 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import (
-    ALGOS,
-    TEXT_ENV_CONFIGS,
-    EnvConfig,
-    HFModelConfig,
-    LMModelConfig,
-    ModelConfig,
-    TrainConfig,
-)
-from pgcli.config.pixels import CNNModelConfig
+from pgcli.config import TrainConfig
+from pgcli.config.logged import train_config_from_dict
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -287,54 +279,3 @@ def _read_mapping(path: Path, ref: str, context: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{context}{path} is not a config mapping")
     return data
-
-
-def _logged_model_schema(model: Any, *, text: bool) -> type:
-    """The model schema a logged ``model`` section was written from: its keys tell the options apart (``path``:
-    model=hf; ``arch``: model=cnn; otherwise TinyGPT on a text task, the MLP on a gymnasium env)."""
-    keys = set(model) if isinstance(model, Mapping) else set()
-    if text:
-        return HFModelConfig if "path" in keys else LMModelConfig
-    return CNNModelConfig if "arch" in keys else ModelConfig
-
-
-def train_config_from_dict(
-    values: Mapping[str, Any], algo_name: str, changes: Sequence[str] = (), *, context: str = ""
-) -> TrainConfig:
-    """A validated :class:`TrainConfig` from a logged config (``asdict`` or ``.hydra/config.yaml``) and its algo.
-
-    The algo option picks the schema of ``algo`` (every algo section is a plain mapping once logged), the env id
-    that of ``env`` and ``model``; the logged values then pin every field, even if ``conf/`` changed since. Each of
-    ``changes`` (``key=value``, a key the schema has) is set on top, its value converted to the field's type; every
-    rule in the schemas' ``__post_init__`` runs again. Errors from ``changes`` are prefixed with ``context``.
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from pgcli.config.compose import describe_config_error
-    from pgcli.config.overrides import split_override
-
-    if algo_name not in ALGOS:
-        raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGOS)})")
-    schema = OmegaConf.structured(TrainConfig)
-    schema.algo = OmegaConf.structured(ALGOS[algo_name].schema)
-    env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None
-    text_env = TEXT_ENV_CONFIGS.get(str(env_id))  # a text task is logged under its own name (env.id=addition)
-    schema.env = OmegaConf.structured(text_env or EnvConfig)
-    schema.model = OmegaConf.structured(_logged_model_schema(values.get("model"), text=text_env is not None))
-    try:
-        merged = OmegaConf.merge(schema, values)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"the logged config does not fit this pgcli's schema: {str(exc).splitlines()[0]}") from None
-    for change in changes:
-        _, key, value = split_override(change)
-        try:
-            OmegaConf.update(merged, key, value, force_add=False)  # typed fields convert '20000', 'false'
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"{context}{describe_config_error(exc)}") from None
-    try:
-        run_cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"the logged config does not fit this pgcli's schema: {str(exc).splitlines()[0]}") from None
-    assert isinstance(run_cfg, TrainConfig)
-    return run_cfg

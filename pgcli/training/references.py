@@ -110,7 +110,7 @@ def locate_model(ref: str, tracking: TrackingConfig, how: ModelRef) -> InitSourc
 
 
 def _read_spec(model_dir: Path, option: str) -> dict[str, Any]:
-    from pgcli.agent import AGENT_FILE
+    from pgcli.config.saved_agent import AGENT_FILE
 
     try:
         spec: dict[str, Any] = json.loads((model_dir / AGENT_FILE).read_text())

@@ -144,7 +144,7 @@ def test_export_writes_a_tiny_gpt_run_as_a_gpt2_with_the_same_logits_that_trains
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pgcli.agent import agent_config, read_agent_spec
+    from pgcli.config.saved_agent import agent_config, read_agent_spec
     from pgcli.lm.load import make_text_policy, make_text_task
     from tests.integration.conftest import LM_SMALL
 
@@ -181,7 +181,7 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pgcli.agent import agent_config, read_agent_spec
+    from pgcli.config.saved_agent import agent_config, read_agent_spec
     from pgcli.lm.load import make_text_policy, make_text_task
 
     out = tmp_path / "merged"

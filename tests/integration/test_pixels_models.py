@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pgcli.agent import agent_config, load_agent, read_agent_spec
+from pgcli.agent import load_agent
+from pgcli.config.saved_agent import agent_config, read_agent_spec
 from pgcli.envs.episodes import run_episodes
 from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
 from tests.integration.test_eval_cli import last, trained_run

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from pgcli.agent import RawPolicy, read_agent_spec, write_agent_files
+from pgcli.agent import RawPolicy, write_agent_files
 from pgcli.algo.checkpoint import save_checkpoint
 from pgcli.algo.policies import make_policy
 from pgcli.config import EnvConfig, HardwareConfig, ModelConfig, TrainConfig, TRPOConfig
+from pgcli.config.logged import train_config_from_dict
+from pgcli.config.saved_agent import read_agent_spec
 from pgcli.envs.make import make_vec_env
 from pgcli.envs.normalize import find_normalizer
 from pgcli.errors import ConfigError
-from pgcli.training.logged import train_config_from_dict
 
 
 def pendulum_model_dir(
