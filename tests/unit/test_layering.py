@@ -12,7 +12,8 @@
 - ``pgcli/config`` imports nothing that builds envs, tasks, trainers or runs (checks that need the world run after
   composition, in ``pgcli.training.checks``);
 - only the ``pgcli/tracking`` package imports ``mlflow`` (MLflow is a backend behind one logger interface);
-- no module over 500 lines, no function over 60 (a trainer's update step in ``pgcli/algo`` aside), and about a dozen
+- no module over 500 lines of code, no function over 60 (a trainer's update step in ``pgcli/algo`` aside; lines of
+  code: not blank, not a comment, not a docstring, so the formatter's layout costs nothing), and about a dozen
   modules at the top of the package.
 """
 
@@ -226,10 +227,35 @@ def test_only_the_tracking_package_imports_mlflow():
     assert importers and not outside, outside
 
 
+def code_lines(source: str) -> set[int]:
+    """The line numbers of ``source`` that hold code: not blank, not only a comment, not part of a docstring (any
+    string statement: module, class, function and attribute docstrings)."""
+    tree = ast.parse(source)
+    docs = {
+        line
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for line in range(node.lineno, node.end_lineno + 1)  # type: ignore[operator]
+    }
+    return {
+        number
+        for number, line in enumerate(source.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#") and number not in docs
+    }
+
+
+def test_code_lines_leave_out_blanks_comments_and_docstrings():
+    source = '"""Module.\n\nMore."""\n\n# why\nX = 1\n"""X\'s doc."""\n\n\ndef f():\n    """Doc."""\n    return X\n'
+    assert code_lines(source) == {6, 10, 12}
+
+
 def test_modules_stay_small():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in python_files() if (n := len(p.read_text().splitlines()))
-            > MAX_MODULE_LINES}  # fmt: skip
-    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in python_files()
+        if (n := len(code_lines(p.read_text()))) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines of code: {long}"
 
 
 def test_the_top_of_the_package_is_a_short_list():
@@ -241,9 +267,11 @@ def test_functions_stay_short():
     long = {}
     for path in python_files():
         trainer = path.parent.name == "algo"
-        for node in ast.walk(ast.parse(path.read_text())):
+        source = path.read_text()
+        code = code_lines(source)
+        for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                lines = len(code & set(range(node.lineno, node.end_lineno + 1)))  # type: ignore[operator]
                 if lines > MAX_FUNCTION_LINES and not (trainer and node.name in UPDATE_STEPS):
                     long[f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"] = lines
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines of code: {long}"
