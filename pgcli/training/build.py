@@ -259,10 +259,11 @@ def monitor_schedule(cfg: TrainConfig) -> Schedule:
 def monitor_outputs(cfg: TrainConfig, output_dir: Path, *, videos: bool = False, samples: bool = False) -> Outputs:
     """Where the monitor writes under the run directory: ``checkpoints/``, ``best_model/`` (``eval.save_best``), and
     ``videos/`` (gymnasium envs) or ``samples/`` (text tasks)."""
+    from pgcli.training.checkpoints import checkpoints_dir
     from pgcli.training.monitor import Outputs
 
     return Outputs(
-        checkpoints=output_dir / "checkpoints",
+        checkpoints=checkpoints_dir(output_dir),
         keep=cfg.checkpoint_keep,
         best_model=output_dir / "best_model" if cfg.eval.save_best else None,
         videos=output_dir / "videos" if videos else None,

@@ -21,6 +21,7 @@ from pgcli.errors import ConfigError
 from pgcli.lm.init import InitSource
 from pgcli.lm.learned_reward import check_reward_model, load_learned_reward, reward_model_ref, reward_option
 from pgcli.lm.load import TextModelConfig
+from pgcli.tracking.status import FINISHED
 from pgcli.training.logged import LoggedRun, Wording
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def _from_store(run: LoggedRun, how: ModelRef, tracking: TrackingConfig) -> Init
 
     assert run.record is not None and run.store is not None
     run_id = run.record.run_id
-    if run.record.status != "FINISHED":
+    if run.record.status != FINISHED:
         raise ConfigError(
             f"{how.option}: run {run_id} is {run.record.status}, not FINISHED; its final model may be missing"
         )
