@@ -47,9 +47,18 @@ class Job:
 
     def overrides(self) -> list[str]:
         """The Hydra overrides of this run, as ``pgcli train`` would take them."""
-        return [f"algo={self.algo}", f"env={self.env}", f"seed={self.seed}", "tracking=off", "progress=false",
-                f"eval.every={self.eval_every}", f"eval.episodes={self.eval_episodes}", "eval.deterministic=true",
-                *([f"total_steps={self.steps}"] if self.steps else []), *self.extra]  # fmt: skip
+        return [
+            f"algo={self.algo}",
+            f"env={self.env}",
+            f"seed={self.seed}",
+            "tracking=off",
+            "progress=false",
+            f"eval.every={self.eval_every}",
+            f"eval.episodes={self.eval_episodes}",
+            "eval.deterministic=true",
+            *([f"total_steps={self.steps}"] if self.steps else []),
+            *self.extra,
+        ]
 
 
 def run_one(job: Job) -> dict[str, Any]:
@@ -142,22 +151,40 @@ def summarise(
         last = np.array([last_evals_mean(r["eval_curve"]) for r in group])
         reached = [r["steps_to_threshold"] for r in group if r["steps_to_threshold"] is not None]
         late = [late_evals(r["eval_curve"], late_from) for r in group] if late_from is not None else []
-        rows.append({
-            "env": env, "algo": label, "n_seeds": len(group), "steps": int(np.mean([r["steps"] for r in group])),
-            "final_mean": float(final.mean()), "final_std": float(final.std()), "final_min": float(final.min()),
-            "final_max": float(final.max()), "best_mean": float(best.mean()), "best_std": float(best.std()),
-            "last_evals_mean": float(last.mean()), "last_evals_std": float(last.std()),
-            **({"late_from": late_from,
-                "late_mean": float(np.mean([np.mean(v) for v in late if v])) if any(late) else float("nan"),
-                "late_swing": float(np.mean([np.std(v) for v in late if v])) if any(late) else float("nan")}
-               if late_from is not None else {}),
-            **{f"eval_at_{b // 1000}k_mean": float(np.mean([eval_at(r["eval_curve"], b) for r in group]))
-               for b in checkpoints},
-            "threshold": group[0]["threshold"], "seeds_reaching": len(reached),
-            "median_steps_to_threshold": float(np.median(reached)) if reached else None,
-            "train_sps_mean": float(np.mean([r["train_sps"] for r in group])),
-            "wall_time_s_mean": float(np.mean([r["wall_time_s"] for r in group])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "env": env,
+                "algo": label,
+                "n_seeds": len(group),
+                "steps": int(np.mean([r["steps"] for r in group])),
+                "final_mean": float(final.mean()),
+                "final_std": float(final.std()),
+                "final_min": float(final.min()),
+                "final_max": float(final.max()),
+                "best_mean": float(best.mean()),
+                "best_std": float(best.std()),
+                "last_evals_mean": float(last.mean()),
+                "last_evals_std": float(last.std()),
+                **(
+                    {
+                        "late_from": late_from,
+                        "late_mean": float(np.mean([np.mean(v) for v in late if v])) if any(late) else float("nan"),
+                        "late_swing": float(np.mean([np.std(v) for v in late if v])) if any(late) else float("nan"),
+                    }
+                    if late_from is not None
+                    else {}
+                ),
+                **{
+                    f"eval_at_{b // 1000}k_mean": float(np.mean([eval_at(r["eval_curve"], b) for r in group]))
+                    for b in checkpoints
+                },
+                "threshold": group[0]["threshold"],
+                "seeds_reaching": len(reached),
+                "median_steps_to_threshold": float(np.median(reached)) if reached else None,
+                "train_sps_mean": float(np.mean([r["train_sps"] for r in group])),
+                "wall_time_s_mean": float(np.mean([r["wall_time_s"] for r in group])),
+            }
+        )
     return rows
 
 
@@ -166,21 +193,28 @@ def markdown(rows: list[dict[str, Any]], checkpoints: Sequence[int] = ()) -> str
     at = "".join(f" eval at {b // 1000}k |" for b in checkpoints)
     late_from = next((r["late_from"] for r in rows if "late_from" in r), None)
     late = "" if late_from is None else f" evals from {late_from:,}: mean | swing (std) |"
-    header = (f"| env | algo | seeds | steps |{at} final eval mean ± std (min..max) | last {LAST_EVALS} evals | "
-              f"best eval |{late} threshold | seeds reaching it | median steps to it | train SPS | "
-              "wall s/run |")  # fmt: skip
+    header = (
+        f"| env | algo | seeds | steps |{at} final eval mean ± std (min..max) | last {LAST_EVALS} evals | "
+        f"best eval |{late} threshold | seeds reaching it | median steps to it | train SPS | "
+        "wall s/run |"
+    )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         steps_to = "-" if r["median_steps_to_threshold"] is None else f"{r['median_steps_to_threshold']:,.0f}"
         at_values = "".join(f" {r.get(f'eval_at_{b // 1000}k_mean', float('nan')):.1f} |" for b in checkpoints)
-        late_values = "" if late_from is None else (f" {r.get('late_mean', float('nan')):.1f} | "
-                                                    f"{r.get('late_swing', float('nan')):.1f} |")  # fmt: skip
-        lines.append(f"| {r['env']} | {r['algo']} | {r['n_seeds']} | {r['steps']:,} |{at_values} "
-                     f"{r['final_mean']:.1f} ± {r['final_std']:.1f} ({r['final_min']:.1f}..{r['final_max']:.1f}) | "
-                     f"{r.get('last_evals_mean', float('nan')):.1f} ± {r.get('last_evals_std', float('nan')):.1f} | "
-                     f"{r['best_mean']:.1f} ± {r.get('best_std', float('nan')):.1f} |{late_values} {r['threshold']} | "
-                     f"{r['seeds_reaching']}/{r['n_seeds']} | {steps_to} | {r['train_sps_mean']:,.0f} | "
-                     f"{r['wall_time_s_mean']:.0f} |")  # fmt: skip
+        late_values = (
+            ""
+            if late_from is None
+            else (f" {r.get('late_mean', float('nan')):.1f} | {r.get('late_swing', float('nan')):.1f} |")
+        )
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {r['n_seeds']} | {r['steps']:,} |{at_values} "
+            f"{r['final_mean']:.1f} ± {r['final_std']:.1f} ({r['final_min']:.1f}..{r['final_max']:.1f}) | "
+            f"{r.get('last_evals_mean', float('nan')):.1f} ± {r.get('last_evals_std', float('nan')):.1f} | "
+            f"{r['best_mean']:.1f} ± {r.get('best_std', float('nan')):.1f} |{late_values} {r['threshold']} | "
+            f"{r['seeds_reaching']}/{r['n_seeds']} | {steps_to} | {r['train_sps_mean']:,.0f} | "
+            f"{r['wall_time_s_mean']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -195,9 +229,11 @@ def markdown_per_run(runs: list[dict[str, Any]], late_from: int | None = None) -
         values = "" if late_from is None else " - | - |"
         if late_values:
             values = f" {np.mean(late_values):.1f} | {np.std(late_values):.1f} |"
-        lines.append(f"| {r['env']} | {variant_label(r)} | {r['seed']} | {r['steps']:,} | "
-                     f"{r['final_eval_return']:.1f} | {last_evals_mean(r['eval_curve']):.1f} | "
-                     f"{r['best_eval_return']:.1f} |{values}")  # fmt: skip
+        lines.append(
+            f"| {r['env']} | {variant_label(r)} | {r['seed']} | {r['steps']:,} | "
+            f"{r['final_eval_return']:.1f} | {last_evals_mean(r['eval_curve']):.1f} | "
+            f"{r['best_eval_return']:.1f} |{values}"
+        )
     return "\n".join(lines)
 
 
@@ -238,9 +274,15 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> Path:
 
 
 def run_all(
-    jobs: list[Job], *, n_jobs: int, out: Path, script: str, checkpoints: Sequence[int] = (),
-    previous: list[dict[str, Any]] | None = None, late_from: int | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    jobs: list[Job],
+    *,
+    n_jobs: int,
+    out: Path,
+    script: str,
+    checkpoints: Sequence[int] = (),
+    previous: list[dict[str, Any]] | None = None,
+    late_from: int | None = None,
+) -> list[dict[str, Any]]:
     """Run ``jobs`` (``n_jobs`` processes at a time), rewriting ``out`` after each so an interrupted benchmark keeps
     what it measured; print one line per run and the table at the end. ``previous`` runs are kept in ``out``, and a
     job whose overrides one of them already ran is skipped (so an interrupted benchmark resumes where it stopped)."""
@@ -251,20 +293,31 @@ def run_all(
     todo = [j for j in jobs if tuple(j.overrides()) not in done]
     if len(todo) < len(jobs):
         print(f"skipping {len(jobs) - len(todo)} run(s) already in {out}", flush=True)
-    meta = {"command": f"{script} " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "cpu": cpu_model(), "python": platform.python_version(), "jobs": n_jobs,
-            "eval": {"every": {j.env: j.eval_every for j in jobs}, "episodes": jobs[0].eval_episodes if jobs else 0,
-                     "deterministic": True},
-            **git_state()}  # fmt: skip
+    meta = {
+        "command": f"{script} " + " ".join(sys.argv[1:]),
+        "machine": platform.platform(),
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "jobs": n_jobs,
+        "eval": {
+            "every": {j.env: j.eval_every for j in jobs},
+            "episodes": jobs[0].eval_episodes if jobs else 0,
+            "deterministic": True,
+        },
+        **git_state(),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     if todo:
         with mp.get_context("spawn").Pool(n_jobs, maxtasksperchild=1) as pool:
             for r in pool.imap(run_one, todo):
                 r["git_commit"] = meta.get("git_commit")
                 runs.append(r)
-                print(f"{variant_label(r):>8} {r['env']:<9} seed {r['seed']}: final {r['final_eval_return']:8.1f}  "
-                      f"last {last_evals_mean(r['eval_curve']):8.1f}  best {r['best_eval_return']:8.1f}  "
-                      f"to-threshold {r['steps_to_threshold']}  {r['wall_time_s']:.0f} s", flush=True)  # fmt: skip
+                print(
+                    f"{variant_label(r):>8} {r['env']:<9} seed {r['seed']}: final {r['final_eval_return']:8.1f}  "
+                    f"last {last_evals_mean(r['eval_curve']):8.1f}  best {r['best_eval_return']:8.1f}  "
+                    f"to-threshold {r['steps_to_threshold']}  {r['wall_time_s']:.0f} s",
+                    flush=True,
+                )
                 rows = summarise(runs, checkpoints, late_from)
                 out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     print(markdown(summarise(runs, checkpoints, late_from), checkpoints))
@@ -292,9 +345,14 @@ def truncate(run: dict[str, Any], budget: int) -> dict[str, Any]:
 
 
 def report(
-    paths: Sequence[Path], checkpoints: Sequence[int] = (), plot: Path | None = None, late_from: int | None = None,
-    truncate_at: int | None = None, per_run: bool = False, only: Sequence[str] = (),
-) -> str:  # fmt: skip
+    paths: Sequence[Path],
+    checkpoints: Sequence[int] = (),
+    plot: Path | None = None,
+    late_from: int | None = None,
+    truncate_at: int | None = None,
+    per_run: bool = False,
+    only: Sequence[str] = (),
+) -> str:
     """The table of the runs in one or more results JSON files (e.g. ours and the reference's), and their curves
     in ``plot`` when given; with ``truncate_at``, every run cut at that many env steps (``truncate``); with
     ``per_run``, one row per run instead of one per (env, algo, variant); with ``only``, just the runs whose
@@ -355,5 +413,12 @@ def main_for(
     if args.report:
         print(report(args.report, checkpoints, args.plot, args.late_from, args.truncate, args.per_run, args.only))
         return
-    run_all(build_jobs(args), n_jobs=args.jobs, out=args.out, script=script, checkpoints=checkpoints,
-            previous=previous_runs(args.out, args.append), late_from=args.late_from)  # fmt: skip
+    run_all(
+        build_jobs(args),
+        n_jobs=args.jobs,
+        out=args.out,
+        script=script,
+        checkpoints=checkpoints,
+        previous=previous_runs(args.out, args.append),
+        late_from=args.late_from,
+    )

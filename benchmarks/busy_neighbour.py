@@ -51,8 +51,12 @@ CASES = {
 
 def start(overrides: list[str], workdir: Path) -> tuple[subprocess.Popen[str], float]:
     pgcli = Path(sys.executable).with_name("pgcli")
-    proc = subprocess.Popen([str(pgcli), "train", *overrides, f"hydra.run.dir={workdir}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(pgcli), "train", *overrides, f"hydra.run.dir={workdir}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, time.perf_counter()
 
 
@@ -75,8 +79,15 @@ def history(run_dir: Path) -> tuple[str, list[float], float]:
 
 
 def run_case(case: str, steps: int, delay: float) -> dict[str, Any]:
-    common = ["algo=trpo", "env=hopper", f"total_steps={steps}", "tracking=off", "progress=false",
-              "eval.every=50000", "checkpoint_every=0"]  # fmt: skip
+    common = [
+        "algo=trpo",
+        "env=hopper",
+        f"total_steps={steps}",
+        "tracking=off",
+        "progress=false",
+        "eval.every=50000",
+        "checkpoint_every=0",
+    ]
     second_extra = ["hardware.vec_env=sync"] if case == "sync" else []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix=f"pgcli_neighbour_{case}_") as tmp:
@@ -89,24 +100,36 @@ def run_case(case: str, steps: int, delay: float) -> dict[str, Any]:
         makespan = time.perf_counter() - first[1]
         digest, waits, final = history(first_dir)
     return {
-        "case": case, "steps": steps, "delay_s": delay, "first_wall_s": first_wall, "second_wall_s": second_wall,
-        "makespan_s": makespan, "first_wait_frac_mean": sum(waits) / len(waits) if waits else 0.0,
+        "case": case,
+        "steps": steps,
+        "delay_s": delay,
+        "first_wall_s": first_wall,
+        "second_wall_s": second_wall,
+        "makespan_s": makespan,
+        "first_wait_frac_mean": sum(waits) / len(waits) if waits else 0.0,
         "first_moved_home": "another process is using this run's cores" in first_err,
         "first_fell_back_at_start": "no free core" in first_err,
         "second_fell_back_at_start": "no free core" in second_err,
-        "first_digest": digest, "first_final": final, "loadavg_before": load_before,
-    }  # fmt: skip
+        "first_digest": digest,
+        "first_final": final,
+        "loadavg_before": load_before,
+    }
 
 
 def markdown(runs: list[dict[str, Any]]) -> str:
-    lines = ["| case | first run wall s | second run wall s | makespan s | first / sync | first's mean wait share | "
-             "moved home | digest | final |", "|---|---:|---:|---:|---:|---:|---|---|---:|"]  # fmt: skip
+    lines = [
+        "| case | first run wall s | second run wall s | makespan s | first / sync | first's mean wait share | "
+        "moved home | digest | final |",
+        "|---|---:|---:|---:|---:|---:|---|---|---:|",
+    ]
     ref = {r["round"]: r["first_wall_s"] for r in runs if r["case"] == "sync"}
     for r in runs:
         ratio = r["first_wall_s"] / ref[r["round"]] if r["round"] in ref else float("nan")
-        lines.append(f"| {r['case']} | {r['first_wall_s']:.1f} | {r['second_wall_s']:.1f} | {r['makespan_s']:.1f} | "
-                     f"{ratio:.2f} | {r['first_wait_frac_mean']:.0%} | {'yes' if r['first_moved_home'] else 'no'} | "
-                     f"{r['first_digest']} | {r['first_final']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r['case']} | {r['first_wall_s']:.1f} | {r['second_wall_s']:.1f} | {r['makespan_s']:.1f} | "
+            f"{ratio:.2f} | {r['first_wait_frac_mean']:.0%} | {'yes' if r['first_moved_home'] else 'no'} | "
+            f"{r['first_digest']} | {r['first_final']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -124,17 +147,25 @@ def main() -> None:
         return
     from pgcli.training.build import cpu_model, git_state
 
-    meta = {"command": "benchmarks/busy_neighbour.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "cpu": cpu_model(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            **git_state()}  # fmt: skip
+    meta = {
+        "command": "benchmarks/busy_neighbour.py " + " ".join(sys.argv[1:]),
+        "machine": platform.platform(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **git_state(),
+    }
     runs: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
         for case in args.cases if rnd % 2 == 0 else args.cases[::-1]:
             result = run_case(case, args.steps, args.delay) | {"round": rnd}
             runs.append(result)
-            print(f"round {rnd} {case}: first {result['first_wall_s']:.1f} s, second {result['second_wall_s']:.1f} s, "
-                  f"wait share {result['first_wait_frac_mean']:.0%}, moved home {result['first_moved_home']}, "
-                  f"digest {result['first_digest']}", flush=True)  # fmt: skip
+            print(
+                f"round {rnd} {case}: first {result['first_wall_s']:.1f} s, second {result['second_wall_s']:.1f} s, "
+                f"wait share {result['first_wait_frac_mean']:.0%}, moved home {result['first_moved_home']}, "
+                f"digest {result['first_digest']}",
+                flush=True,
+            )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
     print(markdown(runs))

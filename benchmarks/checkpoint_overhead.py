@@ -51,8 +51,14 @@ DEFAULT_EVERY = TrainConfig.checkpoint_every
 
 def one_run(overrides: list[str], checkpoint_every: int, store_uri: str, out_dir: Path) -> dict[str, float]:
     """``pgcli.training.run_job`` with ``learn``, ``save`` and the artifact copies timed from outside."""
-    job = [*overrides, f"checkpoint_every={checkpoint_every}", f"tracking.uri={store_uri}", "progress=false",
-           "eval.every=0", "eval.episodes=1"]  # fmt: skip
+    job = [
+        *overrides,
+        f"checkpoint_every={checkpoint_every}",
+        f"tracking.uri={store_uri}",
+        "progress=false",
+        "eval.every=0",
+        "eval.episodes=1",
+    ]
     cls = trainer_class(compose_train_config(job).algo)  # the class whose learn and save are timed
     timing = {"learn_s": 0.0, "learn_cpu_s": 0.0, "checkpoint_s": 0.0, "n_checkpoints": 0.0, "steps": 0.0}
     in_learn = [False]
@@ -124,8 +130,11 @@ def main() -> None:
             pair = {every: one_run(overrides, every, store_uri, tmp / f"{algo}_{i}_{every}") for every in order}
             on, off = pair[args.checkpoint_every], pair[0]
             pairs.append({"on": on, "off": off})
-            print(f"{algo} pair {i}: learn on {on['learn_s']:.1f} s ({on['n_checkpoints']:.0f} checkpoints, "
-                  f"{on['checkpoint_s']:.3f} s in them), off {off['learn_s']:.1f} s", flush=True)  # fmt: skip
+            print(
+                f"{algo} pair {i}: learn on {on['learn_s']:.1f} s ({on['n_checkpoints']:.0f} checkpoints, "
+                f"{on['checkpoint_s']:.3f} s in them), off {off['learn_s']:.1f} s",
+                flush=True,
+            )
         on_runs, off_runs = [p["on"] for p in pairs], [p["off"] for p in pairs]
         per_checkpoint = sum(r["checkpoint_s"] for r in on_runs) / max(1.0, sum(r["n_checkpoints"] for r in on_runs))
         off_sps = statistics.mean(r["steps"] / r["learn_s"] for r in off_runs)
@@ -137,20 +146,35 @@ def main() -> None:
             "checkpoint_share": sum(r["checkpoint_s"] for r in on_runs) / sum(r["learn_s"] for r in on_runs),
             # one checkpoint per DEFAULT_EVERY steps, each taking DEFAULT_EVERY / off_sps seconds to train
             "projected_share_at_default": per_checkpoint * off_sps / DEFAULT_EVERY,
-        }  # fmt: skip
+        }
         r = results[algo]
-        print(f"{algo}: on/off wall {r['ratio_wall']:.3f}, cpu {r['ratio_cpu']:.3f}; {per_checkpoint * 1000:.1f} ms "
-              f"per checkpoint = {100 * r['checkpoint_share']:.2f}% of learn at every {args.checkpoint_every}, "
-              f"{100 * r['projected_share_at_default']:.3f}% at the default {DEFAULT_EVERY}", flush=True)  # fmt: skip
+        print(
+            f"{algo}: on/off wall {r['ratio_wall']:.3f}, cpu {r['ratio_cpu']:.3f}; {per_checkpoint * 1000:.1f} ms "
+            f"per checkpoint = {100 * r['checkpoint_share']:.2f}% of learn at every {args.checkpoint_every}, "
+            f"{100 * r['projected_share_at_default']:.3f}% at the default {DEFAULT_EVERY}",
+            flush=True,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "command": "benchmarks/checkpoint_overhead.py " + " ".join(
-            f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}" for k, v in vars(args).items()
-            if k != "out"),
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor()},
-        "default_checkpoint_every": DEFAULT_EVERY,
-        "results": results,
-    }, indent=2))  # fmt: skip
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": "benchmarks/checkpoint_overhead.py "
+                + " ".join(
+                    f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}"
+                    for k, v in vars(args).items()
+                    if k != "out"
+                ),
+                "machine": {
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "cpu": platform.processor(),
+                },
+                "default_checkpoint_every": DEFAULT_EVERY,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {args.out}")
 
 

@@ -29,9 +29,22 @@ CHECKPOINTS = (50_000, 100_000)
 
 
 def jobs(args: Any) -> list[Job]:
-    return [Job(a, e, s, args.eval_every, args.eval_episodes, THRESHOLDS.get(e), args.steps or STEPS.get(e, 200_000),
-                tuple(args.set), args.variant)
-            for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
+    return [
+        Job(
+            a,
+            e,
+            s,
+            args.eval_every,
+            args.eval_episodes,
+            THRESHOLDS.get(e),
+            args.steps or STEPS.get(e, 200_000),
+            tuple(args.set),
+            args.variant,
+        )
+        for e in args.envs
+        for a in args.algos
+        for s in args.seeds
+    ]
 
 
 def main() -> None:

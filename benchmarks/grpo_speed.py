@@ -72,8 +72,9 @@ def collect_sps(trainer: GRPO, steps: int) -> float:
     taken, start, rng = 0, time.perf_counter(), np.random.default_rng(0)
     while taken < steps:
         seeds = rng.integers(0, 2**31 - 1, size=trainer.cfg.n_groups).tolist()
-        batch = collect_groups(trainer.env, trainer.policy, group_seeds=seeds, group_size=trainer.cfg.group_size,
-                               device=trainer.device)  # fmt: skip
+        batch = collect_groups(
+            trainer.env, trainer.policy, group_seeds=seeds, group_size=trainer.cfg.group_size, device=trainer.device
+        )
         taken += batch.env_steps
     return taken / (time.perf_counter() - start)
 
@@ -141,12 +142,19 @@ def main() -> None:
         row = measure(env_name, args.steps, args.rounds)
         rows.append(row)
         m = row["sps_median"]
-        print(f"{env_name:<10} env+policy {m['env+policy']:9,.0f}  collect {m['collect']:9,.0f} "
-              f"({row['collect_fraction']:.0%})  train {m['train']:9,.0f} ({row['train_fraction']:.0%})  "
-              f"useful steps: refill {row['collect_efficiency_mean']:.0%}, "
-              f"wait-for-group {row['wait_for_group_efficiency_mean']:.0%}", flush=True)  # fmt: skip
-    meta = {"command": "benchmarks/grpo_speed.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__}  # fmt: skip
+        print(
+            f"{env_name:<10} env+policy {m['env+policy']:9,.0f}  collect {m['collect']:9,.0f} "
+            f"({row['collect_fraction']:.0%})  train {m['train']:9,.0f} ({row['train_fraction']:.0%})  "
+            f"useful steps: refill {row['collect_efficiency_mean']:.0%}, "
+            f"wait-for-group {row['wait_for_group_efficiency_mean']:.0%}",
+            flush=True,
+        )
+    meta = {
+        "command": "benchmarks/grpo_speed.py " + " ".join(sys.argv[1:]),
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
     print(f"wrote {args.out}")

@@ -35,11 +35,19 @@ def sft(seed: int, force: bool) -> Path:
     out = RESULTS / f"sft_s{seed}.json"
     if out.exists() and (run_dir / "model").is_dir() and not force:
         return run_dir
-    wall, history, line = lm_grpo.run_cli("sft", ["env=countdown_tool", "preset=sft_countdown_tool", f"seed={seed}"],
-                                          run_dir)  # fmt: skip
-    result = {"seed": seed, "command": line, "wall_s": wall, "cpu_s": lm_grpo.CPU_SECONDS.get(line),
-              **{key: lm_grpo.last(history, f"eval/{key}") for key in ("accuracy", "pass_at_k", "turns_mean",
-                                                                      "tool_error_rate")}}  # fmt: skip
+    wall, history, line = lm_grpo.run_cli(
+        "sft", ["env=countdown_tool", "preset=sft_countdown_tool", f"seed={seed}"], run_dir
+    )
+    result = {
+        "seed": seed,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": lm_grpo.CPU_SECONDS.get(line),
+        **{
+            key: lm_grpo.last(history, f"eval/{key}")
+            for key in ("accuracy", "pass_at_k", "turns_mean", "tool_error_rate")
+        },
+    }
     out.write_text(json.dumps(result, indent=1))
     return run_dir
 
@@ -58,19 +66,35 @@ def one(algo: str, seed: int, turns: int, force: bool) -> None:
     if out.exists() and not force:
         return
     start = sft(seed, force=False)
-    overrides = [*ALGOS[algo], "env=countdown_tool", f"init={start}", f"total_steps={turns}",
-                 f"eval.every={turns // 10}", f"seed={seed}", "checkpoint_every=0"]  # fmt: skip
+    overrides = [
+        *ALGOS[algo],
+        "env=countdown_tool",
+        f"init={start}",
+        f"total_steps={turns}",
+        f"eval.every={turns // 10}",
+        f"seed={seed}",
+        "checkpoint_every=0",
+    ]
     wall, history, line = lm_grpo.run_cli("train", overrides, RESULTS / "runs" / out.stem)
     curve = history.get("eval/accuracy", [])
     result = {
-        "algo": algo, "seed": seed, "command": line, "wall_s": wall, "cpu_s": lm_grpo.CPU_SECONDS.get(line),
-        "start": curve[0][1] if curve else float("nan"), "final": curve[-1][1] if curve else float("nan"),
+        "algo": algo,
+        "seed": seed,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": lm_grpo.CPU_SECONDS.get(line),
+        "start": curve[0][1] if curve else float("nan"),
+        "final": curve[-1][1] if curve else float("nan"),
         "last_mean": statistics.mean(v for _, v in curve[-LAST:]) if curve else float("nan"),
-        "best": max((v for _, v in curve), default=float("nan")), "curve": curve,
-        **{key: lm_grpo.last(history, f"eval/{key}") for key in ("pass_at_k", "turns_mean", "tool_error_rate",
-                                                                   "kl_ref")},
-        "turns": history["rollout/turns_mean"][-1][0], "tokens": generated_tokens(history),
-    }  # fmt: skip
+        "best": max((v for _, v in curve), default=float("nan")),
+        "curve": curve,
+        **{
+            key: lm_grpo.last(history, f"eval/{key}")
+            for key in ("pass_at_k", "turns_mean", "tool_error_rate", "kl_ref")
+        },
+        "turns": history["rollout/turns_mean"][-1][0],
+        "tokens": generated_tokens(history),
+    }
     out.write_text(json.dumps(result, indent=1))
     print(f"{algo} seed {seed}: solved {result['start']:.3f} -> {result['final']:.3f} ({wall:.0f} s)", flush=True)
 
@@ -93,8 +117,10 @@ def table(args: argparse.Namespace) -> None:
         f"{_mean_std([r['pass_at_k'] for r in sfts])}, tool errors {_mean_std([r['tool_error_rate'] for r in sfts])}"
     )
     print()
-    print("| algo | seeds | solved at start | final | mean of the last 5 evals | best | pass@8 | turns | tool errors "
-          "| sampled turns | generated tokens | wall s | CPU s |")  # fmt: skip
+    print(
+        "| algo | seeds | solved at start | final | mean of the last 5 evals | best | pass@8 | turns | tool errors "
+        "| sampled turns | generated tokens | wall s | CPU s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     runs: dict[str, list[dict[str, Any]]] = {}
     budgets = sorted({int(p.stem.split("_")[-2].removesuffix("k")) for p in RESULTS.glob("*grpo_*k_s*.json")})
@@ -103,8 +129,10 @@ def table(args: argparse.Namespace) -> None:
         if not rows:
             continue
         runs[f"{algo}, {budget}k turns"] = rows
-        cells = [_mean_std([r[k] for r in rows]) for k in ("start", "final", "last_mean", "best", "pass_at_k",
-                                                            "turns_mean", "tool_error_rate")]  # fmt: skip
+        cells = [
+            _mean_std([r[k] for r in rows])
+            for k in ("start", "final", "last_mean", "best", "pass_at_k", "turns_mean", "tool_error_rate")
+        ]
         sizes = [f"{statistics.mean(r[k] for r in rows):,.0f}" for k in ("turns", "tokens", "wall_s")]
         cpu = [r["cpu_s"] for r in rows if r.get("cpu_s")]
         sizes.append(f"{statistics.mean(cpu):,.0f}" if cpu else "n/a")
@@ -128,8 +156,12 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
             steps = [s for s, _ in rows[0]["curve"]]
             mean = [statistics.mean(r["curve"][i][1] for r in rows) for i in range(len(steps))]
             ax.plot(steps, mean, color=colour, linewidth=2.5, label=f"{algo} (mean of {len(rows)} seeds)")
-    ax.set(xlabel="sampled turns", ylabel="held-out questions solved (greedy)", ylim=(0, 1),
-           title="countdown with a calculator: Flow-GRPO vs whole-trajectory GRPO")  # fmt: skip
+    ax.set(
+        xlabel="sampled turns",
+        ylabel="held-out questions solved (greedy)",
+        ylim=(0, 1),
+        title="countdown with a calculator: Flow-GRPO vs whole-trajectory GRPO",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -68,8 +68,15 @@ def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def run_cli(command: str, args: list[str], run_dir: Path) -> tuple[float, dict[str, list[tuple[int, float]]], str]:
     """Run ``pgcli <command> <args>`` into ``run_dir``; returns (wall seconds, metrics, the command line)."""
-    argv = [PGCLI, command, *args, "tracking=off", "progress=false", "hardware.torch_threads=1",
-            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    argv = [
+        PGCLI,
+        command,
+        *args,
+        "tracking=off",
+        "progress=false",
+        "hardware.torch_threads=1",
+        f"hydra.run.dir={run_dir}",
+    ]
     line = shlex.join(["pgcli", *argv[1:]])
     print(f"$ {line}", flush=True)
     start, cpu = time.perf_counter(), _children_cpu()
@@ -105,14 +112,28 @@ def sft(args: argparse.Namespace, seed: int, results: Path = RESULTS) -> dict[st
         if (Path(kept["run_dir"]) / "model").is_dir():
             return kept  # else the JSON outlived its (gitignored) run directory: train the same command again
     run_dir = results / "runs" / f"sft_d{args.n_digits}_s{seed}"
-    overrides = [f"env.n_digits={args.n_digits}", f"total_steps={args.sft_demos}", f"seed={seed}",
-                 f"eval.every={args.sft_demos}", "checkpoint_every=0"]  # fmt: skip
+    overrides = [
+        f"env.n_digits={args.n_digits}",
+        f"total_steps={args.sft_demos}",
+        f"seed={seed}",
+        f"eval.every={args.sft_demos}",
+        "checkpoint_every=0",
+    ]
     load = load_average()
     wall, history, line = run_cli("sft", ["env=addition", *overrides], run_dir)
     cpu = CPU_SECONDS.get(line, float("nan"))
-    result = {"kind": "sft", "seed": seed, "command": line, "wall_s": wall, "cpu_s": cpu, "run_dir": str(run_dir),
-              "accuracy": last(history, "eval/accuracy"), "pass_at_k": last(history, "eval/pass_at_k"),
-              "load_before": load, "load_after": load_average()}  # fmt: skip
+    result = {
+        "kind": "sft",
+        "seed": seed,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "run_dir": str(run_dir),
+        "accuracy": last(history, "eval/accuracy"),
+        "pass_at_k": last(history, "eval/pass_at_k"),
+        "load_before": load,
+        "load_after": load_average(),
+    }
     out.write_text(json.dumps(result, indent=1))
     return result
 
@@ -127,23 +148,41 @@ def learn(args: argparse.Namespace) -> None:
             if out.exists() and not args.force:
                 continue
             run_dir = RESULTS / "runs" / out.stem
-            overrides = [*ALGOS[label], "env=addition", f"env.n_digits={args.n_digits}", f"init={warm['run_dir']}",
-                         f"total_steps={args.completions}", f"eval.every={args.completions // args.n_evals}",
-                         f"seed={seed}", "checkpoint_every=0"]  # fmt: skip
+            overrides = [
+                *ALGOS[label],
+                "env=addition",
+                f"env.n_digits={args.n_digits}",
+                f"init={warm['run_dir']}",
+                f"total_steps={args.completions}",
+                f"eval.every={args.completions // args.n_evals}",
+                f"seed={seed}",
+                "checkpoint_every=0",
+            ]
             load = load_average()
             wall, history, line = run_cli("train", overrides, run_dir)
             curve = history.get("eval/accuracy", [])
             kl = [v for _, v in history.get("train/kl_ref", [])]
-            result = {"kind": "rl", "algo": label, "seed": seed, "n_digits": args.n_digits,
-                      "completions": args.completions, "command": line, "wall_s": wall,
-                      "cpu_s": CPU_SECONDS.get(line, float("nan")), "sft_accuracy": warm["accuracy"],
-                      "accuracy": last(history, "eval/accuracy"),
-                      "best_accuracy": max((v for _, v in curve), default=float("nan")),
-                      "pass_at_k": last(history, "eval/pass_at_k"), "kl_ref": kl[-1] if kl else float("nan"),
-                      "kl_ref_last5": sum(kl[-5:]) / len(kl[-5:]) if kl else float("nan"),
-                      "reward_mean": last(history, "rollout/reward_mean"),
-                      "tokens_per_s": last(history, "time/tokens_per_s"), "accuracy_curve": curve,
-                      "load_before": load, "load_after": load_average()}  # fmt: skip
+            result = {
+                "kind": "rl",
+                "algo": label,
+                "seed": seed,
+                "n_digits": args.n_digits,
+                "completions": args.completions,
+                "command": line,
+                "wall_s": wall,
+                "cpu_s": CPU_SECONDS.get(line, float("nan")),
+                "sft_accuracy": warm["accuracy"],
+                "accuracy": last(history, "eval/accuracy"),
+                "best_accuracy": max((v for _, v in curve), default=float("nan")),
+                "pass_at_k": last(history, "eval/pass_at_k"),
+                "kl_ref": kl[-1] if kl else float("nan"),
+                "kl_ref_last5": sum(kl[-5:]) / len(kl[-5:]) if kl else float("nan"),
+                "reward_mean": last(history, "rollout/reward_mean"),
+                "tokens_per_s": last(history, "time/tokens_per_s"),
+                "accuracy_curve": curve,
+                "load_before": load,
+                "load_after": load_average(),
+            }
             out.write_text(json.dumps(result, indent=1))
             print(
                 f"{label} seed {seed}: accuracy {result['accuracy']:.3f} (sft {warm['accuracy']:.3f}), kl "
@@ -183,8 +222,15 @@ def speed(args: argparse.Namespace) -> None:
         def update(self, step: int, agent: object) -> None:
             pass
 
-    trainer = LMGRPO(algo, task=task, policy=policy, reference=kl_reference(algo, policy, reference),
-                     model=cfg.model, seed=0, device=torch.device("cpu"))  # fmt: skip
+    trainer = LMGRPO(
+        algo,
+        task=task,
+        policy=policy,
+        reference=kl_reference(algo, policy, reference),
+        model=cfg.model,
+        seed=0,
+        device=torch.device("cpu"),
+    )
     generator = torch.Generator().manual_seed(1)
     prompt_rng = np.random.default_rng(1)
     bare, sampling, overall = [], [], []
@@ -196,9 +242,16 @@ def speed(args: argparse.Namespace) -> None:
             prompt_tokens, prompt_mask = encode_prompts(task.vocab, problems)
             policy.eval()
             start = time.perf_counter()
-            out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
-                           eos_id=task.vocab.eos_id, temperature=cfg.model.temperature, top_p=cfg.model.top_p,
-                           generator=generator)  # fmt: skip
+            out = generate(
+                policy,
+                prompt_tokens,
+                prompt_mask,
+                max_new_tokens=task.max_completion_len,
+                eos_id=task.vocab.eos_id,
+                temperature=cfg.model.temperature,
+                top_p=cfg.model.top_p,
+                generator=generator,
+            )
             seconds += time.perf_counter() - start
             tokens += int(out.mask.sum())
         bare.append(tokens / seconds)
@@ -211,14 +264,23 @@ def speed(args: argparse.Namespace) -> None:
             f"round {round_}: bare {bare[-1]:.0f} tok/s, RL sampling {sampling[-1]:.0f}, RL overall {overall[-1]:.0f}",
             flush=True,
         )
-    result = {"kind": "speed", "overrides": overrides, "init": args.init, "rounds": args.rounds,
-              "updates_per_round": args.updates, "completions_per_update": batch_rows,
-              "bare_tokens_per_s": statistics.median(bare), "rl_sampling_tokens_per_s": statistics.median(sampling),
-              "rl_overall_tokens_per_s": statistics.median(overall),
-              "ratio_sampling": statistics.median(s / b for s, b in zip(sampling, bare, strict=True)),
-              "ratio_overall": statistics.median(o / b for o, b in zip(overall, bare, strict=True)),
-              "load": load_average(), "torch": torch.__version__, "python": platform.python_version(),
-              "command": shlex.join(["python", "benchmarks/lm_grpo.py", *sys.argv[1:]])}  # fmt: skip
+    result = {
+        "kind": "speed",
+        "overrides": overrides,
+        "init": args.init,
+        "rounds": args.rounds,
+        "updates_per_round": args.updates,
+        "completions_per_update": batch_rows,
+        "bare_tokens_per_s": statistics.median(bare),
+        "rl_sampling_tokens_per_s": statistics.median(sampling),
+        "rl_overall_tokens_per_s": statistics.median(overall),
+        "ratio_sampling": statistics.median(s / b for s, b in zip(sampling, bare, strict=True)),
+        "ratio_overall": statistics.median(o / b for o, b in zip(overall, bare, strict=True)),
+        "load": load_average(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "command": shlex.join(["python", "benchmarks/lm_grpo.py", *sys.argv[1:]]),
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"speed_d{args.n_digits}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
@@ -251,8 +313,10 @@ def table(args: argparse.Namespace) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     rl = [r for r in rows if r.get("kind") == "rl" and r["n_digits"] == args.n_digits]
     order = list(ALGOS)
-    print("| algorithm | seed | SFT accuracy | final accuracy | best of 5 evals | pass@8 | KL to ref (k3/token) "
-          "| wall time | CPU time | load |")  # fmt: skip
+    print(
+        "| algorithm | seed | SFT accuracy | final accuracy | best of 5 evals | pass@8 | KL to ref (k3/token) "
+        "| wall time | CPU time | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rl, key=lambda r: (order.index(r["algo"]), r["seed"])):
         print(
@@ -276,9 +340,11 @@ def table(args: argparse.Namespace) -> None:
                 return f"{statistics.mean(values):.3f} +- {sd:.3f}"
 
             gains = [r["accuracy"] - r["sft_accuracy"] for r in runs]
-            print(f"| {algo} | {len(runs)} | {mean_sd('sft_accuracy')} | {mean_sd('accuracy')} "
-                  f"| {statistics.mean(gains):+.3f} | {mean_sd('kl_ref')} "
-                  f"| {statistics.mean(r['wall_s'] for r in runs) / 60:.1f} min |")  # fmt: skip
+            print(
+                f"| {algo} | {len(runs)} | {mean_sd('sft_accuracy')} | {mean_sd('accuracy')} "
+                f"| {statistics.mean(gains):+.3f} | {mean_sd('kl_ref')} "
+                f"| {statistics.mean(r['wall_s'] for r in runs) / 60:.1f} min |"
+            )
     for r in rows:
         if r.get("kind") == "speed":
             print(

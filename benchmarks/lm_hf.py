@@ -67,24 +67,46 @@ def learn(args: argparse.Namespace) -> None:
             out = RESULTS / f"grpo_{label}_d2_c{args.completions}_s{seed}.json"
             if out.exists() and not args.force:
                 continue
-            overrides = ["algo=grpo", "env=addition", "env.n_digits=2", "model=hf", f"model.path={model}",
-                         *VARIANTS[label], f"total_steps={args.completions}", f"eval.every={args.completions // 5}",
-                         f"seed={seed}", "checkpoint_every=0"]  # fmt: skip
+            overrides = [
+                "algo=grpo",
+                "env=addition",
+                "env.n_digits=2",
+                "model=hf",
+                f"model.path={model}",
+                *VARIANTS[label],
+                f"total_steps={args.completions}",
+                f"eval.every={args.completions // 5}",
+                f"seed={seed}",
+                "checkpoint_every=0",
+            ]
             load = lm_grpo.load_average()
             wall, history, line = lm_grpo.run_cli("train", overrides, RUNS / out.stem)
             curve = history.get("eval/accuracy", [])
             kl = [v for _, v in history.get("train/kl_ref", [])]
-            result = {"kind": "rl", "variant": label, "seed": seed, "completions": args.completions, "command": line,
-                      "wall_s": wall, "cpu_s": lm_grpo.CPU_SECONDS.get(line, float("nan")),
-                      "sft_accuracy": warm["accuracy"], "accuracy": lm_grpo.last(history, "eval/accuracy"),
-                      "last5_accuracy": statistics.mean(v for _, v in curve[-5:]) if curve else float("nan"),
-                      "best_accuracy": max((v for _, v in curve), default=float("nan")),
-                      "kl_ref": kl[-1] if kl else float("nan"), "accuracy_curve": curve,
-                      "tokens_per_s": lm_grpo.last(history, "time/tokens_per_s"),
-                      "load_before": load, "load_after": lm_grpo.load_average()}  # fmt: skip
+            result = {
+                "kind": "rl",
+                "variant": label,
+                "seed": seed,
+                "completions": args.completions,
+                "command": line,
+                "wall_s": wall,
+                "cpu_s": lm_grpo.CPU_SECONDS.get(line, float("nan")),
+                "sft_accuracy": warm["accuracy"],
+                "accuracy": lm_grpo.last(history, "eval/accuracy"),
+                "last5_accuracy": statistics.mean(v for _, v in curve[-5:]) if curve else float("nan"),
+                "best_accuracy": max((v for _, v in curve), default=float("nan")),
+                "kl_ref": kl[-1] if kl else float("nan"),
+                "accuracy_curve": curve,
+                "tokens_per_s": lm_grpo.last(history, "time/tokens_per_s"),
+                "load_before": load,
+                "load_after": lm_grpo.load_average(),
+            }
             out.write_text(json.dumps(result, indent=1))
-            print(f"{label} seed {seed}: accuracy {result['accuracy']:.3f} (sft {warm['accuracy']:.3f}), kl "
-                  f"{result['kl_ref']:.4f}, {wall:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"{label} seed {seed}: accuracy {result['accuracy']:.3f} (sft {warm['accuracy']:.3f}), kl "
+                f"{result['kl_ref']:.4f}, {wall:.0f} s",
+                flush=True,
+            )
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -118,28 +140,48 @@ def speed(args: argparse.Namespace) -> None:
             problems = [p for p in tiny_task.sample(rng, algo.n_groups) for _ in range(algo.group_size)]
             prompt_tokens, prompt_mask = encode_prompts(tiny_task.vocab, problems)
             start = time.perf_counter()
-            out = generate(tiny, prompt_tokens, prompt_mask, max_new_tokens=tiny_task.max_completion_len,
-                           eos_id=tiny_task.vocab.eos_id, generator=torch.Generator().manual_seed(round_))  # fmt: skip
+            out = generate(
+                tiny,
+                prompt_tokens,
+                prompt_mask,
+                max_new_tokens=tiny_task.max_completion_len,
+                eos_id=tiny_task.vocab.eos_id,
+                generator=torch.Generator().manual_seed(round_),
+            )
             seconds += time.perf_counter() - start
             tokens += int(out.mask.sum())
         bare.append(tokens / seconds)
         tokens, seconds = 0, 0.0
         for _ in range(args.updates):
             problems = hf_task.sample(rng, algo.n_groups)
-            batch = sample_completions(hf_task, hf, problems, group_size=algo.group_size, temperature=1.0,
-                                       top_p=1.0, generator=torch.Generator().manual_seed(round_),
-                                       device=torch.device("cpu"))  # fmt: skip
+            batch = sample_completions(
+                hf_task,
+                hf,
+                problems,
+                group_size=algo.group_size,
+                temperature=1.0,
+                top_p=1.0,
+                generator=torch.Generator().manual_seed(round_),
+                device=torch.device("cpu"),
+            )
             seconds += batch.sample_seconds
             tokens += batch.n_tokens
         hf_rate.append(tokens / seconds)
         print(f"round {round_}: TinyGPT bare {bare[-1]:.0f} tok/s, model=hf sampling {hf_rate[-1]:.0f}", flush=True)
-    result = {"kind": "speed", "rounds": args.rounds, "updates_per_round": args.updates,
-              "completions_per_batch": algo.n_groups * algo.group_size,
-              "parameters": sum(p.numel() for p in tiny.parameters()),
-              "tiny_bare_tokens_per_s": statistics.median(bare), "hf_sampling_tokens_per_s": statistics.median(hf_rate),
-              "ratio": statistics.median(h / b for h, b in zip(hf_rate, bare, strict=True)),
-              "load": lm_grpo.load_average(), "torch": torch.__version__, "python": platform.python_version(),
-              "command": shlex.join(["python", "benchmarks/lm_hf.py", *sys.argv[1:]])}  # fmt: skip
+    result = {
+        "kind": "speed",
+        "rounds": args.rounds,
+        "updates_per_round": args.updates,
+        "completions_per_batch": algo.n_groups * algo.group_size,
+        "parameters": sum(p.numel() for p in tiny.parameters()),
+        "tiny_bare_tokens_per_s": statistics.median(bare),
+        "hf_sampling_tokens_per_s": statistics.median(hf_rate),
+        "ratio": statistics.median(h / b for h, b in zip(hf_rate, bare, strict=True)),
+        "load": lm_grpo.load_average(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "command": shlex.join(["python", "benchmarks/lm_hf.py", *sys.argv[1:]]),
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "speed.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
@@ -149,28 +191,36 @@ def table(args: argparse.Namespace) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     tiny = {r["seed"]: r for r in (json.loads(p.read_text()) for p in lm_grpo.RESULTS.glob("grpo_d2_c25600_s*.json"))}
     rl = [r for r in rows if r.get("kind") == "rl"]
-    print("| variant | seed | SFT accuracy | final accuracy | last-5 mean | best eval | TinyGPT final | gain over SFT "
-          "| KL to ref | wall time |")  # fmt: skip
+    print(
+        "| variant | seed | SFT accuracy | final accuracy | last-5 mean | best eval | TinyGPT final | gain over SFT "
+        "| KL to ref | wall time |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rl, key=lambda r: (list(VARIANTS).index(r["variant"]), r["seed"])):
         ref = tiny.get(r["seed"], {}).get("accuracy", float("nan"))
-        print(f"| {r['variant']} | {r['seed']} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} "
-              f"| {r['last5_accuracy']:.3f} | {r['best_accuracy']:.3f} | {ref:.3f} "
-              f"| {r['accuracy'] - r['sft_accuracy']:+.3f} | {r['kl_ref']:.4f} "
-              f"| {r['wall_s'] / 60:.1f} min |")  # fmt: skip
+        print(
+            f"| {r['variant']} | {r['seed']} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} "
+            f"| {r['last5_accuracy']:.3f} | {r['best_accuracy']:.3f} | {ref:.3f} "
+            f"| {r['accuracy'] - r['sft_accuracy']:+.3f} | {r['kl_ref']:.4f} "
+            f"| {r['wall_s'] / 60:.1f} min |"
+        )
     for variant in VARIANTS:
         runs = [r for r in rl if r["variant"] == variant]
         if len(runs) > 1:
             gains = [r["accuracy"] - r["sft_accuracy"] for r in runs]
             diffs = [r["accuracy"] - tiny[r["seed"]]["accuracy"] for r in runs if r["seed"] in tiny]
             vs_tiny = f", final - TinyGPT final {statistics.mean(diffs):+.3f}" if diffs else ""
-            print(f"\n{variant}: {len(runs)} seeds, final {statistics.mean(r['accuracy'] for r in runs):.3f}, gain "
-                  f"over SFT {statistics.mean(gains):+.3f}{vs_tiny}")  # fmt: skip
+            print(
+                f"\n{variant}: {len(runs)} seeds, final {statistics.mean(r['accuracy'] for r in runs):.3f}, gain "
+                f"over SFT {statistics.mean(gains):+.3f}{vs_tiny}"
+            )
     for r in rows:
         if r.get("kind") == "speed":
-            print(f"\nspeed: TinyGPT bare {r['tiny_bare_tokens_per_s']:.0f} tok/s, model=hf sampling "
-                  f"{r['hf_sampling_tokens_per_s']:.0f} tok/s, ratio {r['ratio']:.2f}; "
-                  f"load {r['load']:.1f}")  # fmt: skip
+            print(
+                f"\nspeed: TinyGPT bare {r['tiny_bare_tokens_per_s']:.0f} tok/s, model=hf sampling "
+                f"{r['hf_sampling_tokens_per_s']:.0f} tok/s, ratio {r['ratio']:.2f}; "
+                f"load {r['load']:.1f}"
+            )
 
 
 def main() -> None:

@@ -33,8 +33,19 @@ TINY = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 12
 def config(model_dir: Path, *extra: str) -> Any:
     from pgcli.training.checks import train_config
 
-    return train_config(["algo=grpo", "env=addition", "model=hf", f"model.path={model_dir}", "tracking=off",
-                         "algo.group_size=8", "algo.n_groups=16", "algo.batch_size=32", *extra])  # fmt: skip
+    return train_config(
+        [
+            "algo=grpo",
+            "env=addition",
+            "model=hf",
+            f"model.path={model_dir}",
+            "tracking=off",
+            "algo.group_size=8",
+            "algo.n_groups=16",
+            "algo.batch_size=32",
+            *extra,
+        ]
+    )
 
 
 def speed(model_dir: Path, device: Any, dtype: str, new_tokens: int, rounds: int) -> dict[str, Any]:
@@ -56,23 +67,43 @@ def speed(model_dir: Path, device: Any, dtype: str, new_tokens: int, rounds: int
         _sync(device)
         start = time.perf_counter()
         with torch.no_grad():
-            out = generate(policy, tokens, mask, max_new_tokens=new_tokens, eos_id=never, temperature=1.0,
-                           generator=torch.Generator(device=device).manual_seed(round_),
-                           pad_id=task.vocab.pad_id)  # fmt: skip
+            out = generate(
+                policy,
+                tokens,
+                mask,
+                max_new_tokens=new_tokens,
+                eos_id=never,
+                temperature=1.0,
+                generator=torch.Generator(device=device).manual_seed(round_),
+                pad_id=task.vocab.pad_id,
+            )
         _sync(device)
         ours.append(int(out.mask.sum()) / (time.perf_counter() - start))
         start = time.perf_counter()
         with torch.no_grad():
-            hf = policy.lm.generate(input_ids=tokens, attention_mask=mask.long(), max_new_tokens=new_tokens,
-                                    min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                    pad_token_id=task.vocab.pad_id, use_cache=True)  # fmt: skip
+            hf = policy.lm.generate(
+                input_ids=tokens,
+                attention_mask=mask.long(),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=task.vocab.pad_id,
+                use_cache=True,
+            )
         _sync(device)
         theirs.append((hf.shape[1] - tokens.shape[1]) * hf.shape[0] / (time.perf_counter() - start))
         print(f"round {round_}: pgcli {ours[-1]:.0f} tok/s, model.generate {theirs[-1]:.0f} tok/s", flush=True)
     del policy
     _free(device)
-    return {"pgcli_tokens_per_s": statistics.median(ours), "generate_tokens_per_s": statistics.median(theirs),
-            "ratio": statistics.median(o / t for o, t in zip(ours, theirs, strict=True)), "rounds": rounds}  # fmt: skip
+    return {
+        "pgcli_tokens_per_s": statistics.median(ours),
+        "generate_tokens_per_s": statistics.median(theirs),
+        "ratio": statistics.median(o / t for o, t in zip(ours, theirs, strict=True)),
+        "rounds": rounds,
+    }
 
 
 def update_peak(model_dir: Path, device: Any, dtype: str, new_tokens: int, lora_r: int) -> dict[str, Any]:
@@ -84,8 +115,14 @@ def update_peak(model_dir: Path, device: Any, dtype: str, new_tokens: int, lora_
     from pgcli.lm.hf import AdapterOff
     from pgcli.lm.load import make_text_policy, make_text_task
 
-    cfg = config(model_dir, f"model.dtype={dtype}", f"model.max_new_tokens={new_tokens}", f"model.lora.r={lora_r}",
-                 "model.gradient_checkpointing=true", "algo.beta=0.04")  # fmt: skip
+    cfg = config(
+        model_dir,
+        f"model.dtype={dtype}",
+        f"model.max_new_tokens={new_tokens}",
+        f"model.lora.r={lora_r}",
+        "model.gradient_checkpointing=true",
+        "algo.beta=0.04",
+    )
     task = make_text_task(cfg.env, cfg.model)
     policy = make_text_policy(task, cfg.model, device)
     reference = kl_reference(cfg.algo, policy, AdapterOff(policy) if lora_r else None)  # as pgcli train builds it
@@ -145,8 +182,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_random_model(Path(tmp) / "model", max_positions=1024, **shape)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        result: dict[str, Any] = {"shape": shape, "new_tokens": new_tokens, "dtype": dtype, "torch": torch.__version__,
-                                  "device": name}  # fmt: skip
+        result: dict[str, Any] = {
+            "shape": shape,
+            "new_tokens": new_tokens,
+            "dtype": dtype,
+            "torch": torch.__version__,
+            "device": name,
+        }
         result["speed"] = speed(model_dir, device, dtype, new_tokens, args.rounds)
         result["lora"] = update_peak(model_dir, device, dtype, new_tokens, lora_r=16)
         result["full"] = update_peak(model_dir, device, dtype, new_tokens, lora_r=0)

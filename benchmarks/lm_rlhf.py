@@ -60,11 +60,23 @@ def sft(seed: int, force: bool) -> dict[str, Any]:
     if out.exists() and not force and (Path(json.loads(out.read_text())["run_dir"]) / "model").is_dir():
         return json.loads(out.read_text())
     run_dir = RESULTS / "runs" / out.stem
-    overrides = ["env=addition", "env.n_digits=2", f"total_steps={SFT_DEMOS}", f"eval.every={SFT_DEMOS}",
-                 f"seed={seed}", "checkpoint_every=0"]  # fmt: skip
+    overrides = [
+        "env=addition",
+        "env.n_digits=2",
+        f"total_steps={SFT_DEMOS}",
+        f"eval.every={SFT_DEMOS}",
+        f"seed={seed}",
+        "checkpoint_every=0",
+    ]
     wall, history, line = lm_grpo.run_cli("sft", overrides, run_dir)
-    result = {"seed": seed, "command": line, "wall_s": wall, "cpu_s": lm_grpo.CPU_SECONDS.get(line),
-              "run_dir": str(run_dir), "accuracy": lm_grpo.last(history, "eval/accuracy")}  # fmt: skip
+    result = {
+        "seed": seed,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": lm_grpo.CPU_SECONDS.get(line),
+        "run_dir": str(run_dir),
+        "accuracy": lm_grpo.last(history, "eval/accuracy"),
+    }
     out.write_text(json.dumps(result, indent=1))
     return result
 
@@ -79,8 +91,13 @@ def rm_overrides(warm: dict[str, Any], args: argparse.Namespace) -> list[str]:
     if args.pairs == "checker":
         return list(RM)
     steps = [] if args.rm_pairs is None else [f"total_steps={args.rm_pairs}", f"eval.every={args.rm_pairs // 4}"]
-    return [f"init={warm['run_dir']}", "algo.pairs=policy", f"algo.policy_samples={args.policy_samples}", *steps,
-            *args.rm_override]  # fmt: skip
+    return [
+        f"init={warm['run_dir']}",
+        "algo.pairs=policy",
+        f"algo.policy_samples={args.policy_samples}",
+        *steps,
+        *args.rm_override,
+    ]
 
 
 def reward_model(seed: int, warm: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -90,17 +107,24 @@ def reward_model(seed: int, warm: dict[str, Any], args: argparse.Namespace) -> d
     run_dir = RESULTS / "runs" / out.stem
     overrides = ["env=addition", *rm_overrides(warm, args), f"seed={seed}", "checkpoint_every=0"]
     wall, history, line = lm_grpo.run_cli("rm", overrides, run_dir)
-    result = {"seed": seed, "pairs": args.pairs, "command": line, "wall_s": wall,
-              "cpu_s": lm_grpo.CPU_SECONDS.get(line), "run_dir": str(run_dir),
-              "pairwise_accuracy": lm_grpo.last(history, "eval/pairwise_accuracy"),
-              "fallback_frac": lm_grpo.last(history, "eval/policy_pair_fallback_frac"),
-              "curve": history.get("eval/pairwise_accuracy", [])}  # fmt: skip
+    result = {
+        "seed": seed,
+        "pairs": args.pairs,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": lm_grpo.CPU_SECONDS.get(line),
+        "run_dir": str(run_dir),
+        "pairwise_accuracy": lm_grpo.last(history, "eval/pairwise_accuracy"),
+        "fallback_frac": lm_grpo.last(history, "eval/policy_pair_fallback_frac"),
+        "curve": history.get("eval/pairwise_accuracy", []),
+    }
     out.write_text(json.dumps(result, indent=1))
     return result
 
 
-def best_of_n(seed: int, warm: dict[str, Any], rm: dict[str, Any], args: argparse.Namespace, k: int = 16
-              ) -> dict[str, Any]:  # fmt: skip
+def best_of_n(
+    seed: int, warm: dict[str, Any], rm: dict[str, Any], args: argparse.Namespace, k: int = 16
+) -> dict[str, Any]:
     """Gold accuracy of the reward model's favourite among the SFT model's first n samples (module docstring)."""
     out = RESULTS / f"{_name('bon', args.tag, f's{seed}')}.json"
     if out.exists() and not args.force:
@@ -120,23 +144,37 @@ def best_of_n(seed: int, warm: dict[str, Any], rm: dict[str, Any], args: argpars
     cfg = agent_config(json.loads((sft_dir / "agent.json").read_text()))
     task = make_text_task(cfg.env, cfg.model)
     policy = make_text_policy(task, cfg.model, torch.device("cpu"), sft_dir).eval()
-    score = load_learned_reward(InitSource(rm_dir, json.loads((rm_dir / "agent.json").read_text()), None),
-                                torch.device("cpu"))  # fmt: skip
+    score = load_learned_reward(
+        InitSource(rm_dir, json.loads((rm_dir / "agent.json").read_text()), None), torch.device("cpu")
+    )
     problems = task.eval_problems()
     repeated = [p for p in problems for _ in range(k)]
     tokens, mask = encode_prompts(task.vocab, repeated, torch.device("cpu"))
     with torch.no_grad():
-        gen = generate(policy, tokens, mask, max_new_tokens=task.max_completion_len, eos_id=task.vocab.stop_ids,
-                       temperature=1.0, top_p=1.0, generator=torch.Generator().manual_seed(seed),
-                       pad_id=task.vocab.pad_id)  # fmt: skip
+        gen = generate(
+            policy,
+            tokens,
+            mask,
+            max_new_tokens=task.max_completion_len,
+            eos_id=task.vocab.stop_ids,
+            temperature=1.0,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(seed),
+            pad_id=task.vocab.pad_id,
+        )
     texts = decode_completions(task.vocab, gen.tokens)
     rewards = np.array(list(score([p.prompt for p in repeated], texts))).reshape(len(problems), k)  # [P, k]
     correct = np.array([task.correct(p, t) for p, t in zip(repeated, texts, strict=True)]).reshape(len(problems), k)
     rows = np.arange(len(problems))
-    result = {"seed": seed, "k": k, "sft_greedy_accuracy": warm["accuracy"],
-              "sample_accuracy": float(correct.mean()), "any_correct": float(correct.any(1).mean()),
-              "best_of_n": {n: float(correct[rows, rewards[:, :n].argmax(1)].mean()) for n in (1, 2, 4, 8, 16)},
-              "oracle_best_of_n": {n: float(correct[:, :n].any(1).mean()) for n in (1, 2, 4, 8, 16)}}  # fmt: skip
+    result = {
+        "seed": seed,
+        "k": k,
+        "sft_greedy_accuracy": warm["accuracy"],
+        "sample_accuracy": float(correct.mean()),
+        "any_correct": float(correct.any(1).mean()),
+        "best_of_n": {n: float(correct[rows, rewards[:, :n].argmax(1)].mean()) for n in (1, 2, 4, 8, 16)},
+        "oracle_best_of_n": {n: float(correct[:, :n].any(1).mean()) for n in (1, 2, 4, 8, 16)},
+    }
     out.write_text(json.dumps(result, indent=1))
     return result
 
@@ -146,18 +184,37 @@ def ppo(seed: int, beta: float, warm: dict[str, Any], rm: dict[str, Any], args: 
     if out.exists() and not args.force:
         return
     run_dir = RESULTS / "runs" / out.stem
-    overrides = ["algo=ppo_lm", "env=addition", f"init={warm['run_dir']}", f"env.reward=rm:{rm['run_dir']}",
-                 f"algo.beta={beta}", f"total_steps={args.completions}", f"eval.every={args.eval_every}",
-                 f"seed={seed}", "checkpoint_every=0"]  # fmt: skip
+    overrides = [
+        "algo=ppo_lm",
+        "env=addition",
+        f"init={warm['run_dir']}",
+        f"env.reward=rm:{rm['run_dir']}",
+        f"algo.beta={beta}",
+        f"total_steps={args.completions}",
+        f"eval.every={args.eval_every}",
+        f"seed={seed}",
+        "checkpoint_every=0",
+    ]
     load = lm_grpo.load_average()
     wall, history, line = lm_grpo.run_cli("train", overrides, run_dir)
-    result = {"seed": seed, "beta": beta, "completions": args.completions, "command": line, "wall_s": wall,
-              "cpu_s": lm_grpo.CPU_SECONDS.get(line), "load_before": load, "load_after": lm_grpo.load_average(),
-              "curves": {key: history.get(key, []) for key in EVAL_KEYS}}  # fmt: skip
+    result = {
+        "seed": seed,
+        "beta": beta,
+        "completions": args.completions,
+        "command": line,
+        "wall_s": wall,
+        "cpu_s": lm_grpo.CPU_SECONDS.get(line),
+        "load_before": load,
+        "load_after": lm_grpo.load_average(),
+        "curves": {key: history.get(key, []) for key in EVAL_KEYS},
+    }
     out.write_text(json.dumps(result, indent=1))
     gold = result["curves"]["eval/accuracy"]
-    print(f"beta {beta} seed {seed}: gold {gold[0][1]:.3f} -> peak {max(v for _, v in gold):.3f} -> final "
-          f"{gold[-1][1]:.3f}; kl {lm_grpo.last(history, 'eval/kl_ref'):.2f} ({wall:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"beta {beta} seed {seed}: gold {gold[0][1]:.3f} -> peak {max(v for _, v in gold):.3f} -> final "
+        f"{gold[-1][1]:.3f}; kl {lm_grpo.last(history, 'eval/kl_ref'):.2f} ({wall:.0f} s)",
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -166,8 +223,11 @@ def run(args: argparse.Namespace) -> None:
         warm = sft(seed, args.force)
         rm = reward_model(seed, warm, args)
         bon = best_of_n(seed, warm, rm, args)
-        print(f"seed {seed}: sft greedy {warm['accuracy']:.3f}, rm pairwise {rm['pairwise_accuracy']:.3f}, "
-              f"rm best-of-n {bon['best_of_n']}", flush=True)  # fmt: skip
+        print(
+            f"seed {seed}: sft greedy {warm['accuracy']:.3f}, rm pairwise {rm['pairwise_accuracy']:.3f}, "
+            f"rm best-of-n {bon['best_of_n']}",
+            flush=True,
+        )
         for beta in args.betas:
             ppo(seed, beta, warm, rm, args)
 
@@ -193,11 +253,19 @@ def summarise(run: dict[str, Any]) -> dict[str, float]:
     peak = max(range(len(steps)), key=lambda i: gold[i])
     kl = curves["eval/kl_ref"]
     proxy = curves["eval/proxy_reward_mean"]
-    return {"start": gold[0], "peak": gold[peak], "peak_gain": gold[peak] - gold[0], "peak_step": steps[peak],
-            "peak_kl": kl.get(steps[peak], float("nan")), "final": gold[-1], "last5": statistics.mean(gold[-5:]),
-            "proxy_start": proxy[steps[0]], "proxy_end": proxy[steps[-1]],
-            "kl_end": kl.get(steps[-1], float("nan")),
-            **_sampled_gold(run["curves"].get("rollout/accuracy", []))}  # fmt: skip
+    return {
+        "start": gold[0],
+        "peak": gold[peak],
+        "peak_gain": gold[peak] - gold[0],
+        "peak_step": steps[peak],
+        "peak_kl": kl.get(steps[peak], float("nan")),
+        "final": gold[-1],
+        "last5": statistics.mean(gold[-5:]),
+        "proxy_start": proxy[steps[0]],
+        "proxy_end": proxy[steps[-1]],
+        "kl_end": kl.get(steps[-1], float("nan")),
+        **_sampled_gold(run["curves"].get("rollout/accuracy", [])),
+    }
 
 
 def _sampled_gold(points: list[list[float]]) -> dict[str, float]:
@@ -222,13 +290,19 @@ def report(args: argparse.Namespace) -> None:
     for r in runs:
         by_beta.setdefault(r["beta"], []).append(r)
     machine = {"cpus": os.cpu_count(), "load_avg": os.getloadavg()}
-    summary: dict[str, Any] = {"completions": args.completions, "machine": machine,
-                               "measured": time.strftime("%Y-%m-%d"), "betas": {}}  # fmt: skip
+    summary: dict[str, Any] = {
+        "completions": args.completions,
+        "machine": machine,
+        "measured": time.strftime("%Y-%m-%d"),
+        "betas": {},
+    }
     summary["sft"] = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("sft_s*.json"))]
     for name in ("rm", "bon"):
         summary[name] = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"{_name(name, args.tag, 's*')}.json"))]
-    print("| seed | SFT greedy | RM pairwise acc | fallback | sample acc | RM best-of-n: n = 1 / 2 / 4 / 8 / 16 "
-          "| oracle best-of-n |")  # fmt: skip
+    print(
+        "| seed | SFT greedy | RM pairwise acc | fallback | sample acc | RM best-of-n: n = 1 / 2 / 4 / 8 / 16 "
+        "| oracle best-of-n |"
+    )
     print("|---|---|---|---|---|---|---|")
     for rm, bon in zip(summary["rm"], summary["bon"], strict=False):
         picks = " / ".join(f"{v:.3f}" for v in bon["best_of_n"].values())
@@ -238,27 +312,43 @@ def report(args: argparse.Namespace) -> None:
             f"| {rm.get('fallback_frac', float('nan')):.3f} | {bon['sample_accuracy']:.3f} | {picks} | {oracle} |"
         )
     print()
-    keys = ("start", "peak", "peak_gain", "peak_kl", "peak_step", "final", "last5", "proxy_start", "proxy_end",
-            "kl_end", "sampled_first5", "sampled_best5", "sampled_last20")  # fmt: skip
-    print("| beta | seeds | SFT start (gold) | peak gold | gain at peak | KL at peak | step of peak | final gold "
-          "| last 5 evals | proxy: start -> end | KL at end | sampled gold: first 5 / best 5 / last 20 updates "
-          "| CPU min / run |")  # fmt: skip
+    keys = (
+        "start",
+        "peak",
+        "peak_gain",
+        "peak_kl",
+        "peak_step",
+        "final",
+        "last5",
+        "proxy_start",
+        "proxy_end",
+        "kl_end",
+        "sampled_first5",
+        "sampled_best5",
+        "sampled_last20",
+    )
+    print(
+        "| beta | seeds | SFT start (gold) | peak gold | gain at peak | KL at peak | step of peak | final gold "
+        "| last 5 evals | proxy: start -> end | KL at end | sampled gold: first 5 / best 5 / last 20 updates "
+        "| CPU min / run |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for beta in sorted(by_beta):
         rows = sorted(by_beta[beta], key=lambda r: r["seed"])
         per_run = [summarise(r) for r in rows]
         stats = {k: (statistics.mean(s[k] for s in per_run), statistics.pstdev(s[k] for s in per_run)) for k in keys}
-        summary["betas"][str(beta)] = {"seeds": [r["seed"] for r in rows], "per_run": per_run,
-                                       "mean_std": stats}  # fmt: skip
+        summary["betas"][str(beta)] = {"seeds": [r["seed"] for r in rows], "per_run": per_run, "mean_std": stats}
 
         def ms(key: str, d: int = 3, stats: dict[str, tuple[float, float]] = stats) -> str:
             return f"{stats[key][0]:.{d}f} ± {stats[key][1]:.{d}f}"
 
         cpu = statistics.mean(r["cpu_s"] or float("nan") for r in rows) / 60
-        print(f"| {beta} | {len(rows)} | {ms('start')} | {ms('peak')} | {ms('peak_gain', 3)} | {ms('peak_kl', 2)} "
-              f"| {ms('peak_step', 0)} | {ms('final')} | {ms('last5')} | {ms('proxy_start', 2)} -> "
-              f"{ms('proxy_end', 2)} | {ms('kl_end', 2)} | {stats['sampled_first5'][0]:.3f} / "
-              f"{stats['sampled_best5'][0]:.3f} / {stats['sampled_last20'][0]:.3f} | {cpu:.1f} |")  # fmt: skip
+        print(
+            f"| {beta} | {len(rows)} | {ms('start')} | {ms('peak')} | {ms('peak_gain', 3)} | {ms('peak_kl', 2)} "
+            f"| {ms('peak_step', 0)} | {ms('final')} | {ms('last5')} | {ms('proxy_start', 2)} -> "
+            f"{ms('proxy_end', 2)} | {ms('kl_end', 2)} | {stats['sampled_first5'][0]:.3f} / "
+            f"{stats['sampled_best5'][0]:.3f} / {stats['sampled_last20'][0]:.3f} | {cpu:.1f} |"
+        )
     suffix = f"_{args.tag}"
     (RESULTS / f"summary{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot(by_beta, RESULTS / f"rlhf{suffix}.png", args.tag)
@@ -288,16 +378,22 @@ def plot(by_beta: dict[float, list[dict[str, Any]]], path: Path, tag: str) -> No
             (line,) = ax.plot(kl.mean(0), values.mean(0), lw=2, marker="o", ms=3, label=f"beta {beta} (n={len(runs)})")
             for seed_kl, seed_values in zip(kl, values, strict=True):
                 ax.plot(seed_kl, seed_values, lw=0.6, alpha=0.35, color=line.get_color())
-    for ax, title in zip(axes, ("gold: held-out greedy accuracy (checker)", "proxy: reward model's score of the "
-                                "greedy completions"), strict=True):  # fmt: skip
+    for ax, title in zip(
+        axes,
+        ("gold: held-out greedy accuracy (checker)", "proxy: reward model's score of the greedy completions"),
+        strict=True,
+    ):
         ax.set_xlabel("eval/kl_ref: KL(pi || pi_SFT) per completion, nats")
         ax.set_title(title, fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     axes[0].set_ylabel("eval/accuracy")
     axes[1].set_ylabel("eval/proxy_reward_mean")
-    fig.suptitle(f"PPO on a learned reward ({tag} pairs), 2-digit addition: thick = mean over seeds at each "
-                 "evaluation, thin = seeds", fontsize="medium")  # fmt: skip
+    fig.suptitle(
+        f"PPO on a learned reward ({tag} pairs), 2-digit addition: thick = mean over seeds at each "
+        "evaluation, thin = seeds",
+        fontsize="medium",
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

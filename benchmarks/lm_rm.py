@@ -33,11 +33,17 @@ def one(noise: float, seed: int, force: bool) -> None:
     overrides = ["env=addition", *MODEL, f"algo.label_noise={noise}", f"seed={seed}"]
     wall, history, line = lm_grpo.run_cli("rm", overrides, RESULTS / "runs" / out.stem)
     curve = history.get("eval/pairwise_accuracy", [])
-    result = {"noise": noise, "seed": seed, "command": line, "wall_s": wall,
-              "accuracy": curve[-1][1] if curve else float("nan"),
-              "last_mean": statistics.mean(v for _, v in curve[-5:]) if curve else float("nan"),  # its last 5 (here: 4)
-              "best": max((v for _, v in curve), default=float("nan")), "curve": curve,
-              "margin": lm_grpo.last(history, "eval/reward_margin")}  # fmt: skip
+    result = {
+        "noise": noise,
+        "seed": seed,
+        "command": line,
+        "wall_s": wall,
+        "accuracy": curve[-1][1] if curve else float("nan"),
+        "last_mean": statistics.mean(v for _, v in curve[-5:]) if curve else float("nan"),  # its last 5 (here: 4)
+        "best": max((v for _, v in curve), default=float("nan")),
+        "curve": curve,
+        "margin": lm_grpo.last(history, "eval/reward_margin"),
+    }
     out.write_text(json.dumps(result, indent=1))
     print(f"noise {noise} seed {seed}: pairwise accuracy {result['accuracy']:.3f} ({wall:.0f} s)", flush=True)
 
@@ -52,8 +58,10 @@ def run(args: argparse.Namespace) -> None:
 
 def table(args: argparse.Namespace) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("rm_noise*_s*.json"))]
-    print("| label noise | seeds | final pairwise accuracy | mean of the last 5 evals (here all 4) | best "
-          "| per seed (final) | reward margin |")  # fmt: skip
+    print(
+        "| label noise | seeds | final pairwise accuracy | mean of the last 5 evals (here all 4) | best "
+        "| per seed (final) | reward margin |"
+    )
     print("|---|---|---|---|---|---|---|")
     for noise in sorted({r["noise"] for r in rows}):
         runs = sorted((r for r in rows if r["noise"] == noise), key=lambda r: r["seed"])
@@ -63,8 +71,10 @@ def table(args: argparse.Namespace) -> None:
             return f"{statistics.mean(values):.3f} +- {statistics.pstdev(values):.3f}"
 
         seeds = ", ".join(f"{r['accuracy']:.3f}" for r in runs)
-        print(f"| {noise} | {len(runs)} | {stat('accuracy')} | {stat('last_mean')} | {stat('best')} | {seeds} "
-              f"| {statistics.mean(r['margin'] for r in runs):.2f} |")  # fmt: skip
+        print(
+            f"| {noise} | {len(runs)} | {stat('accuracy')} | {stat('last_mean')} | {stat('best')} | {seeds} "
+            f"| {statistics.mean(r['margin'] for r in runs):.2f} |"
+        )
 
 
 def main() -> None:

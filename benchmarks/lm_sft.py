@@ -84,8 +84,10 @@ def table(results: dict[str, object]) -> str:
             acc = [c[i]["accuracy"] for c in curves]
             cpu = sum(c[i]["train_cpu_s"] for c in curves) / len(curves)
             p8 = sum(c[i]["pass_at_8"] for c in curves) / len(curves)
-            lines.append(f"| {digits} | {curves[0][i]['demos']:,} | {cpu:.0f} | {sum(acc) / len(acc):.3f} "
-                         f"({min(acc):.3f}-{max(acc):.3f}) | {p8:.3f} | {len(curves)} |")  # fmt: skip
+            lines.append(
+                f"| {digits} | {curves[0][i]['demos']:,} | {cpu:.0f} | {sum(acc) / len(acc):.3f} "
+                f"({min(acc):.3f}-{max(acc):.3f}) | {p8:.3f} | {len(curves)} |"
+            )
     return "\n".join(lines)
 
 
@@ -110,8 +112,11 @@ def main() -> None:
             curve = run_curve(digits, seed, args.demos, args.eval_every)
             results = load()  # another process may have recorded other curves meanwhile
             results["runs"][key] = curve  # type: ignore[index]
-            results["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                  "load_avg_at_end": os.getloadavg()}  # fmt: skip
+            results["machine"] = {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "load_avg_at_end": os.getloadavg(),
+            }
             RESULTS.parent.mkdir(parents=True, exist_ok=True)
             RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))

@@ -38,8 +38,12 @@ THRESHOLD = PUBLISHED["AC(lambda=0.8)"]
 
 
 def jobs(args: Any) -> list[Job]:
-    return [Job(a, e, s, EVAL_EVERY, EVAL_EPISODES, THRESHOLD, args.steps or STEPS, tuple(args.set), args.variant)
-            for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
+    return [
+        Job(a, e, s, EVAL_EVERY, EVAL_EPISODES, THRESHOLD, args.steps or STEPS, tuple(args.set), args.variant)
+        for e in args.envs
+        for a in args.algos
+        for s in args.seeds
+    ]
 
 
 def table(path: Path, last: int = LAST_EVALS) -> str:
@@ -47,16 +51,20 @@ def table(path: Path, last: int = LAST_EVALS) -> str:
     final, last-``last`` and best evaluations, and of each run's last ``last`` logged training returns
     (``rollout/ep_return_mean``: the sampling policy's own episodes, the figure the MinAtar paper's curves show)."""
     runs = json.loads(path.read_text())["runs"]
-    header = (f"| algo | seeds | steps | final eval | last {last} evals | best eval | training return (last {last} "
-              "logged) | train SPS | wall min/run |")  # fmt: skip
+    header = (
+        f"| algo | seeds | steps | final eval | last {last} evals | best eval | training return (last {last} "
+        "logged) | train SPS | wall min/run |"
+    )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in summarise(runs):
         group = [r for r in runs if r["algo"] == row["algo"] and r["train_return_curve"]]
         train = [float(np.mean([v for _, v in r["train_return_curve"][-last:]])) for r in group]
-        lines.append(f"| {row['algo']} | {row['n_seeds']} | {row['steps']:,} | {row['final_mean']:.1f} ± "
-                     f"{row['final_std']:.1f} | {row['last_evals_mean']:.1f} ± {row['last_evals_std']:.1f} | "
-                     f"{row['best_mean']:.1f} ± {row['best_std']:.1f} | {np.mean(train):.1f} ± {np.std(train):.1f} | "
-                     f"{row['train_sps_mean']:,.0f} | {row['wall_time_s_mean'] / 60:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {row['algo']} | {row['n_seeds']} | {row['steps']:,} | {row['final_mean']:.1f} ± "
+            f"{row['final_std']:.1f} | {row['last_evals_mean']:.1f} ± {row['last_evals_std']:.1f} | "
+            f"{row['best_mean']:.1f} ± {row['best_std']:.1f} | {np.mean(train):.1f} ± {np.std(train):.1f} | "
+            f"{row['train_sps_mean']:,.0f} | {row['wall_time_s_mean'] / 60:.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -87,8 +87,10 @@ def main() -> None:
             size = sum(p.stat().st_size for p in model_dir.iterdir())
             results[name] = {"model_dir_bytes": size, **{k: statistics.median(v) for k, v in times.items()}}
             res = results[name]
-            print(f"{name:13s} model dir {size / 1024:6.0f} KiB   log_artifact {res['artifact']:.3f} s   "
-                  f"log_model {res['pyfunc']:.3f} s   load+predict {res['load']:.3f} s")  # fmt: skip
+            print(
+                f"{name:13s} model dir {size / 1024:6.0f} KiB   log_artifact {res['artifact']:.3f} s   "
+                f"log_model {res['pyfunc']:.3f} s   load+predict {res['load']:.3f} s"
+            )
     if args.json:
         args.json.write_text(json.dumps({"repeats": args.repeats, "results": results}, indent=1) + "\n")
 

@@ -91,9 +91,21 @@ def run_pgcli(steps: int, seed: int, vec_env: str) -> dict[str, float]:
     pgcli_sb3.SB3Trainer.learn = timed_learn  # type: ignore[method-assign]
     tmp = Path(tempfile.mkdtemp(prefix="pixels_speed_"))
     # the final evaluation plays one game, sampling actions: a deterministic untrained policy may never FIRE
-    run_job([*CLEANRL, f"total_steps={steps}", f"seed={seed}", f"hardware.vec_env={vec_env}", "eval.every=0",
-             "eval.episodes=1", "eval.deterministic=false", "progress=false", "checkpoint_every=0",
-             f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"], output_dir=tmp / "run")  # fmt: skip
+    run_job(
+        [
+            *CLEANRL,
+            f"total_steps={steps}",
+            f"seed={seed}",
+            f"hardware.vec_env={vec_env}",
+            "eval.every=0",
+            "eval.episodes=1",
+            "eval.deterministic=false",
+            "progress=false",
+            "checkpoint_every=0",
+            f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+        ],
+        output_dir=tmp / "run",
+    )
     return timing
 
 
@@ -163,18 +175,30 @@ def measure(side: str, steps: int, seed: int) -> dict[str, Any]:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{side} failed (exit {proc.returncode}):\n{err[-3000:]}")
     result = json.loads(lines[-1].removeprefix("RESULT "))
-    return {"side": side, **result, "sps": result["steps"] / result["learn_s"],
-            "process_s": time.perf_counter() - started, "maxrss_mb": usage.ru_maxrss / 1024,
-            "load_before": load_before, "load_after": os.getloadavg()[0],
-            "peak_tree_rss_mb": peak / 2**20}  # fmt: skip
+    return {
+        "side": side,
+        **result,
+        "sps": result["steps"] / result["learn_s"],
+        "process_s": time.perf_counter() - started,
+        "maxrss_mb": usage.ru_maxrss / 1024,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "peak_tree_rss_mb": peak / 2**20,
+    }
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
-    sides = {side: {"sps_median": statistics.median(r["sps"] for r in rs), "sps": [round(r["sps"], 1) for r in rs],
-                    "peak_tree_rss_mb_max": max(r["peak_tree_rss_mb"] for r in rs),
-                    "maxrss_mb_max": max(r["maxrss_mb"] for r in rs)}
-             for side, rs in by_side.items() if rs}  # fmt: skip
+    sides = {
+        side: {
+            "sps_median": statistics.median(r["sps"] for r in rs),
+            "sps": [round(r["sps"], 1) for r in rs],
+            "peak_tree_rss_mb_max": max(r["peak_tree_rss_mb"] for r in rs),
+            "maxrss_mb_max": max(r["maxrss_mb"] for r in rs),
+        }
+        for side, rs in by_side.items()
+        if rs
+    }
     ratios = {}
     for name, (num, den) in RATIOS.items():
         per_round = [n["sps"] / d["sps"] for n in by_side[num] for d in by_side[den] if n["round"] == d["round"]]
@@ -184,21 +208,30 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    names = {"sb3": "SB3 PPO, make_atari_env + VecFrameStack", "pgcli": "pgcli train (hardware.vec_env=sync)",
-             "pgcli_envpool": "pgcli train hardware.vec_env=envpool", "env_sync": "env only: gymnasium path (sync)",
-             "env_envpool": "env only: EnvPool"}  # fmt: skip
+    names = {
+        "sb3": "SB3 PPO, make_atari_env + VecFrameStack",
+        "pgcli": "pgcli train (hardware.vec_env=sync)",
+        "pgcli_envpool": "pgcli train hardware.vec_env=envpool",
+        "env_sync": "env only: gymnasium path (sync)",
+        "env_envpool": "env only: EnvPool",
+    }
     rows = [
         "| side | env steps/s (median) | per round | peak RSS, tree (MB) | ru_maxrss (MB) |",
         "|---|---|---|---|---|",
     ]
     for side, s in summary["sides"].items():
-        rows.append(f"| {names[side]} | {s['sps_median']:.0f} | {', '.join(f'{x:.0f}' for x in s['sps'])} | "
-                    f"{s['peak_tree_rss_mb_max']:.0f} | {s['maxrss_mb_max']:.0f} |")  # fmt: skip
+        rows.append(
+            f"| {names[side]} | {s['sps_median']:.0f} | {', '.join(f'{x:.0f}' for x in s['sps'])} | "
+            f"{s['peak_tree_rss_mb_max']:.0f} | {s['maxrss_mb_max']:.0f} |"
+        )
     rows += ["", "| ratio | median | per round |", "|---|---|---|"]
     for name, r in summary["ratios"].items():
         rows.append(f"| {name} | {r['median']:.2f} | {', '.join(f'{x:.2f}' for x in r['per_round'])} |")
-    rows += ["", f"{meta['steps']} env steps per PPO run, {meta['rounds']} rounds, {meta['cpus']} CPUs, "
-             f"envpool {meta['envpool']}, torch {meta['torch']}, SB3 {meta['sb3']}."]  # fmt: skip
+    rows += [
+        "",
+        f"{meta['steps']} env steps per PPO run, {meta['rounds']} rounds, {meta['cpus']} CPUs, "
+        f"envpool {meta['envpool']}, torch {meta['torch']}, SB3 {meta['sb3']}.",
+    ]
     return "\n".join(rows) + "\n"
 
 
@@ -211,8 +244,14 @@ def versions() -> dict[str, Any]:
         except PackageNotFoundError:
             return "not installed"
 
-    return {"envpool": v("envpool"), "torch": v("torch"), "sb3": v("stable_baselines3"), "ale_py": v("ale-py"),
-            "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()}  # fmt: skip
+    return {
+        "envpool": v("envpool"),
+        "torch": v("torch"),
+        "sb3": v("stable_baselines3"),
+        "ale_py": v("ale-py"),
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+    }
 
 
 def main() -> None:
@@ -238,8 +277,10 @@ def main() -> None:
             steps = args.steps * 2 if side.startswith("env_") else args.steps
             run = {"round": rnd, **measure(side, steps, seed=rnd)}
             runs.append(run)
-            print(f"round {rnd} {side}: {run['sps']:.0f} steps/s, peak tree RSS {run['peak_tree_rss_mb']:.0f} MB",
-                  flush=True)  # fmt: skip
+            print(
+                f"round {rnd} {side}: {run['sps']:.0f} steps/s, peak tree RSS {run['peak_tree_rss_mb']:.0f} MB",
+                flush=True,
+            )
             summary = summarize(runs)
             path.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2))
     (RESULTS / "table.md").write_text(table(summarize(runs), meta))

@@ -75,9 +75,20 @@ def command(seed: int, steps: int, directory: Path, threads: int = 1) -> list[st
         return [PGCLI, "train", f"resume={directory}", *common]
     if directory.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(directory)
-    return [PGCLI, "train", "algo=ppo", "env=pong", f"seed={seed}", f"total_steps={steps}",
-            f"eval.every={EVAL_EVERY}", f"eval.episodes={EVAL_EPISODES}", "eval.deterministic=true", "tracking=off",
-            *common, f"hydra.run.dir={directory}"]  # fmt: skip
+    return [
+        PGCLI,
+        "train",
+        "algo=ppo",
+        "env=pong",
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"eval.every={EVAL_EVERY}",
+        f"eval.episodes={EVAL_EPISODES}",
+        "eval.deterministic=true",
+        "tracking=off",
+        *common,
+        f"hydra.run.dir={directory}",
+    ]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -90,10 +101,17 @@ def run(args: argparse.Namespace) -> None:
         print("$ " + shlex.join(["pgcli", *argv[1:]]), flush=True)
         start_step, start, load = last_step(directory), time.perf_counter(), os.getloadavg()[0]
         code = subprocess.run(argv, cwd=REPO).returncode
-        segment = {"seed": seed, "from_step": start_step, "to_step": last_step(directory),
-                   "wall_s": time.perf_counter() - start, "load_before": load, "load_after": os.getloadavg()[0],
-                   "exit_code": code, "command": shlex.join(["pgcli", *argv[1:]]),
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        segment = {
+            "seed": seed,
+            "from_step": start_step,
+            "to_step": last_step(directory),
+            "wall_s": time.perf_counter() - start,
+            "load_before": load,
+            "load_after": os.getloadavg()[0],
+            "exit_code": code,
+            "command": shlex.join(["pgcli", *argv[1:]]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         segments = RESULTS / "segments.json"
         kept = json.loads(segments.read_text()) if segments.is_file() else []
         segments.write_text(json.dumps([*kept, segment], indent=1))
@@ -141,15 +159,19 @@ def summarise(seed: int) -> dict[str, Any] | None:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"| seed | status | env steps | last eval at | final eval | last {LAST} evals | best eval | first eval >= "
-            f"{THRESHOLD:g} at | training return (last {LAST} logged) | env steps/s | stretches |")  # fmt: skip
+    head = (
+        f"| seed | status | env steps | last eval at | final eval | last {LAST} evals | best eval | first eval >= "
+        f"{THRESHOLD:g} at | training return (last {LAST} logged) | env steps/s | stretches |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         to = "-" if r["steps_to_threshold"] is None else f"{r['steps_to_threshold']:,}"
-        lines.append(f"| {r['seed']} | {r['status'] or 'stopped'} | {r['steps']:,} | {r['eval_step']:,} | "
-                     f"{r['final_eval']:.1f} | "
-                     f"{r['last_evals']:.1f} | {r['best_eval']:.1f} | {to} | {r['train_return_last']:.1f} | "
-                     f"{r['sps']:.0f} | {r['stretches']} |")  # fmt: skip
+        lines.append(
+            f"| {r['seed']} | {r['status'] or 'stopped'} | {r['steps']:,} | {r['eval_step']:,} | "
+            f"{r['final_eval']:.1f} | "
+            f"{r['last_evals']:.1f} | {r['best_eval']:.1f} | {to} | {r['train_return_last']:.1f} | "
+            f"{r['sps']:.0f} | {r['stretches']} |"
+        )
     return "\n".join(lines)
 
 
@@ -163,8 +185,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     for i, r in enumerate(rows):
         ax.plot(*zip(*r["eval_curve"], strict=True), marker="o", color=f"C{i}", label=f"seed {r['seed']}: evaluation")
         if r["train_return_curve"]:
-            ax.plot(*zip(*r["train_return_curve"], strict=True), color=f"C{i}", alpha=0.3,
-                    label=f"seed {r['seed']}: training episodes")  # fmt: skip
+            ax.plot(
+                *zip(*r["train_return_curve"], strict=True),
+                color=f"C{i}",
+                alpha=0.3,
+                label=f"seed {r['seed']}: training episodes",
+            )
     ax.axhline(THRESHOLD, color="grey", linestyle="--", linewidth=1, label=f"target {THRESHOLD:g}")
     ax.set(title="PPO on Pong (ppo_pong preset), CPU", xlabel="env steps (4 frames each)", ylabel="game score")
     ax.set_ylim(-21.5, 21.5)
@@ -185,8 +211,9 @@ def report(args: argparse.Namespace) -> None:
         sys.exit("no evaluations yet: run `benchmarks/pong_learning.py run` first")
     text = table(rows)
     print(text)
-    (RESULTS / "results.json").write_text(json.dumps({"threshold": THRESHOLD, "published": PUBLISHED, "runs": rows},
-                                                     indent=1))  # fmt: skip
+    (RESULTS / "results.json").write_text(
+        json.dumps({"threshold": THRESHOLD, "published": PUBLISHED, "runs": rows}, indent=1)
+    )
     plot(rows, RESULTS / "curves.png")
     print(f"wrote {RESULTS / 'results.json'} and {RESULTS / 'curves.png'}")
     if args.doc:

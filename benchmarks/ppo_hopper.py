@@ -74,48 +74,73 @@ def run_variant(vjob: VariantJob) -> dict[str, Any]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # "algo" labels the curves of plot_curves: one line per (variant, budget)
     steps = vjob.job.steps or 0
-    return {**result, "variant": vjob.variant, "algo": f"{vjob.variant} ({steps // 1000}k)",
-            "variant_overrides": list(vjob.job.extra), "steps_requested": steps, "cpu_time_s": cpu}  # fmt: skip
+    return {
+        **result,
+        "variant": vjob.variant,
+        "algo": f"{vjob.variant} ({steps // 1000}k)",
+        "variant_overrides": list(vjob.job.extra),
+        "steps_requested": steps,
+        "cpu_time_s": cpu,
+    }
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (variant, requested steps), over seeds: mean and std of the final, last-5 and best eval returns; times."""
     rows = []
     for variant, steps in sorted({(r["variant"], r["steps_requested"]) for r in runs}):
-        group = sorted((r for r in runs if r["variant"] == variant and r["steps_requested"] == steps),
-                       key=lambda r: r["seed"])  # fmt: skip
+        group = sorted(
+            (r for r in runs if r["variant"] == variant and r["steps_requested"] == steps), key=lambda r: r["seed"]
+        )
         final = np.array([r["final_eval_return"] for r in group])
         last = np.array([last_evals_mean(r["eval_curve"]) for r in group])
         best = np.array([r["best_eval_return"] for r in group])
-        rows.append({
-            "variant": variant, "steps": steps, "seeds": [r["seed"] for r in group],
-            "final_mean": float(final.mean()), "final_std": float(final.std()),
-            "last5_mean": float(last.mean()), "last5_std": float(last.std()),
-            "best_mean": float(best.mean()), "best_std": float(best.std()),
-            "finals": [round(float(v), 1) for v in final],
-            # standing still scores ~1 per step for 1000 steps (the alive bonus); hopping adds forward velocity
-            "final_len_mean": float(np.mean([r["eval_len_curve"][-1][1] if r.get("eval_len_curve") else np.nan
-                                             for r in group])),
-            "final_return_per_step": float(np.mean([r["eval_curve"][-1][1] / r["eval_len_curve"][-1][1]
-                                                    if r.get("eval_len_curve") else np.nan for r in group])),
-            "wall_s_mean": float(np.mean([r["wall_time_s"] for r in group])),
-            "cpu_s_mean": float(np.mean([r.get("cpu_time_s", float("nan")) for r in group])),
-            "train_sps_mean": float(np.mean([r["train_sps"] for r in group])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": variant,
+                "steps": steps,
+                "seeds": [r["seed"] for r in group],
+                "final_mean": float(final.mean()),
+                "final_std": float(final.std()),
+                "last5_mean": float(last.mean()),
+                "last5_std": float(last.std()),
+                "best_mean": float(best.mean()),
+                "best_std": float(best.std()),
+                "finals": [round(float(v), 1) for v in final],
+                # standing still scores ~1 per step for 1000 steps (the alive bonus); hopping adds forward velocity
+                "final_len_mean": float(
+                    np.mean([r["eval_len_curve"][-1][1] if r.get("eval_len_curve") else np.nan for r in group])
+                ),
+                "final_return_per_step": float(
+                    np.mean(
+                        [
+                            r["eval_curve"][-1][1] / r["eval_len_curve"][-1][1] if r.get("eval_len_curve") else np.nan
+                            for r in group
+                        ]
+                    )
+                ),
+                "wall_s_mean": float(np.mean([r["wall_time_s"] for r in group])),
+                "cpu_s_mean": float(np.mean([r.get("cpu_time_s", float("nan")) for r in group])),
+                "train_sps_mean": float(np.mean([r["train_sps"] for r in group])),
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The summary as a Markdown table (mean ± std over seeds; population std)."""
-    header = ("| variant | steps | seeds | final eval | last 5 evals | best eval | finals per seed | final eval len | "
-              "final return/step | wall s/run | CPU s/run | train SPS |")  # fmt: skip
+    header = (
+        "| variant | steps | seeds | final eval | last 5 evals | best eval | finals per seed | final eval len | "
+        "final return/step | wall s/run | CPU s/run | train SPS |"
+    )
     lines = [header, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['variant']} | {r['steps']:,} | {len(r['seeds'])} | "
-                     f"{r['final_mean']:.0f} ± {r['final_std']:.0f} | {r['last5_mean']:.0f} ± {r['last5_std']:.0f} | "
-                     f"{r['best_mean']:.0f} ± {r['best_std']:.0f} | {', '.join(f'{v:.0f}' for v in r['finals'])} | "
-                     f"{r['final_len_mean']:.0f} | {r['final_return_per_step']:.2f} | "
-                     f"{r['wall_s_mean']:.0f} | {r['cpu_s_mean']:.0f} | {r['train_sps_mean']:,.0f} |")  # fmt: skip
+        lines.append(
+            f"| {r['variant']} | {r['steps']:,} | {len(r['seeds'])} | "
+            f"{r['final_mean']:.0f} ± {r['final_std']:.0f} | {r['last5_mean']:.0f} ± {r['last5_std']:.0f} | "
+            f"{r['best_mean']:.0f} ± {r['best_std']:.0f} | {', '.join(f'{v:.0f}' for v in r['finals'])} | "
+            f"{r['final_len_mean']:.0f} | {r['final_return_per_step']:.2f} | "
+            f"{r['wall_s_mean']:.0f} | {r['cpu_s_mean']:.0f} | {r['train_sps_mean']:,.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -142,16 +167,27 @@ def run_all(todo: list[VariantJob], *, n_jobs: int, out: Path) -> None:
     """Run ``todo`` (``n_jobs`` processes at a time); write each run's JSON as soon as it finishes."""
     from pgcli.training.build import git_state
 
-    meta = {"command": "benchmarks/ppo_hopper.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "python": platform.python_version(), "jobs": n_jobs, **git_state()}  # fmt: skip
+    meta = {
+        "command": "benchmarks/ppo_hopper.py " + " ".join(sys.argv[1:]),
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "jobs": n_jobs,
+        **git_state(),
+    }
     with mp.get_context("spawn").Pool(n_jobs, maxtasksperchild=1) as pool:
         for r in pool.imap_unordered(run_variant, todo):
-            r |= {"date": time.strftime("%Y-%m-%d %H:%M"), "meta": meta,
-                  "load_avg_end": [round(v, 2) for v in os.getloadavg()]}  # fmt: skip
+            r |= {
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "meta": meta,
+                "load_avg_end": [round(v, 2) for v in os.getloadavg()],
+            }
             run_path(out, r["variant"], r["seed"], r["steps_requested"]).write_text(json.dumps(r, indent=1))
-            print(f"{r['variant']:>16} seed {r['seed']}: final {r['final_eval_return']:7.1f}  last5 "
-                  f"{last_evals_mean(r['eval_curve']):7.1f}  best {r['best_eval_return']:7.1f}  "
-                  f"{r['wall_time_s']:.0f} s wall, {r['cpu_time_s']:.0f} s CPU", flush=True)  # fmt: skip
+            print(
+                f"{r['variant']:>16} seed {r['seed']}: final {r['final_eval_return']:7.1f}  last5 "
+                f"{last_evals_mean(r['eval_curve']):7.1f}  best {r['best_eval_return']:7.1f}  "
+                f"{r['wall_time_s']:.0f} s wall, {r['cpu_time_s']:.0f} s CPU",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -170,9 +206,12 @@ def main() -> None:
         print(markdown(summarise(load_runs(args.report))))
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    todo = [VariantJob(v, Job("ppo", "hopper", s, args.eval_every, EVAL_EPISODES, THRESHOLD, args.steps, VARIANTS[v]))
-            for v in args.variants for s in args.seeds
-            if not run_path(args.out, v, s, args.steps).is_file()]  # fmt: skip
+    todo = [
+        VariantJob(v, Job("ppo", "hopper", s, args.eval_every, EVAL_EPISODES, THRESHOLD, args.steps, VARIANTS[v]))
+        for v in args.variants
+        for s in args.seeds
+        if not run_path(args.out, v, s, args.steps).is_file()
+    ]
     n_all = len(args.variants) * len(args.seeds)
     print(f"{len(todo)} runs to do, {n_all - len(todo)} already in {args.out}", flush=True)
     if todo:

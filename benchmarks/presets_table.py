@@ -101,20 +101,34 @@ def summarise(results: Iterable[RunResult]) -> list[dict[str, Any]]:
             x = np.array([getattr(r, name) for r in runs], dtype=float)
             return float(x.mean()), float(x.std())
 
-        rows.append({
-            "preset": preset, "algo": runs[0].algo, "env_id": env_id, "budget": budget, "n": len(runs),
-            "seeds": sorted(r.seed for r in runs), "final": stat("final"), "last5": stat("last5"),
-            "best": stat("best"), "wall_s": stat("wall_s")[0], "sps": stat("sps")[0],
-            "date": max(r.date for r in runs), "commits": sorted({r.commit for r in runs}),
-            "cpus": sorted({r.cpu for r in runs if r.cpu}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "preset": preset,
+                "algo": runs[0].algo,
+                "env_id": env_id,
+                "budget": budget,
+                "n": len(runs),
+                "seeds": sorted(r.seed for r in runs),
+                "final": stat("final"),
+                "last5": stat("last5"),
+                "best": stat("best"),
+                "wall_s": stat("wall_s")[0],
+                "sps": stat("sps")[0],
+                "date": max(r.date for r in runs),
+                "commits": sorted({r.commit for r in runs}),
+                "cpus": sorted({r.cpu for r in runs if r.cpu}),
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table users read (docs/benchmarks/presets.md)."""
-    lines = ["| preset | env | budget | seeds | final | last 5 evals | best eval | wall min/run | train SPS | date | "
-             "commit |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| preset | env | budget | seeds | final | last 5 evals | best eval | wall min/run | train SPS | date | "
+        "commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         few = " (n < 3)" if r["n"] < 3 else ""
 
@@ -124,9 +138,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         def pm(pair: tuple[float, float], n: int = r["n"], d: int = d) -> str:
             return f"{pair[0]:.{d}f}" if n == 1 else f"{pair[0]:.{d}f} ± {pair[1]:.{d}f}"
 
-        lines.append(f"| {r['preset']} | {r['env_id']} | {r['budget']:,} | {r['n']}{few} | {pm(r['final'])} | "
-                     f"{pm(r['last5'])} | {pm(r['best'])} | {r['wall_s'] / 60:.1f} | {r['sps']:,.0f} | {r['date']} | "
-                     f"{', '.join(r['commits'])} |")  # fmt: skip
+        lines.append(
+            f"| {r['preset']} | {r['env_id']} | {r['budget']:,} | {r['n']}{few} | {pm(r['final'])} | "
+            f"{pm(r['last5'])} | {pm(r['best'])} | {r['wall_s'] / 60:.1f} | {r['sps']:,.0f} | {r['date']} | "
+            f"{', '.join(r['commits'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -147,8 +163,11 @@ def stored_results(uri: str) -> list[RunResult]:
     for rec in store.search(ids, "attributes.status = 'FINISHED'"):
         if rec.tags.get("pgcli_role") == "sweep":
             continue
-        out.append(run_result(rec, store.metric_history(rec.run_id, "eval/return_mean"),
-                              store.metric_history(rec.run_id, "time/sps")))  # fmt: skip
+        out.append(
+            run_result(
+                rec, store.metric_history(rec.run_id, "eval/return_mean"), store.metric_history(rec.run_id, "time/sps")
+            )
+        )
     return out
 
 
@@ -204,8 +223,17 @@ def train_missing(preset: str, seeds: list[int], uri: str, jobs: int) -> None:
     algo, env = split_preset(preset, algos, envs) or (None, None)
     assert algo is not None and env is not None
     launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 and len(seeds) > 1 else []
-    args = ["train", "-m", f"algo={algo}", f"env={env}", "seed=" + ",".join(map(str, seeds)), f"tracking.uri={uri}",
-            f"experiment={EXPERIMENT}", "progress=false", *launcher]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        f"algo={algo}",
+        f"env={env}",
+        "seed=" + ",".join(map(str, seeds)),
+        f"tracking.uri={uri}",
+        f"experiment={EXPERIMENT}",
+        "progress=false",
+        *launcher,
+    ]
     print(f"[{time.strftime('%H:%M:%S')}] pgcli {' '.join(args)}", flush=True)
     start = time.perf_counter()
     proc = pgcli(*args, check=False)

@@ -98,17 +98,24 @@ def main() -> None:
             for name in args.runs:
                 this = run(RUNS[name], None, Path(tmp) / "this" / name, hf_model)
                 other = run(RUNS[name], base, Path(tmp) / "base_runs" / name, hf_model)
-                same = {key: this.get(key) == other.get(key) for key in ("exit", "history", "params", "tags",
-                                                                           "artifacts")}  # fmt: skip
+                same = {
+                    key: this.get(key) == other.get(key) for key in ("exit", "history", "params", "tags", "artifacts")
+                }
                 n = len(this.get("history", []))  # type: ignore[arg-type]
                 for key in ("params", "tags"):
                     if not same[key]:
                         a, b = set(map(tuple, this.get(key, []))), set(map(tuple, other.get(key, [])))  # type: ignore[call-overload]
                         print(f"  {key} only here: {sorted(a - b)[:5]}  only in the base: {sorted(b - a)[:5]}")
-                results[name] = {"same": same, "metric_points": n, "this_exit": this["exit"],
-                                 "base_exit": other["exit"]}  # fmt: skip
-                print(f"{name:18s} {n:5d} metric points  " + "  ".join(f"{k} {'=' if v else 'DIFFERS'}"
-                                                                     for k, v in same.items()))  # fmt: skip
+                results[name] = {
+                    "same": same,
+                    "metric_points": n,
+                    "this_exit": this["exit"],
+                    "base_exit": other["exit"],
+                }
+                print(
+                    f"{name:18s} {n:5d} metric points  "
+                    + "  ".join(f"{k} {'=' if v else 'DIFFERS'}" for k, v in same.items())
+                )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
     all_same = all(all(r["same"].values()) for r in results.values())  # type: ignore[union-attr]

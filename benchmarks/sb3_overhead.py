@@ -70,18 +70,30 @@ def bare_sb3(cfg: Any, seed: int) -> dict[str, float]:
     algo_cls, kwargs = pgcli_sb3.SB3_ALGOS[type(cfg.algo)](cfg.algo)  # the same mapping pgcli uses: same values
     env = make_vec_env(cfg.env.id, n_envs=cfg.env.n_envs, seed=seed)
     if cfg.env.normalize_obs or cfg.env.normalize_reward:
-        env = VecNormalize(env, norm_obs=cfg.env.normalize_obs, norm_reward=cfg.env.normalize_reward,
-                           clip_obs=cfg.env.clip_obs, clip_reward=cfg.env.clip_reward,
-                           gamma=cfg.algo.gamma)  # fmt: skip
-    model = algo_cls("MlpPolicy", env, policy_kwargs=pgcli_sb3.policy_kwargs(cfg.model), seed=seed, device="cpu",
-                     verbose=0, **kwargs)  # fmt: skip
+        env = VecNormalize(
+            env,
+            norm_obs=cfg.env.normalize_obs,
+            norm_reward=cfg.env.normalize_reward,
+            clip_obs=cfg.env.clip_obs,
+            clip_reward=cfg.env.clip_reward,
+            gamma=cfg.algo.gamma,
+        )
+    model = algo_cls(
+        "MlpPolicy", env, policy_kwargs=pgcli_sb3.policy_kwargs(cfg.model), seed=seed, device="cpu", verbose=0, **kwargs
+    )
     t1, c1 = time.perf_counter(), time.process_time()
     model.learn(cfg.total_steps)
     t2, c2 = time.perf_counter(), time.process_time()
     env.close()
     steps = model.num_timesteps
-    return {"steps": steps, "learn_s": t2 - t1, "learn_cpu_s": c2 - c1, "sps": steps / (t2 - t1),
-            "cpu_sps": steps / (c2 - c1), "wall_s": t2 - t0}  # fmt: skip
+    return {
+        "steps": steps,
+        "learn_s": t2 - t1,
+        "learn_cpu_s": c2 - c1,
+        "sps": steps / (t2 - t1),
+        "cpu_sps": steps / (c2 - c1),
+        "wall_s": t2 - t0,
+    }
 
 
 def through_pgcli(overrides: list[str], seed: int, store_uri: str, out_dir: Path) -> dict[str, float]:
@@ -207,9 +219,13 @@ def main() -> None:
         result["ratio"] = ours["sps"] / bare["sps"]
         result["cpu_ratio"] = ours["cpu_sps"] / bare["cpu_sps"]
         pairs.append(result)
-        print(f"pair {i} ({result['order']}): SPS bare {bare['sps']:,.0f} pgcli {ours['sps']:,.0f} "
-              f"ratio {result['ratio']:.3f} | per CPU-second bare {bare['cpu_sps']:,.0f} pgcli {ours['cpu_sps']:,.0f} "
-              f"ratio {result['cpu_ratio']:.3f}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"pair {i} ({result['order']}): SPS bare {bare['sps']:,.0f} pgcli {ours['sps']:,.0f} "
+            f"ratio {result['ratio']:.3f} | per CPU-second bare {bare['cpu_sps']:,.0f} pgcli {ours['cpu_sps']:,.0f} "
+            f"ratio {result['cpu_ratio']:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     attribution = attribute(overrides, store_uri, tmp / "attributed")
     ratios, cpu_ratios = [p["ratio"] for p in pairs], [p["cpu_ratio"] for p in pairs]

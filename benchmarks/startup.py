@@ -177,10 +177,13 @@ def main() -> None:
         ui = [time_ui(template / "outputs", preexec) for _ in range(ns.repeats)]
         train = [time_train(store_db, preexec)[0] for _ in range(ns.repeats)]
         _, log = time_train(store_db, preexec, importtime=True)
-        ui_phases = {name: median([time_process(code, preexec) for _ in range(ns.repeats)])
-                     for name, code in UI_PHASES.items()}  # fmt: skip
-        train_phases = {name: median([time_process(code, preexec) for _ in range(ns.repeats)])
-                        for name, code in TRAIN_PHASES.items()}  # fmt: skip
+        ui_phases = {
+            name: median([time_process(code, preexec) for _ in range(ns.repeats)]) for name, code in UI_PHASES.items()
+        }
+        train_phases = {
+            name: median([time_process(code, preexec) for _ in range(ns.repeats)])
+            for name, code in TRAIN_PHASES.items()
+        }
         load_after = os.getloadavg()
 
     result = {

@@ -50,8 +50,9 @@ def timed(args: list[str], tree: Path | None, cwd: Path) -> float:
 def which_package(tree: Path | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | ({"PYTHONPATH": str(tree)} if tree else {})
     code = "import pgcli; print(pgcli.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -65,8 +66,9 @@ def main() -> None:
     head_sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
     with tempfile.TemporaryDirectory(prefix="pgcli-ab-") as tmp:
         base = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), base_sha.stdout.strip()], cwd=ROOT,
-                       check=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "-q", str(base), base_sha.stdout.strip()], cwd=ROOT, check=True
+        )
         try:
             assert which_package(base).startswith(str(base)), "the base checkout is not the one imported"
             assert which_package(None).startswith(str(ROOT)), "this checkout is not the one imported"
@@ -80,14 +82,27 @@ def main() -> None:
                     this.append(timed(cmd, None, work))
                     other.append(timed(cmd, base, work))
                 ratio = statistics.median(this) / statistics.median(other)
-                results[name] = {"this_s": this, "base_s": other, "this_median_s": statistics.median(this),
-                                 "base_median_s": statistics.median(other), "ratio": ratio}  # fmt: skip
-                print(f"{name:40s} this {statistics.median(this):6.3f} s   base {statistics.median(other):6.3f} s"
-                      f"   ratio {ratio:.2f}")  # fmt: skip
+                results[name] = {
+                    "this_s": this,
+                    "base_s": other,
+                    "this_median_s": statistics.median(this),
+                    "base_median_s": statistics.median(other),
+                    "ratio": ratio,
+                }
+                print(
+                    f"{name:40s} this {statistics.median(this):6.3f} s   base {statistics.median(other):6.3f} s"
+                    f"   ratio {ratio:.2f}"
+                )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
-    meta = {"base": base_sha.stdout.strip(), "this": head_sha.stdout.strip(), "rounds": args.rounds,
-            "load_avg": os.getloadavg(), "cpu": cpu_model(), "python": sys.version}  # fmt: skip
+    meta = {
+        "base": base_sha.stdout.strip(),
+        "this": head_sha.stdout.strip(),
+        "rounds": args.rounds,
+        "load_avg": os.getloadavg(),
+        "cpu": cpu_model(),
+        "python": sys.version,
+    }
     args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     print(f"-> {args.out}")
 

@@ -39,8 +39,18 @@ VARIANTS = {
 
 def sweep_args(total_steps: int) -> list[str]:
     """4 jobs: PPO on CartPole, seeds 0-3, one torch thread each (hardware=cpu's default)."""
-    return ["train", "-m", "algo=ppo", "env=cartpole", "seed=0,1,2,3", f"total_steps={total_steps}",
-            "eval.every=0", "eval.episodes=5", "progress=false", "tracking.log_model=false"]  # fmt: skip
+    return [
+        "train",
+        "-m",
+        "algo=ppo",
+        "env=cartpole",
+        "seed=0,1,2,3",
+        f"total_steps={total_steps}",
+        "eval.every=0",
+        "eval.episodes=5",
+        "progress=false",
+        "tracking.log_model=false",
+    ]
 
 
 def make_store_template(path: Path) -> None:
@@ -103,10 +113,13 @@ def main() -> int:
             load = os.getloadavg()[0]  # other processes on the machine compete for the same 2 cores
             times[name], cpu = run_variant(name, ns.total_steps, store_template)
             detail[name] = {"wall_s": times[name], "cpu_s": cpu, "load_avg_before": load}
-            print(f"repeat {rep}: {name:<17} {times[name]:6.1f} s wall, {cpu:6.1f} s CPU (load avg before: {load:.2f})",
-                  flush=True)  # fmt: skip
-        pairs.append({**times, "ratio": times["joblib_2_workers"] / times["sequential"], "order": order,
-                      "detail": detail})  # fmt: skip
+            print(
+                f"repeat {rep}: {name:<17} {times[name]:6.1f} s wall, {cpu:6.1f} s CPU (load avg before: {load:.2f})",
+                flush=True,
+            )
+        pairs.append(
+            {**times, "ratio": times["joblib_2_workers"] / times["sequential"], "order": order, "detail": detail}
+        )
         print(f"repeat {rep}: joblib / sequential = {pairs[-1]['ratio']:.2f}", flush=True)
 
     shutil.rmtree(template_dir)

@@ -141,8 +141,17 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     from pgcli.training import run_job
 
     algo, extra = VARIANTS[variant]
-    overrides = [f"algo={algo}", "env=hopper", f"seed={seed}", f"total_steps={steps}", "tracking=off",
-                 "progress=false", "eval.every=50000", "eval.episodes=10", *extra]  # fmt: skip
+    overrides = [
+        f"algo={algo}",
+        "env=hopper",
+        f"seed={seed}",
+        f"total_steps={steps}",
+        "tracking=off",
+        "progress=false",
+        "eval.every=50000",
+        "eval.episodes=10",
+        *extra,
+    ]
     load_before = os.getloadavg()
     contention_before = core_contention()
     with tempfile.TemporaryDirectory(prefix=f"pgcli_trpo_1m_{variant}_") as tmp:
@@ -159,22 +168,39 @@ def run_one(variant: str, seed: int, steps: int) -> dict[str, Any]:
     children_cpu = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
     curve = sorted((int(step), float(value)) for key, step, value in rows if key == "eval/return_mean")
     return {
-        "variant": variant, "algo": algo, "seed": seed, "steps": summary.steps, "overrides": overrides,
-        "wall_s": wall, "trainer_cpu_s": cpu, "all_cpu_s": cpu + children_cpu,
+        "variant": variant,
+        "algo": algo,
+        "seed": seed,
+        "steps": summary.steps,
+        "overrides": overrides,
+        "wall_s": wall,
+        "trainer_cpu_s": cpu,
+        "all_cpu_s": cpu + children_cpu,
         "env_wait_frac": float(np.mean(waits)) if waits else None,
-        "final": summary.final_return, "best": max(v for _, v in curve),
+        "final": summary.final_return,
+        "best": max(v for _, v in curve),
         "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
-        "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
-        "n_metric_rows": len(rows), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "eval_curve": curve,
+        "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "n_metric_rows": len(rows),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
         "contention": [contention_before, core_contention()],
-    }  # fmt: skip
+    }
 
 
 def run_command(seed: int, steps: int) -> dict[str, Any]:
     """``pgcli train algo=trpo env=hopper`` as a subprocess in an empty directory (a first run: the embedded store is
     created too); wall time of the whole command, CPU time of it and its children, the run's curve and digest."""
-    overrides = ["algo=trpo", "env=hopper", f"seed={seed}", f"total_steps={steps}", "progress=false",
-                 "eval.every=50000", "eval.episodes=10"]  # fmt: skip
+    overrides = [
+        "algo=trpo",
+        "env=hopper",
+        f"seed={seed}",
+        f"total_steps={steps}",
+        "progress=false",
+        "eval.every=50000",
+        "eval.episodes=10",
+    ]
     pgcli = Path(sys.executable).with_name("pgcli")
     load_before = os.getloadavg()
     contention_before = core_contention()
@@ -195,14 +221,24 @@ def run_command(seed: int, steps: int) -> dict[str, Any]:
     cpu = (children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime)
     curve = sorted((int(step), float(value)) for key, step, value in rows if key == "eval/return_mean")
     return {
-        "variant": COMMAND, "algo": "trpo", "seed": seed, "steps": max(int(s) for _, s, _ in rows),
-        "overrides": overrides, "wall_s": wall, "trainer_cpu_s": float("nan"), "all_cpu_s": cpu,
-        "final": curve[-1][1], "best": max(v for _, v in curve),
+        "variant": COMMAND,
+        "algo": "trpo",
+        "seed": seed,
+        "steps": max(int(s) for _, s, _ in rows),
+        "overrides": overrides,
+        "wall_s": wall,
+        "trainer_cpu_s": float("nan"),
+        "all_cpu_s": cpu,
+        "final": curve[-1][1],
+        "best": max(v for _, v in curve),
         "last5": float(np.mean([v for _, v in curve[-LAST_EVALS:]])),
-        "eval_curve": curve, "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
-        "n_metric_rows": len(rows), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "eval_curve": curve,
+        "metrics_digest": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "n_metric_rows": len(rows),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
         "contention": [contention_before, core_contention()],
-    }  # fmt: skip
+    }
 
 
 def _child(conn: Any, variant: str, seed: int, steps: int) -> None:
@@ -236,33 +272,42 @@ def summary_rows(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]
         paired = [(r, serial[(r["seed"], r["round"])]) for r in group if (r["seed"], r["round"]) in serial]
         ratios = [r["wall_s"] / s["wall_s"] for r, s in paired if r["steps"] == s["steps"]]
         same = [r["metrics_digest"] == s["metrics_digest"] for r, s in paired if r["algo"] == "trpo"]
-        rows.append({
-            "variant": variant, "runs": len(group), "steps": group[0]["steps"],
-            "wall_s": float(np.median([r["wall_s"] for r in group])),
-            "wall_s_at_steps": float(np.median([r["wall_s"] for r in group])) * scale,
-            "trainer_cpu_s": float(np.median([r["trainer_cpu_s"] for r in group])),
-            "all_cpu_s": float(np.median([r["all_cpu_s"] for r in group])),
-            "wall_vs_serial": float(np.median(ratios)) if ratios else None,
-            "final": float(np.mean([r["final"] for r in group])), "last5": float(np.mean([r["last5"] for r in group])),
-            "best": float(np.mean([r["best"] for r in group])),
-            "same_metrics_as_serial": all(same) if same else None,
-            "loadavg": float(np.mean([r["loadavg_before"][0] for r in group])),
-            "contention": float(np.mean([np.mean(r.get("contention", [np.nan])) for r in group])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": variant,
+                "runs": len(group),
+                "steps": group[0]["steps"],
+                "wall_s": float(np.median([r["wall_s"] for r in group])),
+                "wall_s_at_steps": float(np.median([r["wall_s"] for r in group])) * scale,
+                "trainer_cpu_s": float(np.median([r["trainer_cpu_s"] for r in group])),
+                "all_cpu_s": float(np.median([r["all_cpu_s"] for r in group])),
+                "wall_vs_serial": float(np.median(ratios)) if ratios else None,
+                "final": float(np.mean([r["final"] for r in group])),
+                "last5": float(np.mean([r["last5"] for r in group])),
+                "best": float(np.mean([r["best"] for r in group])),
+                "same_metrics_as_serial": all(same) if same else None,
+                "loadavg": float(np.mean([r["loadavg_before"][0] for r in group])),
+                "contention": float(np.mean([np.mean(r.get("contention", [np.nan])) for r in group])),
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict[str, Any]], steps: int) -> str:
-    header = (f"| variant | env steps | wall s | wall s per {steps:,} | wall / serial | trainer CPU s | all CPU s | "
-              "final | last-5 | best | same metrics as serial | load avg | core contention |")  # fmt: skip
+    header = (
+        f"| variant | env steps | wall s | wall s per {steps:,} | wall / serial | trainer CPU s | all CPU s | "
+        "final | last-5 | best | same metrics as serial | load avg | core contention |"
+    )
     lines = [header, "|---|---:|" + "---:|" * 8 + "---|---:|---:|"]
     for r in rows:
         ratio = "" if r["wall_vs_serial"] is None else f"{r['wall_vs_serial']:.2f}"
         same = {True: "yes", False: "**no**", None: ""}[r["same_metrics_as_serial"]]
         contention = r.get("contention", float("nan"))
-        lines.append(f"| {r['variant']} | {r['steps']:,} | {r['wall_s']:.1f} | {r['wall_s_at_steps']:.0f} | {ratio} | "
-                     f"{r['trainer_cpu_s']:.1f} | {r['all_cpu_s']:.1f} | {r['final']:.0f} | {r['last5']:.0f} | "
-                     f"{r['best']:.0f} | {same} | {r['loadavg']:.1f} | {contention:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['variant']} | {r['steps']:,} | {r['wall_s']:.1f} | {r['wall_s_at_steps']:.0f} | {ratio} | "
+            f"{r['trainer_cpu_s']:.1f} | {r['all_cpu_s']:.1f} | {r['final']:.0f} | {r['last5']:.0f} | "
+            f"{r['best']:.0f} | {same} | {r['loadavg']:.1f} | {contention:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -294,27 +339,39 @@ def main() -> None:
     from pgcli.training.build import cpu_model, git_state
 
     runs: list[dict[str, Any]] = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
-    meta = {"command": "benchmarks/trpo_1m.py " + " ".join(sys.argv[1:]), "steps": args.steps,
-            "machine": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), **git_state()}  # fmt: skip
+    meta = {
+        "command": "benchmarks/trpo_1m.py " + " ".join(sys.argv[1:]),
+        "steps": args.steps,
+        "machine": platform.platform(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        **git_state(),
+    }
     for rnd in range(args.rounds):
         for seed in args.seeds:
             order = args.variants if rnd % 2 == 0 else args.variants[::-1]
             plan = [(v, args.steps) for v in order] + ([("sb3_trpo", args.sb3_steps)] if args.sb3_steps else [])
             for variant, steps in plan:
-                if any(r["variant"] == variant and r["seed"] == seed and r["round"] == rnd and r["steps"] >= steps
-                       for r in runs):  # fmt: skip
+                if any(
+                    r["variant"] == variant and r["seed"] == seed and r["round"] == rnd and r["steps"] >= steps
+                    for r in runs
+                ):
                     continue
                 result = run_command(seed, steps) if variant == COMMAND else in_fresh_process(variant, seed, steps)
                 r = {**result, "round": rnd}
                 runs.append(r)
-                print(f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
-                      f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
-                      f"load {r['loadavg_before'][0]:.1f}, core contention {r['contention'][0]:.2f} / "
-                      f"{r['contention'][1]:.2f}, wait share {r.get('env_wait_frac')}", flush=True)  # fmt: skip
+                print(
+                    f"round {rnd} seed {seed} {variant:>8}: {r['steps']} steps in {r['wall_s']:.1f} s wall "
+                    f"(trainer CPU {r['trainer_cpu_s']:.1f} s, all {r['all_cpu_s']:.1f} s), final {r['final']:.0f}, "
+                    f"load {r['loadavg_before'][0]:.1f}, core contention {r['contention'][0]:.2f} / "
+                    f"{r['contention'][1]:.2f}, wait share {r.get('env_wait_frac')}",
+                    flush=True,
+                )
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps({"meta": meta, "summary": summary_rows(runs, args.steps),
-                                                "runs": runs}, indent=1))  # fmt: skip
+                args.out.write_text(
+                    json.dumps({"meta": meta, "summary": summary_rows(runs, args.steps), "runs": runs}, indent=1)
+                )
     print(markdown(summary_rows(runs, args.steps), args.steps))
     print(f"wrote {args.out}")
 

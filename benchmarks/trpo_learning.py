@@ -52,8 +52,12 @@ labels the ``--set`` overrides instead (docs/benchmarks/trpo.md, "Ablations: the
 
 def jobs(args: Any) -> list[Job]:
     extra = (*VARIANTS.get(args.variant, ()), *args.set)
-    return [Job(a, e, s, EVAL_EVERY.get(e, 10_000), EVAL_EPISODES, THRESHOLDS.get(e), args.steps, extra, args.variant)
-            for e in args.envs for a in args.algos for s in args.seeds]  # fmt: skip
+    return [
+        Job(a, e, s, EVAL_EVERY.get(e, 10_000), EVAL_EPISODES, THRESHOLDS.get(e), args.steps, extra, args.variant)
+        for e in args.envs
+        for a in args.algos
+        for s in args.seeds
+    ]
 
 
 def main() -> None:

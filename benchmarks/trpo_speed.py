@@ -83,9 +83,13 @@ class PhaseClock:
 
     def __init__(self, trainer: TRPO) -> None:
         self.cpu_s: dict[str, float] = {"acting": 0.0, "policy_step": 0.0, "critic": 0.0}
-        for owner, name, phase in ((trainer.policy, "sample", "acting"), (trainer.policy, "to_env", "acting"),
-                                   (trainer.env, "step", "acting"), (trainer, "_policy_step", "policy_step"),
-                                   (trainer, "_critic_steps", "critic")):  # fmt: skip
+        for owner, name, phase in (
+            (trainer.policy, "sample", "acting"),
+            (trainer.policy, "to_env", "acting"),
+            (trainer.env, "step", "acting"),
+            (trainer, "_policy_step", "policy_step"),
+            (trainer, "_critic_steps", "critic"),
+        ):
             object.__setattr__(owner, name, self._timed(getattr(owner, name), phase))
 
     def _timed(self, fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
@@ -161,10 +165,15 @@ def measure(env_name: str, *, n_steps: int, updates: int, rounds: int) -> dict[s
                 row["ours_acting"] = {"cpu_sps": steps / phases["acting"]}
                 row["ours_phases_s_per_update"] = {k: v / updates for k, v in phases.items()}
                 split = ", ".join(f"{k} {v / updates:.3f} s" for k, v in phases.items())
-                print(f"  {env_name} round {r}: ours acting {steps / phases['acting']:8.0f} SPS (cpu): the limit on "
-                      f"ours' own trajectories; per update: {split}", flush=True)  # fmt: skip
-            print(f"  {env_name} round {r}: {contender:10s} {cpu_sps:8.0f} SPS (cpu)  {wall_sps:8.0f} SPS (wall)",
-                  flush=True)  # fmt: skip
+                print(
+                    f"  {env_name} round {r}: ours acting {steps / phases['acting']:8.0f} SPS (cpu): the limit on "
+                    f"ours' own trajectories; per update: {split}",
+                    flush=True,
+                )
+            print(
+                f"  {env_name} round {r}: {contender:10s} {cpu_sps:8.0f} SPS (cpu)  {wall_sps:8.0f} SPS (wall)",
+                flush=True,
+            )
         per_round.append(row)
     summary: dict[str, Any] = {}
     for contender in CONTENDERS:
@@ -176,8 +185,9 @@ def measure(env_name: str, *, n_steps: int, updates: int, rounds: int) -> dict[s
     for clock in ("cpu_sps", "wall_sps"):
         for num, den in (("ours", "limit"), ("sb3", "limit"), ("ours", "sb3"), ("ours", "limit_dist")):
             summary[f"{num}/{den}_{clock}"] = median([row[num][clock] / row[den][clock] for row in per_round])
-    summary["ours/ours_acting_cpu_sps"] = median([row["ours"]["cpu_sps"] / row["ours_acting"]["cpu_sps"]
-                                                  for row in per_round])  # fmt: skip
+    summary["ours/ours_acting_cpu_sps"] = median(
+        [row["ours"]["cpu_sps"] / row["ours_acting"]["cpu_sps"] for row in per_round]
+    )
     return {"env": env_name, "steps_per_run": steps, "n_steps": n_steps, "rounds": per_round, "median": summary}
 
 

@@ -127,9 +127,16 @@ def write_sb3_vecnormalize(model_dir: Path, cfg: EnvConfig, *, gamma: float, env
     class _Spaces(gym.Env):  # VecNormalize needs a VecEnv for its spaces; nothing is stepped
         observation_space, action_space = obs_space, act_space
 
-    norm = VecNormalize(DummyVecEnv([_Spaces]), training=False, norm_obs=cfg.normalize_obs,
-                        norm_reward=cfg.normalize_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
-                        gamma=gamma, epsilon=1e-8)  # fmt: skip
+    norm = VecNormalize(
+        DummyVecEnv([_Spaces]),
+        training=False,
+        norm_obs=cfg.normalize_obs,
+        norm_reward=cfg.normalize_reward,
+        clip_obs=cfg.clip_obs,
+        clip_reward=cfg.clip_reward,
+        gamma=gamma,
+        epsilon=1e-8,
+    )
     rms: Any  # SB3 types obs_rms as RunningMeanStd or a dict of them (dict observation spaces); ours is one
     for name, rms in (("obs_rms", norm.obs_rms), ("ret_rms", norm.ret_rms)):
         rms.mean, rms.var = data[f"{name}.mean"], data[f"{name}.var"]
@@ -197,8 +204,11 @@ class RawPolicy:
         self.cfg = agent_config(spec)
         self.obs_shape = tuple(spec["observation_shape"])
         self.takes_frames = self.cfg.env.pixels is not None
-        obs_space = (gym.spaces.Box(0, 255, self.obs_shape, dtype=np.uint8) if self.takes_frames
-                     else gym.spaces.Box(-np.inf, np.inf, self.obs_shape, dtype=np.float32))  # fmt: skip
+        obs_space = (
+            gym.spaces.Box(0, 255, self.obs_shape, dtype=np.uint8)
+            if self.takes_frames
+            else gym.spaces.Box(-np.inf, np.inf, self.obs_shape, dtype=np.float32)
+        )
         self.policy_space = space_from_spec(spec["policy_action_space"])
         self.env_space = space_from_spec(spec["env_action_space"])
         self.agent = load_agent(model_dir, self.cfg, obs_space, self.policy_space)
@@ -253,8 +263,9 @@ class RawPolicy:
         got = f"{frames.dtype} [{', '.join(map(str, frames.shape))}]"
         if integers and not in_range:
             got += f" with values in [{frames.min()}, {frames.max()}]"
-        raise ValueError(f"frames must be uint8 in [0, 255], shape [B, {dims}] or [{dims}] (the env's observations); "
-                         f"got {got}")  # fmt: skip
+        raise ValueError(
+            f"frames must be uint8 in [0, 255], shape [B, {dims}] or [{dims}] (the env's observations); got {got}"
+        )
 
     def _to_env_bounds(self, actions: np.ndarray) -> np.ndarray:
         from gymnasium.wrappers.utils import rescale_box

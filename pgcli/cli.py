@@ -89,8 +89,18 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:
     """``pgcli <command>`` -> the function that runs it (the completion script lists the same names)."""
-    return {"train": _train, "sft": _sft, "rm": _rm, "eval": _eval, "ui": _ui, "compare": _compare, "runs": _runs,
-            "sync": _sync, "export": _export, "completion": _completion}  # fmt: skip
+    return {
+        "train": _train,
+        "sft": _sft,
+        "rm": _rm,
+        "eval": _eval,
+        "ui": _ui,
+        "compare": _compare,
+        "runs": _runs,
+        "sync": _sync,
+        "export": _export,
+        "completion": _completion,
+    }
 
 
 # Each entry imports its command's module when it runs (pgcli.commands.<name>.main).

@@ -70,8 +70,10 @@ def check_finite(obs: np.ndarray, *, single: bool) -> None:
         raise ValueError("observations must be finite: the observation holds NaN or inf")
     rows = np.flatnonzero(~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1))
     shown = ", ".join(str(r) for r in rows[:10]) + (f", ... ({len(rows)} rows)" if len(rows) > 10 else "")
-    raise ValueError(f"observations must be finite: row{'s' if len(rows) > 1 else ''} {shown} "
-                     f"hold{'' if len(rows) > 1 else 's'} NaN or inf")  # fmt: skip
+    raise ValueError(
+        f"observations must be finite: row{'s' if len(rows) > 1 else ''} {shown} "
+        f"hold{'' if len(rows) > 1 else 's'} NaN or inf"
+    )
 
 
 class TextPyfunc:
@@ -92,8 +94,7 @@ class TextPyfunc:
         """Greedy completions (EOS removed) of prompts written as the task writes them, e.g. ``"12+34="``."""
         import pandas as pd
 
-        from pgcli.lm.model import generate
-        from pgcli.lm.tasks import Problem, decode_completions, encode_prompts
+        from pgcli.lm.tasks import Problem, decode_completions, generate_for_task
 
         if isinstance(model_input, pd.DataFrame):
             model_input = model_input["prompt"] if "prompt" in model_input else model_input.iloc[:, 0]
@@ -101,9 +102,9 @@ class TextPyfunc:
         if not prompts:
             return []
         vocab = self.task.vocab
-        tokens, mask = encode_prompts(vocab, [Problem(prompt=p, answer="") for p in prompts])
-        gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len, eos_id=vocab.stop_ids,
-                       temperature=0.0, pad_id=vocab.pad_id)  # fmt: skip
+        _, _, gen = generate_for_task(
+            self.task, self.policy, [Problem(prompt=p, answer="") for p in prompts], temperature=0.0
+        )
         return decode_completions(vocab, gen.tokens)
 
 
@@ -132,8 +133,10 @@ class RewardModelPyfunc:
         if isinstance(model_input, pd.DataFrame):
             missing = {"prompt", "completion"} - set(model_input.columns)
             if missing:
-                raise ValueError(f"a reward model scores a DataFrame with columns prompt and completion (missing "
-                                 f"{', '.join(sorted(missing))})")  # fmt: skip
+                raise ValueError(
+                    f"a reward model scores a DataFrame with columns prompt and completion (missing "
+                    f"{', '.join(sorted(missing))})"
+                )
             pairs = list(zip(model_input["prompt"], model_input["completion"], strict=True))
         else:
             pairs = [tuple(row) for row in model_input]

@@ -50,8 +50,9 @@ def backends() -> dict[str, Callable[[], Any]]:
     raw = dataclasses.replace(env_cfg, normalize_obs=False, normalize_reward=False)
 
     def pool(threads: int) -> Callable[[], Any]:
-        return lambda: envpool.make("Hopper-v5", env_type="gymnasium", num_envs=2, batch_size=2,
-                                    num_threads=threads, seed=0)  # fmt: skip
+        return lambda: envpool.make(
+            "Hopper-v5", env_type="gymnasium", num_envs=2, batch_size=2, num_threads=threads, seed=0
+        )
 
     return {
         "sync": lambda: make_vec_env(raw, seed=0, vectorization="sync"),
@@ -96,11 +97,19 @@ def main() -> None:
     for env in envs.values():
         env.close()
     sync = statistics.median(times["sync"])
-    rows = [{"backend": n, "us_per_vector_step": statistics.median(t), "vs_sync": statistics.median(t) / sync,
-             "rounds": t} for n, t in times.items()]  # fmt: skip
-    meta = {"command": "benchmarks/envpool_step.py " + " ".join(sys.argv[1:]), "envpool": envpool.__version__,
-            "machine": platform.platform(), "cpus": os.cpu_count(), "core_contention": contention,
-            "loadavg": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    rows = [
+        {"backend": n, "us_per_vector_step": statistics.median(t), "vs_sync": statistics.median(t) / sync, "rounds": t}
+        for n, t in times.items()
+    ]
+    meta = {
+        "command": "benchmarks/envpool_step.py " + " ".join(sys.argv[1:]),
+        "envpool": envpool.__version__,
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "core_contention": contention,
+        "loadavg": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print("| backend | us per vector step (median) | / sync |\n|---|---:|---:|")

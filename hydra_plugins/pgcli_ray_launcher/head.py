@@ -48,8 +48,16 @@ def start_head(
     log = state_dir / "head.log"
     ray = Path(sys.executable).with_name("ray")
     ensure_auth_token(ray)
-    cmd = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-           "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+    cmd = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     with log.open("w") as out:
@@ -81,8 +89,14 @@ def ensure_auth_token(ray: Path) -> None:
     path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
     if path.is_file() and path.stat().st_size > 0:
         return
-    done = subprocess.run([str(ray), "get-auth-token", "--generate"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, env={**os.environ, **HEAD_ENV}, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [str(ray), "get-auth-token", "--generate"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **HEAD_ENV},
+        timeout=60,
+    )
     if done.returncode != 0 or not path.is_file():
         raise RuntimeError(f"cannot create the Ray auth token {path}: {done.stderr.strip()[-300:]}")
     path.chmod(0o600)  # Ray writes it world-readable; it grants access to the cluster
@@ -141,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ray head already running ({pid_file}); make ray-down first", file=sys.stderr)
             return 1
         head = start_head(port=ns.port, num_cpus=ns.num_cpus, state_dir=ns.dir)
-        print(f"ray head on {head.address} (pid {head.pid}, log {head.log}); sweep on it with:\n"
-              f"  pgcli train -m hydra/launcher=ray hydra.launcher.address={head.address} seed=0,1")  # fmt: skip
+        print(
+            f"ray head on {head.address} (pid {head.pid}, log {head.log}); sweep on it with:\n"
+            f"  pgcli train -m hydra/launcher=ray hydra.launcher.address={head.address} seed=0,1"
+        )
         return 0
     if not pid_file.is_file():
         print(f"no ray head recorded in {pid_file}", file=sys.stderr)

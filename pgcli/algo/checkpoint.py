@@ -139,8 +139,9 @@ def read_file(file: Path, reader: Callable[[Path], T]) -> T:
         return reader(file)
     except Exception as exc:  # any parse error of a damaged file: torch, zip, numpy and json all raise their own
         reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:200]  # the first sentence
-        raise PgcliError(f"cannot read checkpoint file {file}: truncated or corrupt ({type(exc).__name__}: "
-                         f"{reason})") from exc  # fmt: skip
+        raise PgcliError(
+            f"cannot read checkpoint file {file}: truncated or corrupt ({type(exc).__name__}: {reason})"
+        ) from exc
 
 
 def verify_checkpoint(path: Path) -> int | None:
@@ -190,8 +191,9 @@ def load_training_state(path: Path, env: VectorEnv) -> Restored:
         obs = restore_env_state(env, state["env"])
         return Restored(dict(state["trainer"]), obs)
     except (KeyError, TypeError, ValueError) as exc:
-        raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: "
-                         f"{exc})") from exc  # fmt: skip
+        raise PgcliError(
+            f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def load_checkpoint(

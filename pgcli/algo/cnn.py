@@ -101,8 +101,12 @@ class ImpalaCNN(Torso):
         layers: list[nn.Module] = []
         channels = obs_shape[0]
         for out in (16, 32, 32):
-            layers += [nn.Conv2d(channels, out, kernel_size=3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                       _Residual(out), _Residual(out)]  # fmt: skip
+            layers += [
+                nn.Conv2d(channels, out, kernel_size=3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                _Residual(out),
+                _Residual(out),
+            ]
             channels = out
         super().__init__(nn.Sequential(*layers, nn.ReLU()), obs_shape, 256)
 
@@ -148,12 +152,21 @@ class CNNNet(nn.Module):
     obs_dtype = torch.uint8
     """The dtype observations are handed over in (frames stay uint8 until the torso scales them)."""
 
-    def __init__(self, torso: Torso, hidden_sizes: Sequence[int], out_dim: int, *, activation: str, ortho_init: bool,
-                 out_gain: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        torso: Torso,
+        hidden_sizes: Sequence[int],
+        out_dim: int,
+        *,
+        activation: str,
+        ortho_init: bool,
+        out_gain: float,
+    ) -> None:
         super().__init__()
         self.torso = torso
-        self.head = MLP(torso.features_dim, hidden_sizes, out_dim, activation=activation, ortho_init=ortho_init,
-                        out_gain=out_gain)  # fmt: skip
+        self.head = MLP(
+            torso.features_dim, hidden_sizes, out_dim, activation=activation, ortho_init=ortho_init, out_gain=out_gain
+        )
 
     @property
     def device(self) -> torch.device:

@@ -101,8 +101,9 @@ def collect_groups(
         if restart.any():  # overrides the same-step autoreset of these sub-envs
             obs, _ = env.reset(seed=schedule.seeds(restart), options={"reset_mask": restart})  # type: ignore[arg-type]
     group_ids = torch.arange(len(group_seeds), device=device).repeat_interleave(group_size)  # [E]
-    return _episode_batch(schedule, obs_steps, action_steps, reward_steps, group_ids=group_ids,
-                          obs_dtype=policy.obs_dtype, device=device)  # fmt: skip
+    return _episode_batch(
+        schedule, obs_steps, action_steps, reward_steps, group_ids=group_ids, obs_dtype=policy.obs_dtype, device=device
+    )
 
 
 class _Schedule:
@@ -268,8 +269,9 @@ class GRPO:
         while self.steps < total_steps:
             # 1. collect M groups of G episodes with the old policy
             seeds = self.seed_rng.integers(0, 2**31 - 1, size=self.cfg.n_groups).tolist()
-            batch = collect_groups(self.env, self.policy, group_seeds=seeds, group_size=self.cfg.group_size,
-                                   device=self.device)  # fmt: skip
+            batch = collect_groups(
+                self.env, self.policy, group_seeds=seeds, group_size=self.cfg.group_size, device=self.device
+            )
             self.steps += batch.env_steps
             check_finite(monitor, self.steps, observation=batch.obs, reward=batch.rewards)  # [E, L, ...] episodes
             monitor.add_episodes(self.steps, batch.returns, batch.lengths)
@@ -284,8 +286,15 @@ class GRPO:
 
     def _update(self, batch: EpisodeBatch) -> dict[str, float]:
         cfg = self.cfg
-        adv = group_normalized_advantages(batch.rewards, batch.mask, batch.group_ids, mode=cfg.advantage,
-                                          scale=cfg.scale_rewards, gamma=cfg.gamma, eps=STD_EPS)  # fmt: skip
+        adv = group_normalized_advantages(
+            batch.rewards,
+            batch.mask,
+            batch.group_ids,
+            mode=cfg.advantage,
+            scale=cfg.scale_rewards,
+            gamma=cfg.gamma,
+            eps=STD_EPS,
+        )
         stats = {
             "train/group_return_mean": float(adv.group_return_mean.mean()),
             "train/group_return_std": float(adv.group_return_std.mean()),
@@ -312,9 +321,17 @@ class GRPO:
         n_minibatches = 0
         for _ in range(cfg.n_iterations):  # mu policy updates per batch
             for mb in torch.randperm(len(episodes), device=self.device).split(cfg.batch_size):
-                out = grpo_loss(self.policy, cfg, obs=obs[mb], actions=actions[mb], old_logp=old_logp[mb],
-                                ref_logp=None if ref_logp is None else ref_logp[mb], advantages=advantages[mb],
-                                mask=mask[mb], max_len=max_len)  # fmt: skip
+                out = grpo_loss(
+                    self.policy,
+                    cfg,
+                    obs=obs[mb],
+                    actions=actions[mb],
+                    old_logp=old_logp[mb],
+                    ref_logp=None if ref_logp is None else ref_logp[mb],
+                    advantages=advantages[mb],
+                    mask=mask[mb],
+                    max_len=max_len,
+                )
                 loss = out.loss_policy + out.loss_kl + out.loss_entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -121,9 +121,23 @@ def fused_adam_step(
     """:func:`plain_adam_step` through the private kernels ``torch.optim.Adam(fused=True).step()`` runs (only where
     :func:`pick_adam_step` found them): the same update, rounded differently (ulp-level differences)."""
     torch._foreach_add_(steps, 1)
-    torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
-                       weight_decay=0.0, eps=eps, amsgrad=False, maximize=False, grad_scale=None,
-                       found_inf=None)  # fmt: skip
+    torch._fused_adam_(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=0.0,
+        eps=eps,
+        amsgrad=False,
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
 
 
 def pick_adam_step(namespace: Any) -> AdamStep:

@@ -76,9 +76,15 @@ class LMAgentGRPO(LMGRPO):
         its trajectory's reward, grouped by question."""
         size = self.cfg.group_size
         questions = self.task.sample(self.prompt_rng, self.cfg.n_groups)
-        episodes = play(self.agent_task, self.policy, [q for q in questions for _ in range(size)],
-                        temperature=self.temperature, top_p=self.top_p, generator=self.generator,
-                        device=self.device)  # fmt: skip
+        episodes = play(
+            self.agent_task,
+            self.policy,
+            [q for q in questions for _ in range(size)],
+            temperature=self.temperature,
+            top_p=self.top_p,
+            generator=self.generator,
+            device=self.device,
+        )
         rows = episodes.rows
         solved = torch.tensor(episodes.solved, dtype=torch.bool, device=self.device)  # [T]
         rewards = solved.float()  # the final verdict: 1.0 when solved

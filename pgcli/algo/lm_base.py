@@ -127,8 +127,10 @@ class TextRLTrainer(Generic[Cfg]):
         device: torch.device,
     ) -> None:
         if (reference is not None) != (cfg.beta > 0):
-            raise ValueError(f"algo.beta={cfg.beta} takes {'a' if cfg.beta > 0 else 'no'} reference policy: pass "
-                             "kl_reference(cfg, policy, init_reference)")  # fmt: skip
+            raise ValueError(
+                f"algo.beta={cfg.beta} takes {'a' if cfg.beta > 0 else 'no'} reference policy: pass "
+                "kl_reference(cfg, policy, init_reference)"
+            )
         self.cfg, self.task, self.device = cfg, task, device
         self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
         self.policy = policy.to(device)
@@ -158,9 +160,16 @@ class TextRLTrainer(Generic[Cfg]):
         """1. G completions of each of M prompts from the old policy, scored by the task; their ``rollout/*``
         metrics."""
         problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
-        batch = sample_completions(self.task, self.policy, problems, group_size=self.cfg.group_size,
-                                   temperature=self.temperature, top_p=self.top_p, generator=self.generator,
-                                   device=self.device)  # fmt: skip
+        batch = sample_completions(
+            self.task,
+            self.policy,
+            problems,
+            group_size=self.cfg.group_size,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            generator=self.generator,
+            device=self.device,
+        )
         return batch, rollout_stats(batch)
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
@@ -177,9 +186,14 @@ class TextRLTrainer(Generic[Cfg]):
         """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
         (all) under `model` at the sampling temperature."""
         cols = slice(None) if width is None else slice(0, width)
-        return completion_logprobs(model, batch.prompt_tokens[rows], batch.prompt_mask[rows],
-                                   batch.tokens[rows, cols], batch.mask[rows, cols].bool(),
-                                   temperature=self.temperature)  # fmt: skip
+        return completion_logprobs(
+            model,
+            batch.prompt_tokens[rows],
+            batch.prompt_mask[rows],
+            batch.tokens[rows, cols],
+            batch.mask[rows, cols].bool(),
+            temperature=self.temperature,
+        )
 
     def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
         """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at

@@ -68,8 +68,9 @@ KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig, FlowGRPOConfig)
 """Configs whose KL to the reference is a loss term (`kl_estimator`); RLOO and REINFORCE++ fold it into the reward."""
 
 
-def _group_normalized(cfg: GRPOConfig | GSPOConfig | FlowGRPOConfig, batch: CompletionBatch, old_logp: Tensor,
-                      ref_logp: Tensor | None) -> Tensor:  # fmt: skip
+def _group_normalized(
+    cfg: GRPOConfig | GSPOConfig | FlowGRPOConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None
+) -> Tensor:
     """GRPO's (and GSPO's) A_i on every token of completion i: [B, C]. Flow-GRPO's rows are turns, each with its
     trajectory's reward, grouped by question: the same normalisation, over the turns of the question's trajectories."""
     adv = group_advantages(batch.rewards, batch.group_ids, scale=cfg.scale_rewards, eps=STD_EPS)
@@ -91,8 +92,16 @@ def _batch_mean(cfg: REINFORCEConfig, batch: CompletionBatch, old_logp: Tensor, 
 
 def _reinforce_pp(cfg: ReinforcePPConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
     """REINFORCE++'s whitened returns of the KL-shaped token rewards: [B, C]."""
-    return reinforce_pp_advantages(batch.rewards, batch.group_ids, old_logp, ref_logp, batch.mask, beta=cfg.beta,
-                                   gamma=cfg.gamma, baseline=cfg.baseline)  # fmt: skip
+    return reinforce_pp_advantages(
+        batch.rewards,
+        batch.group_ids,
+        old_logp,
+        ref_logp,
+        batch.mask,
+        beta=cfg.beta,
+        gamma=cfg.gamma,
+        baseline=cfg.baseline,
+    )
 
 
 ESTIMATORS: dict[type, Callable[[Any, CompletionBatch, Tensor, Tensor | None], Tensor]] = {
@@ -148,11 +157,18 @@ def token_loss(
     mask = batch.mask[rows]
     width = int(mask.sum(1).max())  # drop columns that are padding in every row of these completions
     mask, old_logp, advantages = mask[:, :width], old_logp[:, :width], advantages[:, :width]
-    logp, entropy = completion_logprobs(policy, batch.prompt_tokens[rows], batch.prompt_mask[rows],
-                                        batch.tokens[rows, :width], mask.bool(), temperature=temperature)  # fmt: skip
+    logp, entropy = completion_logprobs(
+        policy,
+        batch.prompt_tokens[rows],
+        batch.prompt_mask[rows],
+        batch.tokens[rows, :width],
+        mask.bool(),
+        temperature=temperature,
+    )
     low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
-    policy_loss = POLICY_LOSSES[type(cfg)](logp, old_logp, advantages, mask, low=low, high=high,
-                                           loss_agg=cfg.loss_agg, max_len=max_len, totals=totals)  # fmt: skip
+    policy_loss = POLICY_LOSSES[type(cfg)](
+        logp, old_logp, advantages, mask, low=low, high=high, loss_agg=cfg.loss_agg, max_len=max_len, totals=totals
+    )
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     loss_kl, kl_ref = torch.zeros((), device=mask.device), float("nan")
     if ref_logp is not None:
@@ -181,8 +197,10 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         cfg = self.cfg
         zero_variance = zero_variance_groups(batch.rewards, batch.group_ids)  # [M]
         truncated = truncated_completions(batch.tokens, batch.mask, eos_id=self.task.vocab.stop_ids)  # [B]
-        stats = {"train/zero_variance_frac": float(zero_variance.float().mean()),
-                 "rollout/truncated_frac": float(truncated.float().mean())}  # fmt: skip
+        stats = {
+            "train/zero_variance_frac": float(zero_variance.float().mean()),
+            "rollout/truncated_frac": float(truncated.float().mean()),
+        }
         keep = torch.ones_like(batch.group_ids, dtype=torch.bool)
         if cfg.drop_degenerate_groups:  # DAPO dynamic sampling (without resampling): no signal, no gradient
             keep &= ~zero_variance[batch.group_ids]
@@ -231,10 +249,18 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         stats = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
         self.optimizer.zero_grad(set_to_none=True)
         for rows in micro_batches(mb, self.micro_batch):
-            out = token_loss(self.policy, self.cfg, batch, rows, old_logp=old_logp[rows],
-                             ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows],
-                             temperature=self.temperature, max_len=self.task.max_completion_len,
-                             totals=totals)  # fmt: skip
+            out = token_loss(
+                self.policy,
+                self.cfg,
+                batch,
+                rows,
+                old_logp=old_logp[rows],
+                ref_logp=None if ref_logp is None else ref_logp[rows],
+                advantages=advantages[rows],
+                temperature=self.temperature,
+                max_len=self.task.max_completion_len,
+                totals=totals,
+            )
             loss = out.loss_policy + out.loss_kl + out.loss_entropy
             loss.backward()
             stats["policy_loss"] += out.loss_policy.item()

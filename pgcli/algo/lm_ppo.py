@@ -84,8 +84,10 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
         if cfg.drop_degenerate_groups:
             keep = ~zero_variance[batch.group_ids]
         rows = keep.nonzero().squeeze(1)
-        stats = {"train/zero_variance_frac": float(zero_variance.float().mean()),
-                 "train/dropped_frac": 1.0 - len(rows) / len(keep)}  # fmt: skip
+        stats = {
+            "train/zero_variance_frac": float(zero_variance.float().mean()),
+            "train/dropped_frac": 1.0 - len(rows) / len(keep),
+        }
         if len(rows) == 0:
             return stats
         mask = batch.mask
@@ -103,10 +105,12 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
         for _ in range(cfg.n_iterations):
             for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
                 mb_totals = None if self.micro_batch == 0 else batch_totals(mask[mb])
-                step = self._policy_step(batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages,
-                                         totals=mb_totals)  # fmt: skip
-                step["value_loss"] = self._critic_step(batch, mb, returns=returns, old_values=old_values,
-                                                       totals=mb_totals)  # fmt: skip
+                step = self._policy_step(
+                    batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, totals=mb_totals
+                )
+                step["value_loss"] = self._critic_step(
+                    batch, mb, returns=returns, old_values=old_values, totals=mb_totals
+                )
                 n_minibatches += 1
                 for key, value in step.items():
                     totals[key] += value
@@ -142,9 +146,17 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             width = int(batch.mask[rows].sum(1).max())  # drop columns that are padding in every row
             mask = batch.mask[rows, :width]
             logp, entropy = self._logprobs(self.policy, batch, rows, width)
-            pol = clipped_policy_loss(logp, old_logp[rows, :width], advantages[rows, :width], mask, low=low,
-                                      high=high, loss_agg=cfg.loss_agg, max_len=self.task.max_completion_len,
-                                      totals=totals)  # fmt: skip
+            pol = clipped_policy_loss(
+                logp,
+                old_logp[rows, :width],
+                advantages[rows, :width],
+                mask,
+                low=low,
+                high=high,
+                loss_agg=cfg.loss_agg,
+                max_len=self.task.max_completion_len,
+                totals=totals,
+            )
             loss = pol.loss - cfg.ent_coef * masked_mean(entropy, mask, totals=totals)
             loss.backward()
             stats["policy_loss"] += pol.loss.item()
@@ -182,13 +194,22 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
 
     def _values(self, batch: CompletionBatch, rows: Tensor, width: int) -> Tensor:
         """V_phi [B', width] before each of the first `width` sampled tokens of completions `rows`."""
-        return self.value(batch.prompt_tokens[rows], batch.prompt_mask[rows], batch.tokens[rows, :width],
-                          batch.mask[rows, :width].bool())  # fmt: skip
+        return self.value(
+            batch.prompt_tokens[rows],
+            batch.prompt_mask[rows],
+            batch.tokens[rows, :width],
+            batch.mask[rows, :width].bool(),
+        )
 
     def _trained_parameters(self) -> Iterable[Tensor]:
         return [*self.policy.parameters(), *self.value.parameters()]
 
     def _modules(self) -> dict[str, Stateful | None]:
         """``model.pt``'s state dicts: the policy, the value network, the reference and both optimizers."""
-        return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer,
-                "vf_optimizer": self.vf_optimizer, "reference": self.reference}  # fmt: skip
+        return {
+            "policy": self.policy,
+            "value": self.value,
+            "optimizer": self.optimizer,
+            "vf_optimizer": self.vf_optimizer,
+            "reference": self.reference,
+        }

@@ -34,8 +34,8 @@ from pgcli.algo.checkpoint import (
     set_rng_state,
 )
 from pgcli.errors import PgcliError
-from pgcli.lm.model import CausalLM, generate, save_policy
-from pgcli.lm.tasks import Problem, TextTask, decode_completions, encode_prompts
+from pgcli.lm.model import CausalLM, save_policy
+from pgcli.lm.tasks import Problem, TextTask, decode_completions, generate_for_task
 
 
 class SamplingSettings(Protocol):
@@ -106,12 +106,11 @@ def sample_completions(
     """
     start = time.perf_counter()
     repeated = [p for p in problems for _ in range(group_size)]  # row b answers problem b // G
-    prompt_tokens, prompt_mask = encode_prompts(task.vocab, repeated, device)
     training = policy.training
     policy.eval()
-    out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
-                   eos_id=task.vocab.stop_ids, temperature=temperature, top_p=top_p, generator=generator,
-                   pad_id=task.vocab.pad_id)  # fmt: skip
+    prompt_tokens, prompt_mask, out = generate_for_task(
+        task, policy, repeated, device, temperature=temperature, top_p=top_p, generator=generator
+    )
     policy.train(training)
     texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
     rewards = task.rewards(repeated, texts)  # env.reward=rm:<run>: the reward model's scores, one batched pass
@@ -179,5 +178,6 @@ def load_text_trainer(path: Path, device: torch.device, modules: Mapping[str, St
         set_rng_state(state["rng"])
         return dict(state["trainer"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: "
-                         f"{exc})") from exc  # fmt: skip
+        raise PgcliError(
+            f"checkpoint file {path / STATE_FILE} does not fit this run ({type(exc).__name__}: {exc})"
+        ) from exc

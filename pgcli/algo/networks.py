@@ -102,8 +102,9 @@ class MLP(nn.Module):
             return None
         weights = [layer.weight for layer in self._linears]
         with torch.no_grad():
-            inputs, output = _forward_cached(x, [w.T for w in weights], [layer.bias for layer in self._linears],
-                                             self.activation)  # fmt: skip
+            inputs, output = _forward_cached(
+                x, [w.T for w in weights], [layer.bias for layer in self._linears], self.activation
+            )
         return Linearization(weights, inputs, output, act_backward)
 
     def mse_grads(self, x: Tensor, target: Tensor) -> tuple[Tensor, list[Tensor]]:

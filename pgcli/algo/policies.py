@@ -181,8 +181,9 @@ class _PolicyModule(nn.Module):
 class CategoricalPolicy(_PolicyModule):
     """pi(a|s) = softmax(logits(s)) over ``n_actions`` discrete actions."""
 
-    def __init__(self, obs_shape: int | tuple[int, ...], n_actions: int, model: AnyModel, *,
-                 torso: Torso | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, obs_shape: int | tuple[int, ...], n_actions: int, model: AnyModel, *, torso: Torso | None = None
+    ) -> None:
         super().__init__()
         self.net = network(obs_shape, model.pi_hidden_sizes, n_actions, model, out_gain=POLICY_HEAD_GAIN, torso=torso)
         self.n_actions = n_actions
@@ -251,8 +252,14 @@ class CategoricalPolicy(_PolicyModule):
 class DiagGaussianPolicy(_PolicyModule):
     """pi(a|s) = N(mean(s), diag(exp(log_std))^2), ``log_std`` a state-independent parameter."""
 
-    def __init__(self, obs_shape: int | tuple[int, ...], action_space: gym.spaces.Box, model: AnyModel, *,
-                 torso: Torso | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        obs_shape: int | tuple[int, ...],
+        action_space: gym.spaces.Box,
+        model: AnyModel,
+        *,
+        torso: Torso | None = None,
+    ) -> None:
         super().__init__()
         action_dim = int(np.prod(action_space.shape))
         self.net = network(obs_shape, model.pi_hidden_sizes, action_dim, model, out_gain=POLICY_HEAD_GAIN, torso=torso)
@@ -265,8 +272,9 @@ class DiagGaussianPolicy(_PolicyModule):
 
     def distribution(self, obs: Tensor) -> Distribution:
         mean = self.net(obs)
-        return Independent(Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1,
-                           validate_args=False)  # fmt: skip
+        return Independent(
+            Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1, validate_args=False
+        )
 
     def sample(self, obs: Tensor, deterministic: bool = False) -> Tensor:
         mean = self.net(obs)  # [B, A]
@@ -412,14 +420,21 @@ def network(
     if not isinstance(model, CNNModelConfig):
         if not isinstance(obs_shape, int):
             raise ValueError(f"an MLP takes D inputs, got the shape {obs_shape}")
-        return MLP(obs_shape, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init,
-                   out_gain=out_gain)  # fmt: skip
+        return MLP(
+            obs_shape,
+            hidden_sizes,
+            out_dim,
+            activation=model.activation,
+            ortho_init=model.ortho_init,
+            out_gain=out_gain,
+        )
     if torso is None:
         if isinstance(obs_shape, int) or len(obs_shape) != 3:
             raise ValueError(f"model=cnn needs frames of shape (C, H, W), got {obs_shape}")
         torso = new_torso(obs_shape, model)
-    return CNNNet(torso, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init,
-                  out_gain=out_gain)  # fmt: skip
+    return CNNNet(
+        torso, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init, out_gain=out_gain
+    )
 
 
 def new_torso(obs_shape: tuple[int, ...], model: CNNModelConfig) -> Torso:

@@ -32,7 +32,7 @@ from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
 from pgcli.config import ModelConfig, PPOKLConfig
 from pgcli.config.pixels import CNNModelConfig
 from pgcli.contracts import Monitor
-from pgcli.ops.advantages import gae, normalize
+from pgcli.ops.advantages import normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
 
 
@@ -126,11 +126,15 @@ class PPOKL:
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
             self.steps += batch.n_samples
             step = self.steps
-            advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
-                                      gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
             stats = self._update(batch, advantages.flatten(), returns.flatten())
-            check_update(monitor, step, stats, ("train/policy_loss", "train/kl_penalty", "train/value_loss",
-                                                "train/grad_norm"), params=self.params)  # fmt: skip
+            check_update(
+                monitor,
+                step,
+                stats,
+                ("train/policy_loss", "train/kl_penalty", "train/value_loss", "train/grad_norm"),
+                params=self.params,
+            )
             monitor.log(step, stats)
             monitor.update(step, self)
         return self.steps
@@ -151,9 +155,19 @@ class PPOKL:
         for _ in range(cfg.n_epochs):
             for mb in minibatches(obs, actions, old_log_probs, advantages, returns, *old, batch_size=cfg.batch_size):
                 mb_obs, mb_actions, mb_old_log_probs, mb_adv, mb_returns, *mb_old = mb
-                terms = ppo_kl_loss(policy, self.value, mb_obs, mb_actions, tuple(mb_old), mb_old_log_probs,
-                                    mb_adv, mb_returns, beta=self.beta, ent_coef=cfg.ent_coef,
-                                    vf_coef=cfg.vf_coef)  # fmt: skip
+                terms = ppo_kl_loss(
+                    policy,
+                    self.value,
+                    mb_obs,
+                    mb_actions,
+                    tuple(mb_old),
+                    mb_old_log_probs,
+                    mb_adv,
+                    mb_returns,
+                    beta=self.beta,
+                    ent_coef=cfg.ent_coef,
+                    vf_coef=cfg.vf_coef,
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 (terms.loss_policy + terms.loss_kl + terms.loss_entropy + terms.loss_value).backward()
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))

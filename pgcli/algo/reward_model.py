@@ -70,8 +70,9 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
         margins: list[Tensor] = []  # [N'] per pass
         for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
             both = torch.cat([rows, rows + n])  # [2N']
-            rewards = self.reward_model.score(prompts[both], prompt_mask[both], completions[both],
-                                              completion_mask[both])  # fmt: skip  # [2N']
+            rewards = self.reward_model.score(
+                prompts[both], prompt_mask[both], completions[both], completion_mask[both]
+            )  # [2N']
             r_chosen, r_rejected = rewards.split(len(rows))
             loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
             loss.backward()

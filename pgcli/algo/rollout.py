@@ -35,6 +35,8 @@ from pgcli.algo.policies import Policy, ValueNetwork, obs_layout
 from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
 from pgcli.hardware.child import ChildProcess
+from pgcli.ops import advantages
+from pgcli.ops.losses import explained_variance
 
 
 @dataclass
@@ -64,6 +66,19 @@ class Rollout:
         """T * N."""
         return self.rewards.numel()
 
+    def gae(self, *, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+        """GAE(gamma, lambda) advantages and the return targets A + V, both [T, N] (``pgcli.ops.advantages.gae``)."""
+        return advantages.gae(
+            self.rewards, self.values, self.next_values, self.terminated, self.dones, gamma=gamma, lam=lam
+        )
+
+    def critic_stats(self, loss: float, returns: Tensor) -> dict[str, float]:
+        """The critic's metrics: its regression ``loss`` and how much of ``returns`` [T * N] V(s_t) explains."""
+        return {
+            "train/value_loss": loss,
+            "train/explained_variance": explained_variance(self.values.flatten(), returns),
+        }
+
 
 class RolloutCollector:
     """Collects :class:`Rollout` s of ``n_steps`` steps per env from ``env``, reusing its buffers.
@@ -92,8 +107,10 @@ class RolloutCollector:
         # numpy views of the same memory: the step loop writes through these
         self._obs_np, self._final_obs_np = self.obs.numpy(), self.final_obs.numpy()
         self._rewards_np, self._terminated_np, self._dones_np = (
-            self.rewards.numpy(), self.terminated.numpy(), self.dones.numpy()
-        )  # fmt: skip
+            self.rewards.numpy(),
+            self.terminated.numpy(),
+            self.dones.numpy(),
+        )
         self.last_obs, _ = env.reset(seed=seed)
         """The observation batch the next rollout starts from (a checkpoint restores it with the env's episodes)."""
 
@@ -198,6 +215,14 @@ def minibatches(
         yield tuple(t[start : start + batch_size] for t in shuffled)
 
 
+def fit_critic(
+    value: ValueNetwork, optimizer: torch.optim.Adam, batch: Rollout, returns: Tensor, *, n_epochs: int, batch_size: int
+) -> dict[str, float]:
+    """:func:`fit_value` on the rollout's observations [T * N, ...] and ``returns`` [T * N]; the critic's metrics."""
+    loss = fit_value(value, optimizer, batch.obs.flatten(0, 1), returns, n_epochs=n_epochs, batch_size=batch_size)
+    return batch.critic_stats(loss, returns)
+
+
 def fit_value(
     value: ValueNetwork,
     optimizer: torch.optim.Adam,
@@ -243,8 +268,7 @@ def fit_value(
             for mb_obs, mb_targets in minibatches(obs, targets, batch_size=batch_size):
                 residual, grads = _residual_and_grads(value, grad_fn, mb_obs, mb_targets)
                 residuals.append(residual)
-                kernels.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, beta1=beta1, beta2=beta2,
-                                  eps=eps)  # fmt: skip
+                kernels.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps)
     return mean_square_per_group(residuals)
 
 
@@ -260,8 +284,11 @@ def _adam_buffers(optimizer: torch.optim.Adam, params: list[Tensor]) -> tuple[li
         raise ValueError("fit_value needs a plain Adam (no amsgrad, weight decay or maximize) over the value network")
     for p in params:
         if not optimizer.state[p]:
-            optimizer.state[p] = {"step": torch.tensor(0.0, device=p.device), "exp_avg": torch.zeros_like(p),
-                                  "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
+            optimizer.state[p] = {
+                "step": torch.tensor(0.0, device=p.device),
+                "exp_avg": torch.zeros_like(p),
+                "exp_avg_sq": torch.zeros_like(p),
+            }
     states = [optimizer.state[p] for p in params]
     return [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], [st["step"] for st in states]
 
@@ -333,19 +360,32 @@ class CriticProcess:
             self._ready = True
         return self._ready
 
-    def submit(self, value: ValueNetwork, optimizer: torch.optim.Adam, obs: Tensor, returns: Tensor, *,
-               n_epochs: int, batch_size: int) -> None:  # fmt: skip
+    def submit(
+        self,
+        value: ValueNetwork,
+        optimizer: torch.optim.Adam,
+        obs: Tensor,
+        returns: Tensor,
+        *,
+        n_epochs: int,
+        batch_size: int,
+    ) -> None:
         """Start fitting ``value`` (with ``optimizer``'s step size and state) to ``returns`` [B] at ``obs`` [B, D]."""
         params = list(value.critic_parameters())
         state = [optimizer.state[p] for p in params] if all(optimizer.state[p] for p in params) else None
         self._rng = torch.get_rng_state()
         request = {
             "params": [p.detach().numpy() for p in params],
-            "adam": None if state is None else [[st[k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")]
-                                                for st in state],
-            "lr": float(optimizer.param_groups[0]["lr"]), "rng": self._rng.numpy(), "obs": obs.numpy(),
-            "returns": returns.numpy(), "n_epochs": n_epochs, "batch_size": batch_size,
-        }  # fmt: skip
+            "adam": None
+            if state is None
+            else [[st[k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")] for st in state],
+            "lr": float(optimizer.param_groups[0]["lr"]),
+            "rng": self._rng.numpy(),
+            "obs": obs.numpy(),
+            "returns": returns.numpy(),
+            "n_epochs": n_epochs,
+            "batch_size": batch_size,
+        }
         self._process.send(request)
 
     def result(self, value: ValueNetwork, optimizer: torch.optim.Adam) -> float:
@@ -359,12 +399,15 @@ class CriticProcess:
             message = self._process.recv()
         reply = self._process.unpack(message)
         with torch.no_grad():
-            for p, fitted, (step, exp_avg, exp_avg_sq) in zip(value.critic_parameters(), reply["params"],
-                                                               reply["adam"], strict=True):  # fmt: skip
+            for p, fitted, (step, exp_avg, exp_avg_sq) in zip(
+                value.critic_parameters(), reply["params"], reply["adam"], strict=True
+            ):
                 p.copy_(torch.from_numpy(fitted))
-                optimizer.state[p] = {"step": torch.from_numpy(step).clone(),
-                                      "exp_avg": torch.from_numpy(exp_avg).clone(),
-                                      "exp_avg_sq": torch.from_numpy(exp_avg_sq).clone()}  # fmt: skip
+                optimizer.state[p] = {
+                    "step": torch.from_numpy(step).clone(),
+                    "exp_avg": torch.from_numpy(exp_avg).clone(),
+                    "exp_avg_sq": torch.from_numpy(exp_avg_sq).clone(),
+                }
         torch.set_rng_state(torch.from_numpy(reply["rng"]))
         self._rng = None
         return float(reply["loss"])
@@ -393,12 +436,22 @@ def _critic_main(conn: Any, value: ValueNetwork, settings: dict[str, Any]) -> No
                         optimizer.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
                 optimizer.param_groups[0]["lr"] = request["lr"]
                 torch.set_rng_state(torch.from_numpy(request["rng"]))
-                loss = fit_value(value, optimizer, torch.from_numpy(request["obs"]),
-                                 torch.from_numpy(request["returns"]), n_epochs=request["n_epochs"],
-                                 batch_size=request["batch_size"])  # fmt: skip
-                reply = {"loss": loss, "params": [p.detach().numpy() for p in params],
-                         "adam": [[optimizer.state[p][k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")]
-                                  for p in params], "rng": torch.get_rng_state().numpy()}  # fmt: skip
+                loss = fit_value(
+                    value,
+                    optimizer,
+                    torch.from_numpy(request["obs"]),
+                    torch.from_numpy(request["returns"]),
+                    n_epochs=request["n_epochs"],
+                    batch_size=request["batch_size"],
+                )
+                reply = {
+                    "loss": loss,
+                    "params": [p.detach().numpy() for p in params],
+                    "adam": [
+                        [optimizer.state[p][k].numpy() for k in ("step", "exp_avg", "exp_avg_sq")] for p in params
+                    ],
+                    "rng": torch.get_rng_state().numpy(),
+                }
                 conn.send(("ok", reply))
             except Exception as exc:  # reported to the trainer, which raises it as one line
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -121,8 +121,10 @@ def _a2c(cfg: A2CConfig) -> tuple[type[BaseAlgorithm], dict[str, Any]]:
     if cfg.rms_prop_tf_like:  # what SB3's A2C builds for use_rms_prop, with TensorFlow's RMSprop in place of torch's
         from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
-        optimizer = {"optimizer_class": RMSpropTFLike,
-                     "optimizer_kwargs": {"alpha": 0.99, "eps": cfg.rms_prop_eps, "weight_decay": 0}}  # fmt: skip
+        optimizer = {
+            "optimizer_class": RMSpropTFLike,
+            "optimizer_kwargs": {"alpha": 0.99, "eps": cfg.rms_prop_eps, "weight_decay": 0},
+        }
     return A2C, {
         "policy_kwargs": optimizer,
         "learning_rate": _schedule(cfg.learning_rate, cfg.lr_schedule),
@@ -317,8 +319,12 @@ class SB3Trainer:
             # reset_num_timesteps=False: num_timesteps and the schedules' progress continue from a loaded model;
             # log_interval=None: SB3 never dumps (the callback does); its time/* and rollout/* keys are the monitor's
             try:
-                self.model.learn(remaining, callback=callback, log_interval=None,  # type: ignore[arg-type]
-                                 reset_num_timesteps=False)  # fmt: skip
+                self.model.learn(
+                    remaining,
+                    callback=callback,
+                    log_interval=None,  # type: ignore[arg-type]
+                    reset_num_timesteps=False,
+                )
             except ValueError:  # SB3's torch distributions reject non-finite parameters in the middle of an update
                 self.check_parameters(monitor)  # a DivergenceError when that is the cause
                 raise

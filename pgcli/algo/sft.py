@@ -61,16 +61,18 @@ class SFT(SupervisedTrainer[SFTConfig]):
         problems = self.task.sample(self.rng, self.cfg.batch_size)
         prompts, prompt_mask = encode_prompts(self.task.vocab, problems, self.device)  # [B, P]
         targets = [self.task.demonstration(p) for p in problems]
-        completion, completion_mask = encode_completions(self.task.vocab, targets, self.task.max_completion_len,
-                                                         self.device)  # fmt: skip  # [B, C]
+        completion, completion_mask = encode_completions(
+            self.task.vocab, targets, self.task.max_completion_len, self.device
+        )  # [B, C]
         weights = completion_mask.float()
         totals = None if self.micro_batch == 0 else batch_totals(weights)  # each pass's loss: its share of the mean
         lr = self._start_step()
         loss = 0.0
         exact: list[torch.Tensor] = []  # [B'] per pass: every target token is the argmax
         for rows in micro_batches(torch.arange(len(problems), device=self.device), self.micro_batch):
-            logprobs, _ = completion_logprobs(self.policy, prompts[rows], prompt_mask[rows], completion[rows],
-                                              completion_mask[rows])  # fmt: skip  # [B', C]
+            logprobs, _ = completion_logprobs(
+                self.policy, prompts[rows], prompt_mask[rows], completion[rows], completion_mask[rows]
+            )  # [B', C]
             nll = -masked_mean(logprobs, weights[rows], totals=totals)
             nll.backward()
             loss += float(nll.detach())

@@ -46,16 +46,16 @@ from torch import Tensor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic, shares_parameters
-from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_value
+from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_critic
 from pgcli.config import ModelConfig, TRPOConfig
 from pgcli.config.pixels import CNNModelConfig
 from pgcli.contracts import Monitor
 from pgcli.hardware.placement import usable_cpus
-from pgcli.ops.advantages import gae, normalize
+from pgcli.ops.advantages import normalize
 from pgcli.ops.autodiff import flat_grad, flat_params, set_flat_params
 from pgcli.ops.cg import conjugate_gradient
 from pgcli.ops.linesearch import backtracking_line_search
-from pgcli.ops.losses import approx_kl, explained_variance
+from pgcli.ops.losses import approx_kl
 
 
 class SurrogateTerms(NamedTuple):
@@ -157,19 +157,29 @@ class TRPO:
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
             self.steps += batch.n_samples
             step = self.steps
-            advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
-                                      gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
             self._set_vf_learning_rate(schedule["train/vf_learning_rate"])
             critic = self.critic_process if self.critic_process is not None and self.critic_process.ready() else None
             if critic is not None:  # step 6 starts there, on this batch, while steps 2-5 run here
-                critic.submit(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns.flatten(),
-                              n_epochs=cfg.n_critic_updates, batch_size=cfg.batch_size)  # fmt: skip
+                critic.submit(
+                    self.value,
+                    self.vf_optimizer,
+                    batch.obs.flatten(0, 1),
+                    returns.flatten(),
+                    n_epochs=cfg.n_critic_updates,
+                    batch_size=cfg.batch_size,
+                )
             stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
             stats |= self._critic_steps(batch, returns.flatten(), remote=critic is not None)
             if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
                 stats |= schedule
-            check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
-                         params=[*self.policy.parameters(), *self.value.parameters()])  # fmt: skip
+            check_update(
+                monitor,
+                step,
+                stats,
+                ("train/policy_loss", "train/value_loss", "train/grad_norm"),
+                params=[*self.policy.parameters(), *self.value.parameters()],
+            )
             monitor.log(step, stats)
             monitor.update(step, self)
         return self.steps
@@ -224,9 +234,15 @@ class TRPO:
             evaluate()  # for the logged terms
             success, n_backtracks = True, 0
         else:
-            search = backtracking_line_search(params, full_step, evaluate, backtrack_coeff=cfg.backtrack_coeff,
-                                              max_backtracks=cfg.backtrack_iters, max_kl=target_kl,
-                                              old_objective=old_objective)  # fmt: skip
+            search = backtracking_line_search(
+                params,
+                full_step,
+                evaluate,
+                backtrack_coeff=cfg.backtrack_coeff,
+                max_backtracks=cfg.backtrack_iters,
+                max_kl=target_kl,
+                old_objective=old_objective,
+            )
             success, n_backtracks = search.success, search.n_backtracks
         # the accepted step is the last one evaluated; a failed search restored theta_old, where the terms are before's
         after = candidates[-1] if success else SurrogateTerms(*(t.detach() for t in before))
@@ -253,14 +269,9 @@ class TRPO:
         """Step 6: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns (``remote``:
         the result of the critic process's fit, started on the same batch)."""
         if remote and self.critic_process is not None:
-            loss = self.critic_process.result(self.value, self.vf_optimizer)
-        else:
-            loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
-                             n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
-        return {
-            "train/value_loss": loss,
-            "train/explained_variance": explained_variance(batch.values.flatten(), returns),
-        }
+            return batch.critic_stats(self.critic_process.result(self.value, self.vf_optimizer), returns)
+        epochs, batch_size = self.cfg.n_critic_updates, self.cfg.batch_size
+        return fit_critic(self.value, self.vf_optimizer, batch, returns, n_epochs=epochs, batch_size=batch_size)
 
     # -- Trainer interface -------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:

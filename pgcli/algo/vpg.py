@@ -25,12 +25,12 @@ from torch import Tensor
 from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
 from pgcli.algo.guard import check_update
 from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic
-from pgcli.algo.rollout import Rollout, RolloutCollector, fit_value
+from pgcli.algo.rollout import Rollout, RolloutCollector, fit_critic
 from pgcli.config import ModelConfig, VPGConfig
 from pgcli.config.pixels import CNNModelConfig
 from pgcli.contracts import Monitor
-from pgcli.ops.advantages import gae, normalize
-from pgcli.ops.losses import approx_kl, explained_variance
+from pgcli.ops.advantages import normalize
+from pgcli.ops.losses import approx_kl
 
 
 class VPGLoss(NamedTuple):
@@ -83,11 +83,15 @@ class VPG:
             batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
             self.steps += batch.n_samples
             step = self.steps
-            advantages, returns = gae(batch.rewards, batch.values, batch.next_values, batch.terminated, batch.dones,
-                                      gamma=cfg.gamma, lam=cfg.gae_lambda)  # fmt: skip
+            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
             stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
-            check_update(monitor, step, stats, ("train/policy_loss", "train/value_loss", "train/grad_norm"),
-                         params=[*self.policy.parameters(), *self.value.parameters()])  # fmt: skip
+            check_update(
+                monitor,
+                step,
+                stats,
+                ("train/policy_loss", "train/value_loss", "train/grad_norm"),
+                params=[*self.policy.parameters(), *self.value.parameters()],
+            )
             monitor.log(step, stats)
             monitor.update(step, self)
         return self.steps
@@ -119,12 +123,8 @@ class VPG:
 
     def _critic_steps(self, batch: Rollout, returns: Tensor) -> dict[str, float]:
         """Step 3: ``n_critic_updates`` epochs of Adam minibatch regression of V onto the GAE returns."""
-        loss = fit_value(self.value, self.vf_optimizer, batch.obs.flatten(0, 1), returns,
-                         n_epochs=self.cfg.n_critic_updates, batch_size=self.cfg.batch_size)  # fmt: skip
-        return {
-            "train/value_loss": loss,
-            "train/explained_variance": explained_variance(batch.values.flatten(), returns),
-        }
+        epochs, batch_size = self.cfg.n_critic_updates, self.cfg.batch_size
+        return fit_critic(self.value, self.vf_optimizer, batch, returns, n_epochs=epochs, batch_size=batch_size)
 
     # -- Trainer interface -------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
@@ -135,8 +135,12 @@ class VPG:
         return PolicySnapshot(self.policy)
 
     def _stateful(self) -> dict[str, Any]:
-        return {"policy": self.policy, "value": self.value, "pi_optimizer": self.pi_optimizer,
-                "vf_optimizer": self.vf_optimizer}  # fmt: skip
+        return {
+            "policy": self.policy,
+            "value": self.value,
+            "pi_optimizer": self.pi_optimizer,
+            "vf_optimizer": self.vf_optimizer,
+        }
 
     def save(self, path: Path) -> Path:
         """``path/model.pt`` (networks and optimizers), ``normalizer.npz`` when the env normalises, and

@@ -28,6 +28,9 @@ from pgcli.errors import CommandParser, ConfigError
 from pgcli.training.logged import LoggedRun, Wording
 
 if TYPE_CHECKING:
+    from gymnasium.vector import VectorEnv
+
+    from pgcli.config import TrainConfig
     from pgcli.tracking.store import RunRecord, RunStore
 
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
@@ -111,8 +114,9 @@ def main(args: Sequence[str]) -> int:
     tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them
     store = open_run_store(tracking)  # opened on first use: a run id is looked up only in a store that is there
     if store is not None and not ns.no_log:
-        check_store(store.uri, "write", doing="log the evaluation",
-                    fix="pass --no-log, or tracking.uri=<a store you can write>")  # fmt: skip
+        check_store(
+            store.uri, "write", doing="log the evaluation", fix="pass --no-log, or tracking.uri=<a store you can write>"
+        )
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
 
@@ -194,6 +198,17 @@ def _target(model_dir: Path, which: str, run: LoggedRun | None) -> EvalTarget:
     return EvalTarget(model_dir, logged.train_config(), logged.algo, logged.env, which, run_dir, record, run)
 
 
+def _eval_env(cfg: TrainConfig, *, video: bool, seed: int, n_envs: int) -> VectorEnv:
+    """The evaluation envs; with ``video``, a one-line error now, before any MLflow run exists, if this env cannot
+    render here."""
+    from pgcli.envs.make import make_vec_env
+    from pgcli.video import make_recording_env
+
+    if video:
+        return make_recording_env(cfg.env, seed=seed, n_envs=n_envs)
+    return make_vec_env(cfg.env, seed=seed, n_envs=n_envs, vectorization="lean", training=False)
+
+
 def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | None, artifact_root: str | None) -> int:
     """Play the episodes, print the result, log it (unless ``store`` is None); returns the exit status."""
     import torch
@@ -201,9 +216,9 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
     from pgcli.agent import load_agent
     from pgcli.config import TextEnvConfig
     from pgcli.envs.episodes import run_episodes
-    from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
+    from pgcli.envs.make import EVAL_SEED_OFFSET
     from pgcli.envs.normalize import load_saved_normalizer
-    from pgcli.video import EpisodeRecorder, make_recording_env
+    from pgcli.video import EpisodeRecorder
 
     cfg = target.cfg
     if isinstance(cfg.env, TextEnvConfig):
@@ -212,13 +227,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
     seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
     deterministic = not ns.stochastic
     torch.manual_seed(seed)  # --stochastic: the action samples repeat with the seed
-    n_envs = min(cfg.eval.n_envs, episodes)
-    # with --video, a one-line error now, before any MLflow run exists, if this env cannot render here
-    env = (
-        make_recording_env(cfg.env, seed=seed, n_envs=n_envs)
-        if ns.video
-        else make_vec_env(cfg.env, seed=seed, n_envs=n_envs, vectorization="lean", training=False)
-    )
+    env = _eval_env(cfg, video=ns.video, seed=seed, n_envs=min(cfg.eval.n_envs, episodes))
     try:
         load_saved_normalizer(env, target.model_dir)  # frozen
         agent = load_agent(target.model_dir, cfg, env.single_observation_space, env.single_action_space)
@@ -235,12 +244,29 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
             elapsed = time.perf_counter() - start
             if run is not None:
                 assert store is not None  # eval_run opens a run only in a store
-                _log_eval(store, run.run_id, result, videos, episodes=episodes, seed=seed,
-                          deterministic=deterministic, which=target.which)  # fmt: skip
+                _log_eval(
+                    store,
+                    run.run_id,
+                    result,
+                    videos,
+                    episodes=episodes,
+                    seed=seed,
+                    deterministic=deterministic,
+                    which=target.which,
+                )
     finally:
         env.close()
-    _print_result(target, result, seed=seed, deterministic=deterministic, elapsed=elapsed, videos=videos,
-                  source=source, eval_run=run, store=store)  # fmt: skip
+    _print_result(
+        target,
+        result,
+        seed=seed,
+        deterministic=deterministic,
+        elapsed=elapsed,
+        videos=videos,
+        source=source,
+        eval_run=run,
+        store=store,
+    )
     return 0
 
 
@@ -270,14 +296,19 @@ def evaluate_text_target(
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)
     policy = make_text_policy(task, cfg.model, device, target.model_dir)
-    settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature, top_p=cfg.model.top_p,
-                                n_table_rows=cfg.env.eval_samples)  # fmt: skip
+    settings = TextEvalSettings(
+        pass_k=cfg.env.eval_pass_k,
+        temperature=cfg.model.temperature,
+        top_p=cfg.model.top_p,
+        n_table_rows=cfg.env.eval_samples,
+    )
     seed = cfg.seed if ns.seed is None else ns.seed
     source = _source_run(target, store) if store is not None else target.run
     with eval_run(store, target, source, artifact_root) as run:
         start = time.perf_counter()
-        result = evaluate_text(task, policy, task.eval_problems(), settings, seed=seed, device=device,
-                               learned_reward=task.learned_reward)  # fmt: skip
+        result = evaluate_text(
+            task, policy, task.eval_problems(), settings, seed=seed, device=device, learned_reward=task.learned_reward
+        )
         elapsed = time.perf_counter() - start
         if run is not None:
             assert store is not None  # eval_run opens a run only in a store
@@ -288,8 +319,10 @@ def evaluate_text_target(
                 table.write_text(json.dumps(result.samples or [], indent=1) + "\n")
                 store.log_artifact(run.run_id, table, "samples")
     where = f"run {source.run_id}" if source is not None else str(target.model_dir)
-    lines = [f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} held-out "
-             f"problems, sampling seed {seed}, {elapsed:.1f} s"]  # fmt: skip
+    lines = [
+        f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} held-out "
+        f"problems, sampling seed {seed}, {elapsed:.1f} s"
+    ]
     lines += [f"  {key.removeprefix('eval/'):<15} {value:.3f}" for key, value in result.extra.items()]
     if source is not None and "eval/accuracy" in source.metrics and target.which == "final":
         lines.append(
@@ -342,8 +375,13 @@ def eval_run(
 def _open_eval_run(
     store: RunStore, target: EvalTarget, source: RunRecord | None, artifact_root: str | None
 ) -> RunRecord:
-    tags = {"pgcli.eval.model": target.which, "model_dir": str(target.model_dir.resolve()), "algo": target.algo,
-            "env": target.env, "seed": str(target.cfg.seed)}  # fmt: skip
+    tags = {
+        "pgcli.eval.model": target.which,
+        "model_dir": str(target.model_dir.resolve()),
+        "algo": target.algo,
+        "env": target.env,
+        "seed": str(target.cfg.seed),
+    }
     if source is not None:
         tags |= {"source_run_id": source.run_id, "mlflow.parentRunId": source.run_id}
         return store.create_run_in(source.experiment_id, run_name=f"eval-{source.name}", tags=tags)
@@ -354,17 +392,32 @@ def _open_eval_run(
 
 def _log_eval(store: RunStore, run_id: str, result: Any, videos: list[Path], **params: Any) -> None:
     store.log_params(run_id, params)
-    store.log_metrics(run_id, {"eval/return_mean": result.mean, "eval/return_std": result.std,
-                               "eval/ep_len_mean": float(result.lengths.mean())})  # fmt: skip
+    store.log_metrics(
+        run_id,
+        {
+            "eval/return_mean": result.mean,
+            "eval/return_std": result.std,
+            "eval/ep_len_mean": float(result.lengths.mean()),
+        },
+    )
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
         store.log_metrics(run_id, {"eval/episode_return": float(ret), "eval/episode_len": float(length)}, step=i)
     for video in videos:
         store.log_artifact(run_id, video, "videos")
 
 
-def _print_result(target: EvalTarget, result: Any, *, seed: int, deterministic: bool, elapsed: float,
-                  videos: list[Path], source: RunRecord | None, eval_run: RunRecord | None,
-                  store: RunStore | None) -> None:  # fmt: skip
+def _print_result(
+    target: EvalTarget,
+    result: Any,
+    *,
+    seed: int,
+    deterministic: bool,
+    elapsed: float,
+    videos: list[Path],
+    source: RunRecord | None,
+    eval_run: RunRecord | None,
+    store: RunStore | None,
+) -> None:
     mode = "deterministic" if deterministic else "stochastic"
     where = f"run {source.run_id}" if source is not None else str(target.model_dir)
     lines = [

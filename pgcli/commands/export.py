@@ -52,8 +52,9 @@ def main(args: Sequence[str]) -> int:
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         cfg = target.cfg
         if not isinstance(cfg.env, TextEnvConfig):
-            raise ConfigError(f"{ns.target} is a {target.env} run; pgcli export writes text policies (env=addition, "
-                              "sort, countdown)")  # fmt: skip
+            raise ConfigError(
+                f"{ns.target} is a {target.env} run; pgcli export writes text policies (env=addition, sort, countdown)"
+            )
         out = ns.out or _default_out(target.run_dir, cfg.run_name or f"{target.algo}-{target.env}")
         if out.exists() and any(out.iterdir()):
             raise ConfigError(f"--out {out} exists and is not empty; pass another --out")

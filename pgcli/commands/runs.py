@@ -91,8 +91,9 @@ def main(args: list[str]) -> int:
     store = RunStore(uri)
     experiment_ids = store.experiment_ids(ns.experiment) if ns.experiment else None
     if ns.experiment and not experiment_ids:
-        raise ConfigError(f"no experiment {', '.join(ns.experiment)} in {uri} (experiments: "
-                          f"{', '.join(store.experiment_names())})")  # fmt: skip
+        raise ConfigError(
+            f"no experiment {', '.join(ns.experiment)} in {uri} (experiments: {', '.join(store.experiment_names())})"
+        )
 
     if ns.stale:
         stale, unknown = find_stale_runs(store, experiment_ids)
@@ -136,8 +137,13 @@ def list_runs(store: RunStore, runs: Sequence[RunRecord], limit: int) -> None:
 def train_row(record: RunRecord, experiments: dict[str, str], last_step: int | None) -> list[str]:
     """One training run (or a sweep's parent run): what it trained, how far, how long, and its last evaluation."""
     sweep = record.tags.get("pgcli_role") == "sweep"
-    return [*_identity(record, experiments, _env_id(record)), "-" if sweep else steps_cell(record, last_step),
-            duration_cell(record), return_cell(record.metrics), *_ending(record)]  # fmt: skip
+    return [
+        *_identity(record, experiments, _env_id(record)),
+        "-" if sweep else steps_cell(record, last_step),
+        duration_cell(record),
+        return_cell(record.metrics),
+        *_ending(record),
+    ]
 
 
 def eval_row(record: RunRecord, experiments: dict[str, str], runs: dict[str, RunRecord]) -> list[str]:
@@ -145,8 +151,13 @@ def eval_row(record: RunRecord, experiments: dict[str, str], runs: dict[str, Run
     Its env is the evaluated run's env id when that run is in the store, else the env ``pgcli eval`` recorded."""
     source = runs.get(record.tags.get("source_run_id", ""))
     env = _env_id(source) if source is not None else record.tags.get("env", "-")
-    return [*_identity(record, experiments, env), record.tags.get(EVAL_TAG, "-"),
-            record.params.get("episodes", "-"), return_cell(record.metrics), *_ending(record)]  # fmt: skip
+    return [
+        *_identity(record, experiments, env),
+        record.tags.get(EVAL_TAG, "-"),
+        record.params.get("episodes", "-"),
+        return_cell(record.metrics),
+        *_ending(record),
+    ]
 
 
 def _identity(record: RunRecord, experiments: dict[str, str], env: str) -> list[str]:
@@ -227,8 +238,10 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     for name in CAPS:
         i, excess = header.index(name), sum(widths) + gaps - WIDTH
         widths[i] -= max(0, min(excess, widths[i] - MIN_CAPPED))
-    return ["  ".join(_cut(cell, w).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-            for line in (header, *rows)]  # fmt: skip
+    return [
+        "  ".join(_cut(cell, w).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *rows)
+    ]
 
 
 def _cut(cell: str, width: int) -> str:
@@ -247,6 +260,9 @@ def _without_offline_ends(store: RunStore, stale: list[StaleRun]) -> tuple[list[
         if spool is None:
             left.append(run)
         else:
-            print(f"pgcli: run {run.run_id} ended {spool.end_status()} while its tracking server was unreachable: "
-                  f"`pgcli sync {spool.path.parent}` delivers it", file=sys.stderr)  # fmt: skip
+            print(
+                f"pgcli: run {run.run_id} ended {spool.end_status()} while its tracking server was unreachable: "
+                f"`pgcli sync {spool.path.parent}` delivers it",
+                file=sys.stderr,
+            )
     return left, len(stale) - len(left)

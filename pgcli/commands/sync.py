@@ -22,9 +22,13 @@ def main(args: list[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("run_dir", type=Path, help="the run directory named in the run's warning")
-    parser.add_argument("--uri", default=None, help="deliver to this tracking URI (default: the run's own server; "
-                        "credentials are never stored in the spool, so pass them here or in MLFLOW_TRACKING_USERNAME/"
-                        "MLFLOW_TRACKING_PASSWORD)")  # fmt: skip
+    parser.add_argument(
+        "--uri",
+        default=None,
+        help="deliver to this tracking URI (default: the run's own server; "
+        "credentials are never stored in the spool, so pass them here or in MLFLOW_TRACKING_USERNAME/"
+        "MLFLOW_TRACKING_PASSWORD)",
+    )
     ns = parser.parse_args(args)
     if ns.uri is not None:  # the checks of pgcli train (docs/tracking.md), before MLflow touches the store
         from pgcli.training.preflight import check_tracking_uri

@@ -38,8 +38,19 @@ if TYPE_CHECKING:
 HYDRA_INFO_FLAGS = ("-h", "--help", "--hydra-help", "-i", "--info", "--shell-completion", "-sc")
 # Hydra's command-line flags (hydra._internal.utils.get_args_parser): switches, flags with a value (and its choices),
 # and --info with an optional value.
-HYDRA_SWITCHES = ("-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
-                  "-sc", "--shell-completion")  # fmt: skip
+HYDRA_SWITCHES = (
+    "-h",
+    "--help",
+    "--hydra-help",
+    "--version",
+    "--resolve",
+    "-r",
+    "--run",
+    "-m",
+    "--multirun",
+    "-sc",
+    "--shell-completion",
+)
 CFG_CHOICES = ("job", "hydra", "all")
 HYDRA_VALUE_FLAGS: dict[str, tuple[str, ...] | None] = {
     "--cfg": CFG_CHOICES, "-c": CFG_CHOICES, "--package": None, "-p": None, "--config-path": None, "-cp": None,
@@ -336,8 +347,11 @@ def _placed_config(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> TrainCo
         # Parallel jobs share the cores: a busy-waiting env worker would take one from another job. The one-process path
         # gives the same numbers (docs/benchmarks/trpo.md, "On a busy machine: the fallback to one process").
         note = "pgcli: note: a parallel sweep job runs in one process (hardware.vec_env=sync, no evaluation "
-        print(note + "or critic process): the same results, and the cores stay with the other jobs",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            note + "or critic process): the same results, and the cores stay with the other jobs",
+            file=sys.stderr,
+            flush=True,
+        )
         return one_process(run_cfg)
     return fall_back_when_busy(run_cfg)  # a busy second core: one process, the same numbers
 

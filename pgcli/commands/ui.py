@@ -107,8 +107,20 @@ def server_command(target: TrackingTarget, ns: argparse.Namespace) -> list[str]:
     """``python -m mlflow ui`` on the store, with the store's path absolute: the server runs in another folder."""
     db = sqlite_path(target.uri)
     store_uri = f"sqlite:///{db.resolve()}" if db else target.uri
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri,
-           "--host", ns.host, "--port", str(ns.port), "--workers", str(ns.workers)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        store_uri,
+        "--host",
+        ns.host,
+        "--port",
+        str(ns.port),
+        "--workers",
+        str(ns.workers),
+    ]
     if target.artifact_root:
         cmd += ["--default-artifact-root", target.artifact_root]
     return cmd

@@ -37,8 +37,17 @@ KEY_SOURCES = {
 run's budget is its ``total_steps`` tag: its param keeps the budget it was started with (docs/runs.md, "Resume")."""
 NOT_SET = {"trial": "-"}
 """Shown for a run without the key (default '?': a run that should have it but does not)."""
-NOT_CONFIG = ("seed", "run_name", "experiment", "progress", "n_seeds", "checkpoint_every", "checkpoint_keep",
-              "total_steps", "planned_steps")  # fmt: skip
+NOT_CONFIG = (
+    "seed",
+    "run_name",
+    "experiment",
+    "progress",
+    "n_seeds",
+    "checkpoint_every",
+    "checkpoint_keep",
+    "total_steps",
+    "planned_steps",
+)
 NOT_CONFIG_PREFIXES = ("tracking.", "hardware.")
 """Params that do not change what a run learns (or are handled apart, as the budget and ``planned_steps``, the budget
 rounded up to whole rollouts): runs differing only in these are repeats of one experiment. A resumed run keeps the

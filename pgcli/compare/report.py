@@ -52,8 +52,9 @@ def table_rows(
         x_final = [x_final_cell(g)] if x else []
         ci = f"[{s.final_ci[0]:.{d}f}, {s.final_ci[1]:.{d}f}]" if s.final_ci is not None else "-"
         note = "; ".join(n for n in (run_mark(s.n_runs), "" if s.steps.size else "no common steps") if n)
-        rows.append([*g.key, g.budget, *setting, str(s.n_runs), final, *x_final, f"{s.final_iqm:.{d}f}", ci,
-                     note or "-"])  # fmt: skip
+        rows.append(
+            [*g.key, g.budget, *setting, str(s.n_runs), final, *x_final, f"{s.final_iqm:.{d}f}", ci, note or "-"]
+        )
     return rows
 
 

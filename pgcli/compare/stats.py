@@ -76,8 +76,9 @@ def common_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 def curves_on_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
     """Each (steps, values) curve linearly interpolated at ``grid``: [n_runs, len(grid)]."""
-    return np.stack([np.interp(grid, np.asarray(s, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                     for s, v in curves])  # fmt: skip
+    return np.stack(
+        [np.interp(grid, np.asarray(s, dtype=np.float64), np.asarray(v, dtype=np.float64)) for s, v in curves]
+    )
 
 
 def mean_path(paths: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

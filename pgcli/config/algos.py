@@ -67,8 +67,10 @@ class AlgoEntry:
             raise ValueError(f"algo {self.name}: unknown spaces {unknown} (the spaces: {', '.join(SPACES)})")
         gym = self.trains_on(*GYM_KINDS)
         if (bool(self.observation_spaces), bool(self.action_spaces)) != (gym, gym):
-            raise ValueError(f"algo {self.name}: a row that trains on gymnasium envs names the observation and "
-                             "action spaces it takes, and only such a row")  # fmt: skip
+            raise ValueError(
+                f"algo {self.name}: a row that trains on gymnasium envs names the observation and "
+                "action spaces it takes, and only such a row"
+            )
 
     @property
     def name(self) -> str:

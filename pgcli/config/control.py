@@ -87,8 +87,13 @@ class PPOConfig:
         require(self.n_steps >= 1, "algo.n_steps", self.n_steps, ">= 1")
         require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")
         if self.normalize_advantage:  # SB3 asserts it (DLR-RM/stable-baselines3#440): a minibatch of 1 has no std
-            require(self.batch_size > 1, "algo.batch_size", self.batch_size, "> 1 with algo.normalize_advantage=true",
-                     "a one-sample minibatch has no standard deviation")  # fmt: skip
+            require(
+                self.batch_size > 1,
+                "algo.batch_size",
+                self.batch_size,
+                "> 1 with algo.normalize_advantage=true",
+                "a one-sample minibatch has no standard deviation",
+            )
         require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, ">= 1")
         _at_most("algo.n_epochs", self.n_epochs, MAX_EPOCHS, "typical: 10")
         _gamma("algo.gamma", self.gamma)
@@ -295,9 +300,13 @@ class TRPOConfig:
         # CG stops before its first iteration when the squared gradient norm (~1e-2 on CartPole) is below the
         # tolerance: the direction is zero, the line search finds no improvement, and every update silently keeps
         # the old policy (measured: line_search_success 0 on every update at 1.0; docs/configuration.md, "Validation").
-        require(0 <= self.cg_residual_tol <= MAX_CG_RESIDUAL_TOL, "algo.cg_residual_tol", self.cg_residual_tol,
-                 f"in [0, {MAX_CG_RESIDUAL_TOL:g}]", "a larger tolerance can stop CG before its first step, making "
-                 "every update a no-op; typical: 1e-10")  # fmt: skip
+        require(
+            0 <= self.cg_residual_tol <= MAX_CG_RESIDUAL_TOL,
+            "algo.cg_residual_tol",
+            self.cg_residual_tol,
+            f"in [0, {MAX_CG_RESIDUAL_TOL:g}]",
+            "a larger tolerance can stop CG before its first step, making every update a no-op; typical: 1e-10",
+        )
         require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0", "typical: 0.1")
         require(self.fvp_sub_sampling >= 1, "algo.fvp_sub_sampling", self.fvp_sub_sampling, ">= 1")
         _unit_open("algo.backtrack_coeff", self.backtrack_coeff, "typical: 0.8")
@@ -459,8 +468,13 @@ class GRPOConfig(ClippedPolicyOptions):
 
     def __post_init__(self) -> None:
         _finite_fields(self, "algo")
-        require(self.group_size >= 2, "algo.group_size", self.group_size, ">= 2",
-                 "a group needs at least 2 episodes to normalise within")  # fmt: skip
+        require(
+            self.group_size >= 2,
+            "algo.group_size",
+            self.group_size,
+            ">= 2",
+            "a group needs at least 2 episodes to normalise within",
+        )
         _at_most("algo.group_size", self.group_size, MAX_N_ENVS * 4, "typical: 8 (TRL num_generations)")
         require(self.n_groups >= 1, "algo.n_groups", self.n_groups, ">= 1")
         _at_most("algo.n_groups", self.n_groups, MAX_N_ENVS * 4, "typical: 4")
@@ -474,8 +488,13 @@ class GRPOConfig(ClippedPolicyOptions):
         require(self.n_iterations >= 1, "algo.n_iterations", self.n_iterations, ">= 1")
         _at_most("algo.n_iterations", self.n_iterations, MAX_EPOCHS, "typical: 4")
         n_episodes = self.group_size * self.n_groups
-        require(1 <= self.batch_size <= n_episodes, "algo.batch_size", self.batch_size,
-                 f"in [1, group_size * n_groups = {n_episodes}]", "it counts episodes per minibatch")  # fmt: skip
+        require(
+            1 <= self.batch_size <= n_episodes,
+            "algo.batch_size",
+            self.batch_size,
+            f"in [1, group_size * n_groups = {n_episodes}]",
+            "it counts episodes per minibatch",
+        )
         _learning_rate("algo.learning_rate", self.learning_rate, "typical: 3e-4")
         _positive("algo.max_grad_norm", self.max_grad_norm)
         require(self.beta >= 0, "algo.beta", self.beta, ">= 0", "0 disables the KL penalty")
@@ -485,11 +504,20 @@ class GRPOConfig(ClippedPolicyOptions):
 
     def check_rollout(self, n_envs: int) -> None:
         """Rules of a control task (a batch is whole episodes, collected n_envs at a time): no text-only option."""
-        require(self.kl_estimator == "k3", "algo.kl_estimator", self.kl_estimator, "k3 on a control task",
-                 "k1 and k2 are for text tasks (docs/algorithms/lm.md)")  # fmt: skip
-        require(not self.mask_truncated_completions, "algo.mask_truncated_completions",
-                 self.mask_truncated_completions, "false on a control task", "it drops completions without EOS "
-                 "of text tasks")  # fmt: skip
+        require(
+            self.kl_estimator == "k3",
+            "algo.kl_estimator",
+            self.kl_estimator,
+            "k3 on a control task",
+            "k1 and k2 are for text tasks (docs/algorithms/lm.md)",
+        )
+        require(
+            not self.mask_truncated_completions,
+            "algo.mask_truncated_completions",
+            self.mask_truncated_completions,
+            "false on a control task",
+            "it drops completions without EOS of text tasks",
+        )
 
     def check_text_env(self) -> None:
         """Rules for a text env (docs/algorithms/lm.md): a completion is one episode with one outcome reward."""

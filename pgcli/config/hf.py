@@ -36,8 +36,13 @@ class LoRAConfig:
         require(0 <= self.r <= 4096, "model.lora.r", self.r, "in [0, 4096]", "0 fine-tunes every weight")
         _positive("model.lora.alpha", self.alpha, "typical: 2 * r")
         require(0 <= self.dropout < 1, "model.lora.dropout", self.dropout, "in [0, 1)")
-        require(len(self.target_modules) >= 1, "model.lora.target_modules", self.target_modules,
-                 "at least one module name", 'e.g. ["q_proj", "v_proj"] or ["all-linear"]')  # fmt: skip
+        require(
+            len(self.target_modules) >= 1,
+            "model.lora.target_modules",
+            self.target_modules,
+            "at least one module name",
+            'e.g. ["q_proj", "v_proj"] or ["all-linear"]',
+        )
 
 
 @dataclass

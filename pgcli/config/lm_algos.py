@@ -120,8 +120,13 @@ def _clipped_lm_rules(algo: Any, min_group: int, *, turns: bool = False) -> None
     if turns:
         require(algo.batch_size >= 1, "algo.batch_size", algo.batch_size, ">= 1", "it counts turns per minibatch")
     else:
-        require(1 <= algo.batch_size <= n_completions, "algo.batch_size", algo.batch_size,
-                 f"in [1, group_size * n_groups = {n_completions}]", "it counts completions per minibatch")  # fmt: skip
+        require(
+            1 <= algo.batch_size <= n_completions,
+            "algo.batch_size",
+            algo.batch_size,
+            f"in [1, group_size * n_groups = {n_completions}]",
+            "it counts completions per minibatch",
+        )
     _learning_rate("algo.learning_rate", algo.learning_rate, "typical: 3e-5")
     _positive("algo.max_grad_norm", algo.max_grad_norm)
     require(algo.beta >= 0, "algo.beta", algo.beta, ">= 0", "0 disables the KL term")
@@ -228,8 +233,13 @@ class ReinforcePPConfig(ClippedPolicyOptions):
     def __post_init__(self) -> None:
         _clipped_lm_rules(self, min_group=1)
         _choice("algo.baseline", self.baseline, ("none", "group"))
-        require(self.baseline == "none" or self.group_size >= 2, "algo.group_size", self.group_size,
-                 ">= 2 with algo.baseline=group", "a group of one is its own baseline")  # fmt: skip
+        require(
+            self.baseline == "none" or self.group_size >= 2,
+            "algo.group_size",
+            self.group_size,
+            ">= 2 with algo.baseline=group",
+            "a group of one is its own baseline",
+        )
         _gamma("algo.gamma", self.gamma)
 
 

@@ -65,8 +65,13 @@ class PixelsConfig:
         _at_most("env.pixels.noop_max", self.noop_max, 1000, "typical: 30")
         require(self.frame_skip >= 1, "env.pixels.frame_skip", self.frame_skip, ">= 1", "1 observes every frame")
         _at_most("env.pixels.frame_skip", self.frame_skip, 64, "typical: 4")
-        require(self.screen_size == 0 or self.screen_size >= 8, "env.pixels.screen_size", self.screen_size,
-                 "0 (keep the env's size) or >= 8", "typical: 84")  # fmt: skip
+        require(
+            self.screen_size == 0 or self.screen_size >= 8,
+            "env.pixels.screen_size",
+            self.screen_size,
+            "0 (keep the env's size) or >= 8",
+            "typical: 84",
+        )
         _at_most("env.pixels.screen_size", self.screen_size, 1024, "typical: 84")
         require(self.frame_stack >= 1, "env.pixels.frame_stack", self.frame_stack, ">= 1", "1 stacks nothing")
         _at_most("env.pixels.frame_stack", self.frame_stack, 64, "typical: 4")
@@ -99,10 +104,17 @@ class CNNModelConfig:
 
     def __post_init__(self) -> None:
         _choice("model.arch", self.arch, CNN_ARCHS)
-        for key, sizes in (("model.pi_hidden_sizes", self.pi_hidden_sizes),
-                           ("model.vf_hidden_sizes", self.vf_hidden_sizes)):  # fmt: skip
-            require(all(1 <= int(s) <= MAX_WIDTH for s in sizes), key, list(sizes),
-                     f"a list of widths in [1, {MAX_WIDTH}]", "typical: [] (a linear head)")  # fmt: skip
+        for key, sizes in (
+            ("model.pi_hidden_sizes", self.pi_hidden_sizes),
+            ("model.vf_hidden_sizes", self.vf_hidden_sizes),
+        ):
+            require(
+                all(1 <= int(s) <= MAX_WIDTH for s in sizes),
+                key,
+                list(sizes),
+                f"a list of widths in [1, {MAX_WIDTH}]",
+                "typical: [] (a linear head)",
+            )
         _choice("model.activation", self.activation, ACTIVATIONS)
         require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]", "typical: 0")
 
@@ -111,8 +123,10 @@ class CNNModelConfig:
 # hardware.vec_env=envpool (docs/pixels.md, "EnvPool")
 # --------------------------------------------------------------------------------------------------------------------
 
-ENVPOOL_MISSING = ("hardware.vec_env=envpool needs the envpool package, which is not installed: pip install envpool "
-                   "(Linux x86-64, Python >= 3.11; in pgcli[pixels] there), or use hardware.vec_env=sync")  # fmt: skip
+ENVPOOL_MISSING = (
+    "hardware.vec_env=envpool needs the envpool package, which is not installed: pip install envpool "
+    "(Linux x86-64, Python >= 3.11; in pgcli[pixels] there), or use hardware.vec_env=sync"
+)
 ENVPOOL_KWARGS = ("repeat_action_probability", "full_action_space", "mode", "difficulty")
 """The ALE options of ``env.kwargs`` that EnvPool's Atari games take under the same names."""
 
@@ -124,24 +138,31 @@ def envpool_task(env_id: str) -> str | None:
     return None if match is None else f"{match.group(1)}-v5"
 
 
-def check_envpool(env_id: str, pixels: PixelsConfig | None, *, kwargs: Iterable[str], n_wrappers: int,
-                  algo: str) -> None:  # fmt: skip
+def check_envpool(
+    env_id: str, pixels: PixelsConfig | None, *, kwargs: Iterable[str], n_wrappers: int, algo: str
+) -> None:
     """The rules of ``hardware.vec_env=envpool``: an Atari game with ``env.pixels``, EnvPool installed (looked up,
     not imported), no gymnasium wrappers, only the ALE options EnvPool takes, and a trainer that does not reseed
     single sub-envs (EnvPool seeds its games once, when the pool is made)."""
     if pixels is None or envpool_task(env_id) is None:
-        raise ConfigError(f"hardware.vec_env=envpool steps Atari games (env=pong, env=breakout, ...: "
-                          f"<Game>NoFrameskip-v4 ids with env.pixels); env.id {env_id!r} is not one: use "
-                          "hardware.vec_env=sync")  # fmt: skip
+        raise ConfigError(
+            f"hardware.vec_env=envpool steps Atari games (env=pong, env=breakout, ...: "
+            f"<Game>NoFrameskip-v4 ids with env.pixels); env.id {env_id!r} is not one: use "
+            "hardware.vec_env=sync"
+        )
     if importlib.util.find_spec("envpool") is None:
         raise ConfigError(ENVPOOL_MISSING)
     if n_wrappers:
-        raise ConfigError("env.wrappers wrap gymnasium sub-envs; hardware.vec_env=envpool steps EnvPool's own games: "
-                          "drop env.wrappers or use hardware.vec_env=sync")  # fmt: skip
+        raise ConfigError(
+            "env.wrappers wrap gymnasium sub-envs; hardware.vec_env=envpool steps EnvPool's own games: "
+            "drop env.wrappers or use hardware.vec_env=sync"
+        )
     unknown = sorted(set(kwargs) - set(ENVPOOL_KWARGS))
     if unknown:
-        raise ConfigError(f"env.kwargs {unknown} are not options of EnvPool's Atari games (it takes "
-                          f"{', '.join(ENVPOOL_KWARGS)}): drop them or use hardware.vec_env=sync")  # fmt: skip
+        raise ConfigError(
+            f"env.kwargs {unknown} are not options of EnvPool's Atari games (it takes "
+            f"{', '.join(ENVPOOL_KWARGS)}): drop them or use hardware.vec_env=sync"
+        )
     if algo == "grpo":
         raise ConfigError(
             "algo=grpo replays seeded start states in single sub-envs, which hardware.vec_env=envpool "

@@ -54,8 +54,13 @@ class RMConfig:
         _choice("algo.pairs", self.pairs, PAIR_KINDS)
         require(self.policy_samples >= 1, "algo.policy_samples", self.policy_samples, ">= 1", "typical: 4")
         _at_most("algo.policy_samples", self.policy_samples, 1024, "typical: 4")
-        require(0 <= self.label_noise < 0.5, "algo.label_noise", self.label_noise, "in [0, 0.5)",
-                "at 0.5 the labels carry no preference; typical: 0 to 0.3")  # fmt: skip
+        require(
+            0 <= self.label_noise < 0.5,
+            "algo.label_noise",
+            self.label_noise,
+            "in [0, 0.5)",
+            "at 0.5 the labels carry no preference; typical: 0 to 0.3",
+        )
 
     def check_rollout(self, n_envs: int) -> None:
         """No env rollout: a reward model trains on text tasks only."""

@@ -78,8 +78,13 @@ class EnvConfig:
         _positive("env.clip_obs", self.clip_obs)
         _positive("env.clip_reward", self.clip_reward)
         if self.pixels is not None:
-            require(not self.normalize_obs, "env.normalize_obs", self.normalize_obs, "false on an image env",
-                     "frames stay uint8 and the CNN scales them by 1/255")  # fmt: skip
+            require(
+                not self.normalize_obs,
+                "env.normalize_obs",
+                self.normalize_obs,
+                "false on an image env",
+                "frames stay uint8 and the CNN scales them by 1/255",
+            )
 
 
 @dataclass
@@ -98,15 +103,23 @@ class ModelConfig:
     """Initial log standard deviation of Gaussian policies (state-independent)."""
 
     def __post_init__(self) -> None:
-        for key, sizes in (("model.pi_hidden_sizes", self.pi_hidden_sizes),
-                           ("model.vf_hidden_sizes", self.vf_hidden_sizes)):  # fmt: skip
+        for key, sizes in (
+            ("model.pi_hidden_sizes", self.pi_hidden_sizes),
+            ("model.vf_hidden_sizes", self.vf_hidden_sizes),
+        ):
             require(all(int(s) >= 1 for s in sizes), key, list(sizes), "a list of positive widths")
-            require(all(int(s) <= MAX_WIDTH for s in sizes), key, list(sizes), f"widths <= {MAX_WIDTH}",
-                     "typical: [64, 64]")  # fmt: skip
+            require(
+                all(int(s) <= MAX_WIDTH for s in sizes), key, list(sizes), f"widths <= {MAX_WIDTH}", "typical: [64, 64]"
+            )
         _choice("model.activation", self.activation, ACTIVATIONS)
         require(math.isfinite(self.log_std_init), "model.log_std_init", self.log_std_init, "finite")
-        require(-20 <= self.log_std_init <= 5, "model.log_std_init", self.log_std_init, "in [-20, 5]",
-                 "the initial std is exp(log_std_init) in units of the [-1, 1] action range; typical: 0")  # fmt: skip
+        require(
+            -20 <= self.log_std_init <= 5,
+            "model.log_std_init",
+            self.log_std_init,
+            "in [-20, 5]",
+            "the initial std is exp(log_std_init) in units of the [-1, 1] action range; typical: 0",
+        )
 
 
 @dataclass
@@ -249,23 +262,42 @@ class TrainConfig:
         if not isinstance(self.env, EnvConfig):
             raise ConfigError(f"env must be one of the env group's options (got {type(self.env).__name__})")
         if not entry.trains_on(*GYM_KINDS):
-            raise ConfigError(f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown|"
-                              f"countdown_tool); {self.env.id} is a gymnasium env")  # fmt: skip
+            raise ConfigError(
+                f"algo={self.algo.name} trains on text tasks only (env=addition|sort|countdown|"
+                f"countdown_tool); {self.env.id} is a gymnasium env"
+            )
         if self.env.pixels is not None or isinstance(self.model, CNNModelConfig):
             self._check_image()
         else:
             model = self.model.name if isinstance(self.model, LMModelConfig | HFModelConfig) else self.model
-            require(isinstance(self.model, ModelConfig), "model", model, "an MLP option (mlp, mlp_large) on a "
-                     "gymnasium env", f"model={model} is for text tasks")  # fmt: skip
+            require(
+                isinstance(self.model, ModelConfig),
+                "model",
+                model,
+                "an MLP option (mlp, mlp_large) on a gymnasium env",
+                f"model={model} is for text tasks",
+            )
         if not entry.trains_on(self.env_kind):
-            raise ConfigError(f"algo={self.algo.name} does not train on {self.env_kind} envs; env.id {self.env.id!r} "
-                              f"takes algo={', '.join(algo_names(self.env_kind))}")  # fmt: skip
-        require(self.init is None, "init", self.init, "null on a gymnasium env",
-                 f"init=<SFT run> starts text-task runs ({', '.join(algo_names(*TEXT_KINDS))})")  # fmt: skip
+            raise ConfigError(
+                f"algo={self.algo.name} does not train on {self.env_kind} envs; env.id {self.env.id!r} "
+                f"takes algo={', '.join(algo_names(self.env_kind))}"
+            )
+        require(
+            self.init is None,
+            "init",
+            self.init,
+            "null on a gymnasium env",
+            f"init=<SFT run> starts text-task runs ({', '.join(algo_names(*TEXT_KINDS))})",
+        )
         self.algo.check_rollout(self.env.n_envs)  # cross-group: the rollout is algo.n_steps * env.n_envs
         if self.hardware.vec_env == "envpool":
-            check_envpool(self.env.id, self.env.pixels, kwargs=self.env.kwargs, n_wrappers=len(self.env.wrappers),
-                          algo=self.algo.name)  # fmt: skip
+            check_envpool(
+                self.env.id,
+                self.env.pixels,
+                kwargs=self.env.kwargs,
+                n_wrappers=len(self.env.wrappers),
+                algo=self.algo.name,
+            )
 
     def _check_image(self) -> None:
         """Cross-group rules of an image run (docs/pixels.md): an image env and model=cnn go together, and TRPO's
@@ -273,51 +305,77 @@ class TrainConfig:
         :mod:`pgcli.training.checks`')."""
         env_id = self.env.id
         if self.env.pixels is None:
-            raise ConfigError(f"model=cnn needs an image env (env=pong, env=minatar_breakout, ...: an env.pixels "
-                              f"section); env.id {env_id!r} has none: use model=mlp")  # fmt: skip
+            raise ConfigError(
+                f"model=cnn needs an image env (env=pong, env=minatar_breakout, ...: an env.pixels "
+                f"section); env.id {env_id!r} has none: use model=mlp"
+            )
         if not isinstance(self.model, CNNModelConfig):
             text = isinstance(self.model, LMModelConfig | HFModelConfig)
             got = f"model={self.model.name}" if text else "an MLP model option"
             raise ConfigError(f"env.id {env_id!r} is an image env (env.pixels is set): it needs model=cnn (got {got})")
         if isinstance(self.algo, TRPOConfig) and self.algo.critic_process and self.model.share_features:
-            raise ConfigError("algo.critic_process=true needs model.share_features=false: the critic process fits the "
-                              "value network while the policy step moves the torso they share")  # fmt: skip
+            raise ConfigError(
+                "algo.critic_process=true needs model.share_features=false: the critic process fits the "
+                "value network while the policy step moves the torso they share"
+            )
 
     def _check_text(self) -> None:
         """Cross-group rules of a text run: a text algo, a language model (TinyGPT or Hugging Face), no videos (the
         prompts' fit in ``model.max_len`` needs the task: :mod:`pgcli.training.checks`)."""
         if not ALGOS[self.algo.name].trains_on(*TEXT_KINDS):
             able = ", ".join(algo_names(*TEXT_KINDS))
-            raise ConfigError(f"algo={self.algo.name} does not train on text tasks; env={self.env.id} takes algo="
-                              f"{able}")  # fmt: skip
+            raise ConfigError(
+                f"algo={self.algo.name} does not train on text tasks; env={self.env.id} takes algo={able}"
+            )
         if not isinstance(self.model, LMModelConfig | HFModelConfig):
-            raise ConfigError(f"env={self.env.id} is a text task: it needs model=tiny_gpt or model=hf (got an MLP "
-                              "model option)")  # fmt: skip
+            raise ConfigError(
+                f"env={self.env.id} is a text task: it needs model=tiny_gpt or model=hf (got an MLP model option)"
+            )
         self.algo.check_text_env()
         self._check_turns()
-        require(self.eval.video_every == 0, "eval.video_every", self.eval.video_every, "0 on a text task",
-                 "a text task has no frames; its evaluations write samples/step_<n>.json instead")  # fmt: skip
+        require(
+            self.eval.video_every == 0,
+            "eval.video_every",
+            self.eval.video_every,
+            "0 on a text task",
+            "a text task has no frames; its evaluations write samples/step_<n>.json instead",
+        )
         if self.init is not None:
             require(bool(str(self.init).strip()), "init", self.init, "a run id or a run directory")
         if isinstance(self.algo, RMConfig) and self.algo.pairs == "policy":  # docs/lm.md, "Reward models"
-            require(self.init is not None, "init", self.init, "an SFT run with algo.pairs=policy", "its wrong "
-                     "samples are the rejected completions: set init=<SFT run id | run dir>, or use "
-                     "algo.pairs=checker")  # fmt: skip
+            require(
+                self.init is not None,
+                "init",
+                self.init,
+                "an SFT run with algo.pairs=policy",
+                "its wrong "
+                "samples are the rejected completions: set init=<SFT run id | run dir>, or use "
+                "algo.pairs=checker",
+            )
 
     def _check_turns(self) -> None:
         """A multi-turn task trains with Flow-GRPO, whole-trajectory GRPO or SFT (its turns as demonstrations), and
         Flow-GRPO needs one (docs/lm.md, "Multi-turn agents")."""
         multi_turn, entry = self.env_kind == "multi-turn", ALGOS[self.algo.name]
         if not multi_turn and not entry.trains_on("text"):
-            raise ConfigError(f"algo={self.algo.name} trains on multi-turn tasks (env=countdown_tool); "
-                              f"env={self.env.id} is single-turn: use algo=grpo")  # fmt: skip
+            raise ConfigError(
+                f"algo={self.algo.name} trains on multi-turn tasks (env=countdown_tool); "
+                f"env={self.env.id} is single-turn: use algo=grpo"
+            )
         if multi_turn and not entry.trains_on("multi-turn"):
-            raise ConfigError(f"env={self.env.id} is a multi-turn task: it trains with algo=flow_grpo, grpo (whole "
-                              f"trajectories) or sft (got algo={self.algo.name})")  # fmt: skip
+            raise ConfigError(
+                f"env={self.env.id} is a multi-turn task: it trains with algo=flow_grpo, grpo (whole "
+                f"trajectories) or sft (got algo={self.algo.name})"
+            )
         if multi_turn and isinstance(self.algo, GRPOConfig):
-            require(self.algo.loss_agg != "seq_mean", "algo.loss_agg", self.algo.loss_agg, "token_mean or constant "
-                     "with algo=grpo on a multi-turn task", "a trajectory's turns are separate samples, so a "
-                     "per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns")  # fmt: skip
+            require(
+                self.algo.loss_agg != "seq_mean",
+                "algo.loss_agg",
+                self.algo.loss_agg,
+                "token_mean or constant with algo=grpo on a multi-turn task",
+                "a trajectory's turns are separate samples, so a "
+                "per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns",
+            )
 
     @property
     def env_kind(self) -> str:

@@ -95,13 +95,23 @@ class TextEnvConfig:
 
     def __post_init__(self) -> None:
         _finite_fields(self, "env")
-        require(self.id == self.name, "env.id", self.id, f"'{self.name}' for env={self.name}",
-                 "choose the task with env=addition|sort|countdown|countdown_tool")  # fmt: skip
+        require(
+            self.id == self.name,
+            "env.id",
+            self.id,
+            f"'{self.name}' for env={self.name}",
+            "choose the task with env=addition|sort|countdown|countdown_tool",
+        )
         require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
         require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
         named = isinstance(self.reward, str) and self.reward.startswith(REWARD_MODEL_PREFIX) and self.reward[3:].strip()
-        require(isinstance(self.reward, Mapping) or bool(named), "env.reward", self.reward,
-                "rm:<run id | run dir> or {_target_: module.function, ...}", "rm: names a pgcli rm run")  # fmt: skip
+        require(
+            isinstance(self.reward, Mapping) or bool(named),
+            "env.reward",
+            self.reward,
+            "rm:<run id | run dir> or {_target_: module.function, ...}",
+            "rm: names a pgcli rm run",
+        )
         require(self.format_reward >= 0, "env.format_reward", self.format_reward, ">= 0", "0 turns it off")
         require(1 <= self.eval_pass_k <= 256, "env.eval_pass_k", self.eval_pass_k, "in [1, 256]", "typical: 8")
         require(self.eval_samples >= 0, "env.eval_samples", self.eval_samples, ">= 0", "0 writes no samples table")
@@ -184,12 +194,27 @@ class CountdownToolEnvConfig(TextEnvConfig):
         require(2 <= self.n_numbers <= 6, "env.n_numbers", self.n_numbers, "in [2, 6]", "typical: 3")
         require(2 <= self.max_number <= 99, "env.max_number", self.max_number, "in [2, 99]", "typical: 9")
         require(1 <= self.max_target <= 10**6, "env.max_target", self.max_target, "in [1, 1e6]", "typical: 100")
-        require(self.n_numbers - 1 <= self.max_turns <= 32, "env.max_turns", self.max_turns,
-                 f"in [n_numbers - 1 = {self.n_numbers - 1}, 32]", "each turn is one operation")  # fmt: skip
-        require(isinstance(self.reward, Mapping) and not self.reward, "env.reward", self.reward, "{} on a multi-turn "
-                 "task", "its reward is the final verdict: solved or not")  # fmt: skip
-        require(self.format_reward == 0, "env.format_reward", self.format_reward, "0 on a multi-turn task",
-                 "tool errors are counted, not rewarded")  # fmt: skip
+        require(
+            self.n_numbers - 1 <= self.max_turns <= 32,
+            "env.max_turns",
+            self.max_turns,
+            f"in [n_numbers - 1 = {self.n_numbers - 1}, 32]",
+            "each turn is one operation",
+        )
+        require(
+            isinstance(self.reward, Mapping) and not self.reward,
+            "env.reward",
+            self.reward,
+            "{} on a multi-turn task",
+            "its reward is the final verdict: solved or not",
+        )
+        require(
+            self.format_reward == 0,
+            "env.format_reward",
+            self.format_reward,
+            "0 on a multi-turn task",
+            "tool errors are counted, not rewarded",
+        )
         super().__post_init__()
 
 
@@ -231,8 +256,12 @@ class LMModelConfig:
         for key in ("n_layers", "n_heads", "d_model", "d_ff", "max_len"):
             value = getattr(self, key)
             require(1 <= value <= MAX_WIDTH, f"model.{key}", value, f"in [1, {MAX_WIDTH}]")
-        require(self.d_model % self.n_heads == 0, "model.d_model", self.d_model,
-                 f"divisible by model.n_heads={self.n_heads}")  # fmt: skip
+        require(
+            self.d_model % self.n_heads == 0,
+            "model.d_model",
+            self.d_model,
+            f"divisible by model.n_heads={self.n_heads}",
+        )
         _positive("model.init_std", self.init_std, "typical: 0.02")
         _positive("model.temperature", self.temperature, "typical: 1.0")
         _at_most("model.temperature", self.temperature, 10.0, "typical: 1.0")

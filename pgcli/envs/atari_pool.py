@@ -69,8 +69,10 @@ class EnvPoolVectorEnv(VectorEnv):
     def __init__(self, cfg: EnvConfig, *, n_envs: int, seed: int, n_threads: int, training: bool = True) -> None:
         task = envpool_task(cfg.id)
         if task is None:
-            raise ConfigError(f"hardware.vec_env=envpool steps Atari <Game>NoFrameskip-v4 ids; env.id {cfg.id!r} "
-                              "is not one: use hardware.vec_env=sync")  # fmt: skip
+            raise ConfigError(
+                f"hardware.vec_env=envpool steps Atari <Game>NoFrameskip-v4 ids; env.id {cfg.id!r} "
+                "is not one: use hardware.vec_env=sync"
+            )
         self.task, self.options = task, pool_options(cfg, training=training)
         self.num_envs, self.n_threads = n_envs, max(1, min(n_threads, n_envs))
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -92,8 +94,15 @@ class EnvPoolVectorEnv(VectorEnv):
         except ImportError as exc:
             raise ConfigError(ENVPOOL_MISSING) from exc
         self.seed = seed
-        return envpool.make(self.task, env_type="gymnasium", num_envs=self.num_envs, batch_size=self.num_envs,
-                            num_threads=self.n_threads, seed=seed, **self.options)  # fmt: skip
+        return envpool.make(
+            self.task,
+            env_type="gymnasium",
+            num_envs=self.num_envs,
+            batch_size=self.num_envs,
+            num_threads=self.n_threads,
+            seed=seed,
+            **self.options,
+        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """New games in every sub-env; with ``seed``, the games sub-env i plays from seed + i (the pool made again,
@@ -138,8 +147,11 @@ class EnvPoolVectorEnv(VectorEnv):
         if game_over.any():
             now = time.perf_counter()
             mask = game_over.copy()
-            episode = {"r": np.where(mask, self._returns, 0.0), "l": np.where(mask, self._lengths, 0),
-                       "t": np.where(mask, np.round(now - self._starts, 6), 0.0)}  # fmt: skip
+            episode = {
+                "r": np.where(mask, self._returns, 0.0),
+                "l": np.where(mask, self._lengths, 0),
+                "t": np.where(mask, np.round(now - self._starts, 6), 0.0),
+            }
             episode.update(_r=mask, _l=mask, _t=mask)
             info["final_info"].update(episode=episode, _episode=mask)
             self._returns[mask], self._lengths[mask], self._starts[mask] = 0.0, 0, now

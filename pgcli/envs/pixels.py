@@ -82,8 +82,13 @@ class MinAtarEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}  # noqa: RUF012 (gym.Env declares it so)
 
-    def __init__(self, game: str, sticky_action_prob: float = 0.1, difficulty_ramping: bool = True,
-                 render_mode: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        game: str,
+        sticky_action_prob: float = 0.1,
+        difficulty_ramping: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
         self.render_mode = render_mode
         self.game = _minatar_game(game).Env(ramping=difficulty_ramping)
         self.sticky_action_prob = sticky_action_prob
@@ -108,8 +113,11 @@ class MinAtarEnv(gym.Env):
         """The game's whole dynamic state as plain values (``pgcli.envs.state``: exact resume)."""
         kind, keys, pos, has_gauss, gauss = self.random.get_state()
         game = {k: _plain(v) for k, v in vars(self.game).items() if k not in self.STATIC}
-        return {"game": game, "random": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-                "last_action": int(self.last_action)}  # fmt: skip
+        return {
+            "game": game,
+            "random": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+            "last_action": int(self.last_action),
+        }
 
     def restore_checkpoint_state(self, state: dict[str, Any]) -> None:
         kind, keys, pos, has_gauss, gauss = state["random"]
@@ -188,8 +196,11 @@ def _cubehelix(x: np.ndarray, start: float = 0.5, rotations: float = -1.5, hue: 
     amplitude = hue * x * (1 - x) / 2
     phi = 2 * np.pi * (start / 3 + rotations * x)
     cos, sin = np.cos(phi), np.sin(phi)
-    rgb = [x + amplitude * (-0.14861 * cos + 1.78277 * sin), x + amplitude * (-0.29227 * cos - 0.90649 * sin),
-           x + amplitude * (1.97294 * cos)]  # fmt: skip
+    rgb = [
+        x + amplitude * (-0.14861 * cos + 1.78277 * sin),
+        x + amplitude * (-0.29227 * cos - 0.90649 * sin),
+        x + amplitude * (1.97294 * cos),
+    ]
     return np.clip(np.stack(rgb, axis=-1), 0.0, 1.0)
 
 
@@ -234,8 +245,10 @@ class NoopReset(gym.Wrapper):
     def __init__(self, env: gym.Env, noop_max: int) -> None:
         super().__init__(env)
         if _action_meanings(env)[:1] != ["NOOP"]:
-            raise ConfigError(f"env.pixels.noop_max={noop_max} needs an env whose action 0 is NOOP (an ALE game); "
-                              "set env.pixels.noop_max=0")  # fmt: skip
+            raise ConfigError(
+                f"env.pixels.noop_max={noop_max} needs an env whose action 0 is NOOP (an ALE game); "
+                "set env.pixels.noop_max=0"
+            )
         self.noop_max = noop_max
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -273,8 +286,10 @@ class EpisodicLife(gym.Wrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         if not hasattr(env.unwrapped, "ale"):
-            raise ConfigError("env.pixels.terminal_on_life_loss=true needs an ALE game (it counts lives); set "
-                              "env.pixels.terminal_on_life_loss=false")  # fmt: skip
+            raise ConfigError(
+                "env.pixels.terminal_on_life_loss=true needs an ALE game (it counts lives); set "
+                "env.pixels.terminal_on_life_loss=false"
+            )
         self.lives = 0
         self.game_over = True
 
@@ -326,12 +341,16 @@ class ImageObservation(gym.ObservationWrapper):
         super().__init__(env)
         space = env.observation_space
         if not (isinstance(space, spaces.Box) and len(space.shape) in (2, 3) and space.dtype in (np.uint8, np.bool_)):
-            raise ConfigError(f"env.pixels needs image observations, (H, W) or (H, W, C) of uint8 or bool; the env "
-                              f"gives {describe_space(space)}; drop env.pixels (and use model=mlp)")  # fmt: skip
+            raise ConfigError(
+                f"env.pixels needs image observations, (H, W) or (H, W, C) of uint8 or bool; the env "
+                f"gives {describe_space(space)}; drop env.pixels (and use model=mlp)"
+            )
         height, width, channels = (*space.shape, 1)[:3]
         if grayscale and channels != 3:
-            raise ConfigError(f"env.pixels.grayscale=true needs RGB frames; the env gives {channels} channel(s) "
-                              f"({describe_space(space)}); set env.pixels.grayscale=false")  # fmt: skip
+            raise ConfigError(
+                f"env.pixels.grayscale=true needs RGB frames; the env gives {channels} channel(s) "
+                f"({describe_space(space)}); set env.pixels.grayscale=false"
+            )
         self.scale = 255 if space.dtype == np.bool_ else 1
         self.grayscale, self.size = grayscale, (screen_size, screen_size) if screen_size else (height, width)
         shape = (1 if grayscale else channels, *self.size)

@@ -76,9 +76,14 @@ def _layout(n: int, obs_space: gym.spaces.Box, action_space: gym.Space) -> Layou
     """The arrays in shared memory for ``n`` worker sub-envs."""
     act_dtype = np.dtype(np.int64) if isinstance(action_space, gym.spaces.Discrete) else action_space.dtype
     act_shape = tuple(action_space.shape or ())
-    return [("ctrl", np.dtype(np.int64), (4,)), ("actions", np.dtype(act_dtype), (n, *act_shape)),
-            ("obs", np.dtype(obs_space.dtype), (n, *obs_space.shape)), ("rewards", np.dtype(np.float64), (n,)),
-            ("terminated", np.dtype(np.bool_), (n,)), ("truncated", np.dtype(np.bool_), (n,))]  # fmt: skip
+    return [
+        ("ctrl", np.dtype(np.int64), (4,)),
+        ("actions", np.dtype(act_dtype), (n, *act_shape)),
+        ("obs", np.dtype(obs_space.dtype), (n, *obs_space.shape)),
+        ("rewards", np.dtype(np.float64), (n,)),
+        ("terminated", np.dtype(np.bool_), (n,)),
+        ("truncated", np.dtype(np.bool_), (n,)),
+    ]
 
 
 def _views(buffer: Any, layout: Layout) -> dict[str, np.ndarray]:
@@ -176,9 +181,13 @@ def _step_share(envs: list[gym.Env], arrays: tuple[np.ndarray, ...], first: int,
 
 
 def _worker(
-    conn: Connection, eval_conn: Connection, buffer: Any, layout: Layout, env_fns: list[Callable[[], gym.Env]],
+    conn: Connection,
+    eval_conn: Connection,
+    buffer: Any,
+    layout: Layout,
+    env_fns: list[Callable[[], gym.Env]],
     first: int,
-) -> None:  # fmt: skip
+) -> None:
     """The worker process: build its sub-envs (global indices ``first``, ``first + 1``, ...), then answer commands
     until ``close``, or until the main process is gone; in between, play the evaluations sent on ``eval_conn``."""
     parent = os.getppid()
@@ -361,8 +370,9 @@ class SharedMemoryVectorEnv(SplitVectorEnv):
         self._ask("step", list(actions[k:]))
         return False
 
-    def _step_local(self, actions: Any, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
-                    truncated: np.ndarray) -> list[tuple[int, Any, dict[str, Any]]]:  # fmt: skip
+    def _step_local(
+        self, actions: Any, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> list[tuple[int, Any, dict[str, Any]]]:
         """Step this process's sub-envs into rows ``[0, n_local)``; the episodes that ended, reset at once."""
         ended: list[tuple[int, Any, dict[str, Any]]] = []
         for i in range(self.n_local):
@@ -373,8 +383,9 @@ class SharedMemoryVectorEnv(SplitVectorEnv):
             obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
         return ended
 
-    def _collect_worker_step(self, shared: bool, obs: Any, rewards: np.ndarray, terminated: np.ndarray,
-                             truncated: np.ndarray) -> list[tuple[int, Any, dict[str, Any]]]:  # fmt: skip
+    def _collect_worker_step(
+        self, shared: bool, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> list[tuple[int, Any, dict[str, Any]]]:
         """The worker's half of the step into rows ``[n_local, n)``; the episodes that ended there."""
         k = self.n_local
         if shared:

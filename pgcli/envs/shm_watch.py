@@ -76,8 +76,9 @@ class WorkerWatch:
         queued, waited, now = self.run_queue(), self.env.wait_s, time.perf_counter()
         (queued0, waited0, then), self._last = self._last, (queued, waited, now)
         queued_s = None if queued is None or queued0 is None else queued - queued0
-        share, busy = busy_share(queued_s, waited - waited0, max(now - then, 1e-9), share=self.share,
-                                 wait_share=self.wait_share)  # fmt: skip
+        share, busy = busy_share(
+            queued_s, waited - waited0, max(now - then, 1e-9), share=self.share, wait_share=self.wait_share
+        )
         self._strikes = self._strikes + 1 if busy else 0
         if self._strikes < self.patience or not self.env.bring_home():
             return None

@@ -151,8 +151,15 @@ class SplitVectorEnv(VectorEnv):
         self, target: Callable[..., None], *args: Any, side_pipes: int = 0, wake: Callable[[], None] = _nothing
     ) -> None:
         """Spawn the worker ``target(conn, *side_conns, *args)``; ``wake()`` tells it a pipe command follows."""
-        self.worker = ChildProcess(target, *args, name="pgcli-env-worker", error=EnvWorkerError, died=WORKER_DIED,
-                                   failed=WORKER_FAILED, side_pipes=side_pipes)  # fmt: skip
+        self.worker = ChildProcess(
+            target,
+            *args,
+            name="pgcli-env-worker",
+            error=EnvWorkerError,
+            died=WORKER_DIED,
+            failed=WORKER_FAILED,
+            side_pipes=side_pipes,
+        )
         self._stopped, self._wake = False, wake
 
     def _check_worker(self) -> ChildProcess:

@@ -94,8 +94,12 @@ def _wrapper_state(wrapper: gym.Wrapper) -> dict[str, Any] | None:
         return {"elapsed_steps": wrapper._elapsed_steps}
     if isinstance(wrapper, gym.wrappers.RecordEpisodeStatistics):
         elapsed_s = time.perf_counter() - wrapper.episode_start_time
-        return {"return": float(wrapper.episode_returns), "length": wrapper.episode_lengths,
-                "count": wrapper.episode_count, "elapsed_s": elapsed_s}  # fmt: skip
+        return {
+            "return": float(wrapper.episode_returns),
+            "length": wrapper.episode_lengths,
+            "count": wrapper.episode_count,
+            "elapsed_s": elapsed_s,
+        }
     if isinstance(wrapper, gym.wrappers.OrderEnforcing):
         return {"has_reset": wrapper._has_reset}
     return None

@@ -102,5 +102,10 @@ class WorkerVectorEnv(SplitVectorEnv):
                 infos = self._add_info(infos, {"final_obs": final_obs, "final_info": final_info}, i)
             infos = self._add_info(infos, info, i)
         self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
-        return (deepcopy(self._observations), np.copy(self._rewards), np.copy(self._terminations),
-                np.copy(self._truncations), infos)  # fmt: skip
+        return (
+            deepcopy(self._observations),
+            np.copy(self._rewards),
+            np.copy(self._terminations),
+            np.copy(self._truncations),
+            infos,
+        )

@@ -78,9 +78,10 @@ def one_process(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with every second-process option off (the same numbers): for a run that shares the cores with other
     runs, such as a job of a parallel sweep, where a busy-waiting worker would take a core from another job."""
     hardware = dataclasses.replace(
-        cfg.hardware, vec_env="sync" if cfg.hardware.vec_env in TWO_CORE_VEC_ENVS else cfg.hardware.vec_env,
+        cfg.hardware,
+        vec_env="sync" if cfg.hardware.vec_env in TWO_CORE_VEC_ENVS else cfg.hardware.vec_env,
         eval_process=False,
-    )  # fmt: skip
+    )
     algo = dataclasses.replace(cfg.algo, critic_process=False) if hasattr(cfg.algo, "critic_process") else cfg.algo
     return dataclasses.replace(cfg, hardware=hardware, algo=algo)
 

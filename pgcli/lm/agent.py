@@ -173,8 +173,14 @@ class AgentTask(Task):
     def turn_task(self) -> Task:
         """A single-turn task of this one's turns for a supervised warm start (``algo=sft``): a prompt is a state on
         the reference path of a training question, its demonstration the reference's next action."""
-        return Task(f"{self.name}_turns", _TurnPuzzle(self), n_eval=1, eval_seed=0, vocab=self.vocab,
-                    max_new_tokens=self.max_completion_len)  # fmt: skip
+        return Task(
+            f"{self.name}_turns",
+            _TurnPuzzle(self),
+            n_eval=1,
+            eval_seed=0,
+            vocab=self.vocab,
+            max_new_tokens=self.max_completion_len,
+        )
 
 
 class CountdownCalculator(AgentTask):
@@ -182,8 +188,9 @@ class CountdownCalculator(AgentTask):
 
     def __init__(self, cfg: CountdownToolEnvConfig, vocab: Vocab | None = None, max_new_tokens: int | None = None):
         puzzle = CountdownTool(cfg.n_numbers, cfg.max_number, cfg.max_target)
-        super().__init__(cfg.id, puzzle, n_eval=cfg.n_eval, eval_seed=cfg.eval_seed, vocab=vocab,
-                         max_new_tokens=max_new_tokens)  # fmt: skip
+        super().__init__(
+            cfg.id, puzzle, n_eval=cfg.n_eval, eval_seed=cfg.eval_seed, vocab=vocab, max_new_tokens=max_new_tokens
+        )
         self.max_turns = cfg.max_turns
 
     def done(self, state: State) -> bool:

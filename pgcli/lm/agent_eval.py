@@ -63,8 +63,9 @@ def evaluate_agent(
         "eval/completion_len": float(sum(int(e.rows.mask.sum()) for e in greedy) / len(problems)),
     }
     if reference is not None:
-        extra["eval/kl_ref"] = float(np.mean(np.concatenate([_log_ratios(e, policy, reference, temperature)
-                                                             for e in sampled])))  # fmt: skip
+        extra["eval/kl_ref"] = float(
+            np.mean(np.concatenate([_log_ratios(e, policy, reference, temperature) for e in sampled]))
+        )
     table = _table(task, problems[:n_table_rows], turns, solved, sampled, pass_k) if n_table_rows else None
     return EvalResult(solved, n_turns, extra=extra, samples=table)
 
@@ -80,17 +81,29 @@ def _play_all(
     batch_size: int,
 ) -> list[Episodes]:
     """``problems`` played ``batch_size`` at a time."""
-    return [play(task, policy, problems[i : i + batch_size], temperature=temperature, top_p=top_p,
-                 generator=generator, device=device) for i in range(0, len(problems), batch_size)]  # fmt: skip
+    return [
+        play(
+            task,
+            policy,
+            problems[i : i + batch_size],
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+            device=device,
+        )
+        for i in range(0, len(problems), batch_size)
+    ]
 
 
 def _log_ratios(episodes: Episodes, policy: CausalLM, reference: CausalLM, temperature: float) -> np.ndarray:
     """Per trajectory of ``episodes``: the sum over its turns of log pi(a|s) - log pi_ref(a|s)."""
     rows = episodes.rows
-    logp, _ = completion_logprobs(policy, rows.prompt_tokens, rows.prompt_mask, rows.tokens, rows.mask,
-                                  temperature=temperature)  # fmt: skip
-    ref_logp, _ = completion_logprobs(reference, rows.prompt_tokens, rows.prompt_mask, rows.tokens, rows.mask,
-                                      temperature=temperature)  # fmt: skip
+    logp, _ = completion_logprobs(
+        policy, rows.prompt_tokens, rows.prompt_mask, rows.tokens, rows.mask, temperature=temperature
+    )
+    ref_logp, _ = completion_logprobs(
+        reference, rows.prompt_tokens, rows.prompt_mask, rows.tokens, rows.mask, temperature=temperature
+    )
     per_turn = ((logp - ref_logp).float() * rows.mask).sum(1)  # [N]
     per_trajectory = torch.zeros(len(episodes.problems), device=per_turn.device)
     per_trajectory.index_add_(0, rows.trajectory, per_turn)
@@ -116,14 +129,16 @@ def _table(
     rows = []
     for i, problem in enumerate(problems):
         _, reference = task.play(problem, task.reference_actions(problem))
-        rows.append({
-            "prompt": problem.prompt,
-            "reference": transcript(reference),
-            "greedy": transcript(turns[i]),
-            "correct": bool(solved[i]),
-            "turns": len(turns[i]),
-            "tool_errors": sum(bool(turn.error) for turn in turns[i]),
-            "sampled": [transcript(t) for t in sampled_turns[i * k : (i + 1) * k]],
-            "sampled_correct": int(sum(sampled_solved[i * k : (i + 1) * k])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "prompt": problem.prompt,
+                "reference": transcript(reference),
+                "greedy": transcript(turns[i]),
+                "correct": bool(solved[i]),
+                "turns": len(turns[i]),
+                "tool_errors": sum(bool(turn.error) for turn in turns[i]),
+                "sampled": [transcript(t) for t in sampled_turns[i * k : (i + 1) * k]],
+                "sampled_correct": int(sum(sampled_solved[i * k : (i + 1) * k])),
+            }
+        )
     return rows

@@ -36,8 +36,8 @@ from pgcli.config import EvalConfig
 from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.agent import AgentTask
 from pgcli.lm.agent_eval import evaluate_agent
-from pgcli.lm.model import CausalLM, completion_logprobs, generate
-from pgcli.lm.tasks import LearnedReward, Problem, TextTask, decode_completions, encode_prompts
+from pgcli.lm.model import CausalLM, completion_logprobs
+from pgcli.lm.tasks import LearnedReward, Problem, TextTask, decode_completions, generate_for_task
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation's sampling seed is the run's seed plus this (as for gymnasium evaluation envs)."""
@@ -71,9 +71,19 @@ def evaluate_text(
     with a ``learned_reward``); the policy's train/eval mode is restored afterwards. A multi-turn task is played:
     :func:`pgcli.lm.agent_eval.evaluate_agent`."""
     if isinstance(task, AgentTask):
-        return evaluate_agent(task, policy, problems, pass_k=settings.pass_k, temperature=settings.temperature,
-                              top_p=settings.top_p, n_table_rows=settings.n_table_rows, batch_size=settings.batch_size,
-                              sample_seed=seed + EVAL_SEED_OFFSET, device=device, reference=reference)  # fmt: skip
+        return evaluate_agent(
+            task,
+            policy,
+            problems,
+            pass_k=settings.pass_k,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            n_table_rows=settings.n_table_rows,
+            batch_size=settings.batch_size,
+            sample_seed=seed + EVAL_SEED_OFFSET,
+            device=device,
+            reference=reference,
+        )
     was_training = policy.training
     policy.eval()
     try:
@@ -81,12 +91,21 @@ def evaluate_text(
         generator = torch.Generator(device=device).manual_seed(seed + EVAL_SEED_OFFSET)
         k = settings.pass_k
         repeated = [p for p in problems for _ in range(k)]
-        sampled = _complete(task, policy, repeated, settings, temperature=settings.temperature, generator=generator,
-                            device=device, reference=reference)  # fmt: skip
+        sampled = _complete(
+            task,
+            policy,
+            repeated,
+            settings,
+            temperature=settings.temperature,
+            generator=generator,
+            device=device,
+            reference=reference,
+        )
     finally:
         policy.train(was_training)
-    result = score_completions(task, problems, greedy[0], greedy[1], sampled[0], k=settings.pass_k,
-                               n_table_rows=settings.n_table_rows)  # fmt: skip
+    result = score_completions(
+        task, problems, greedy[0], greedy[1], sampled[0], k=settings.pass_k, n_table_rows=settings.n_table_rows
+    )
     if reference is not None:
         result.extra["eval/kl_ref"] = float(np.mean(sampled[2]))
     if learned_reward is not None:
@@ -163,10 +182,9 @@ def _complete(
     log_ratios: list[float] = []
     for start in range(0, len(problems), settings.batch_size):
         chunk = problems[start : start + settings.batch_size]
-        tokens, mask = encode_prompts(task.vocab, chunk, device)
-        gen = generate(policy, tokens, mask, max_new_tokens=task.max_completion_len, eos_id=task.vocab.stop_ids,
-                       temperature=temperature, top_p=settings.top_p, generator=generator,
-                       pad_id=task.vocab.pad_id)  # fmt: skip
+        tokens, mask, gen = generate_for_task(
+            task, policy, chunk, device, temperature=temperature, top_p=settings.top_p, generator=generator
+        )
         texts += decode_completions(task.vocab, gen.tokens)
         lengths += gen.mask.sum(1).tolist()
         if reference is not None:
@@ -205,8 +223,16 @@ class TextEvaluator:
         self.problems = task.eval_problems()
 
     def __call__(self, agent: Agent) -> EvalResult:
-        return evaluate_text(self.task, self.policy, self.problems, self.settings, seed=self.seed, device=self.device,
-                             reference=self.reference, learned_reward=self.learned_reward)  # fmt: skip
+        return evaluate_text(
+            self.task,
+            self.policy,
+            self.problems,
+            self.settings,
+            seed=self.seed,
+            device=self.device,
+            reference=self.reference,
+            learned_reward=self.learned_reward,
+        )
 
     def record(self, agent: Agent, video: Path) -> tuple[EvalResult, list[Path]]:
         """Text tasks have no video (``eval.video_every`` is refused for them): an evaluation, no files."""

@@ -59,8 +59,14 @@ def gpt2_state(model: TinyGPT) -> dict[str, torch.Tensor]:
         "transformer.ln_f.bias": sd["ln_f.bias"],
         "lm_head.weight": sd["tok_emb.weight"],
     }
-    pairs = {"ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "mlp.0": "mlp.c_fc",
-             "mlp.2": "mlp.c_proj"}  # fmt: skip
+    pairs = {
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "qkv": "attn.c_attn",
+        "proj": "attn.c_proj",
+        "mlp.0": "mlp.c_fc",
+        "mlp.2": "mlp.c_proj",
+    }
     for i in range(model.sizes.n_layers):
         for ours, theirs in pairs.items():
             weight, bias = sd[f"blocks.{i}.{ours}.weight"], sd[f"blocks.{i}.{ours}.bias"]

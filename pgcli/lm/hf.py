@@ -55,8 +55,10 @@ def resolve_model_dir(path: str) -> Path:
     local = Path(path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise ConfigError(f"model.path={path}: {local} has no config.json; pass a directory written by "
-                              "save_pretrained (a Hugging Face model) or a hub id")  # fmt: skip
+            raise ConfigError(
+                f"model.path={path}: {local} has no config.json; pass a directory written by "
+                "save_pretrained (a Hugging Face model) or a hub id"
+            )
         return local.resolve()
     looks_local = path.startswith((".", "/", "~")) or path.count("/") > 1
     if looks_local:
@@ -75,9 +77,11 @@ def resolve_model_dir(path: str) -> Path:
         raise ConfigError(f"model.path={path}: no such directory, and not a Hugging Face hub id") from None
     except Exception as exc:  # network, auth, missing repo: all say the same to the user
         reason = _last_line(exc, 160)
-        raise ConfigError(f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
-                          f"cache and cannot be fetched ({reason}); download it where there is a network "
-                          f"(hf download {path}) or pass a local directory") from None  # fmt: skip
+        raise ConfigError(
+            f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
+            f"cache and cannot be fetched ({reason}); download it where there is a network "
+            f"(hf download {path}) or pass a local directory"
+        ) from None
 
 
 def check_hf_model(cfg: HFModelConfig) -> None:
@@ -128,8 +132,11 @@ class HFTokenizer:
         self.bos_id: int | None = None if tokenizer.bos_token_id is None else int(tokenizer.bos_token_id)
         self.size = len(tokenizer)
         vocab = tokenizer.convert_ids_to_tokens(list(range(self.size)))
-        stops = [i for i, piece in enumerate(vocab) if piece and any(s in tokenizer.convert_tokens_to_string([piece])
-                                                                      for s in STOP_STRINGS)]  # fmt: skip
+        stops = [
+            i
+            for i, piece in enumerate(vocab)
+            if piece and any(s in tokenizer.convert_tokens_to_string([piece]) for s in STOP_STRINGS)
+        ]
         self.stop_ids: tuple[int, ...] = (self.eos_id, *(i for i in stops if i != self.eos_id))
         self._stop_set = frozenset(self.stop_ids)
 
@@ -142,8 +149,9 @@ class HFTokenizer:
         """A prompt's ids: the chat template's user turn and generation prompt, or BOS (where the model has one)
         followed by the text."""
         if self.chat_template:
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                     tokenize=True)  # fmt: skip
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         return ([] if self.bos_id is None else [self.bos_id]) + self.encode(text)
 
@@ -228,14 +236,20 @@ class HFCausalLM(CausalLM):
         with self._precision(tokens.device):
             if cache is None:
                 positions = (mask.long().cumsum(1) - 1).clamp(min=0)
-                out = self._decoder(input_ids=tokens, attention_mask=mask.long(), position_ids=positions,
-                                    use_cache=False)  # fmt: skip
+                out = self._decoder(
+                    input_ids=tokens, attention_mask=mask.long(), position_ids=positions, use_cache=False
+                )
             else:
                 assert isinstance(cache, HFCache)
                 positions = (cache.n_real[:, None] + mask.long().cumsum(1) - 1).clamp(min=0)
                 cache.mask = torch.cat([cache.mask, mask], 1)
-                out = self._decoder(input_ids=tokens, attention_mask=cache.mask.long(), position_ids=positions,
-                                    use_cache=True, **{self._cache_key: cache.past})  # fmt: skip
+                out = self._decoder(
+                    input_ids=tokens,
+                    attention_mask=cache.mask.long(),
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_key: cache.past},
+                )
                 cache.past = getattr(out, self._cache_key)
                 cache.n_real = cache.n_real + mask.long().sum(1)
         hidden: Tensor = out.last_hidden_state
@@ -296,8 +310,9 @@ def load_hf_policy(cfg: HFModelConfig, device: torch.device, state: dict[str, Te
     directory = resolve_model_dir(cfg.path)
     lm: Any
     try:
-        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=DTYPES[cfg.dtype],
-                                                  attn_implementation=cfg.attn_implementation)  # fmt: skip
+        lm = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+        )
     except (OSError, ValueError, ImportError) as exc:
         raise ConfigError(f"model.path={cfg.path}: cannot load the model ({_last_line(exc)})") from None
     if state is not None:
@@ -328,15 +343,23 @@ def _with_lora(lm: nn.Module, cfg: HFModelConfig) -> nn.Module:
 
     alpha: Any = cfg.lora.alpha  # peft annotates an int and takes a float
     conv1d = any(isinstance(m, Conv1D) for m in lm.modules())  # GPT-2 stores its linear layers transposed
-    config = LoraConfig(r=cfg.lora.r, lora_alpha=alpha, lora_dropout=cfg.lora.dropout, target_modules=targets,
-                        fan_in_fan_out=conv1d, task_type="CAUSAL_LM")  # fmt: skip
+    config = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=targets,
+        fan_in_fan_out=conv1d,
+        task_type="CAUSAL_LM",
+    )
     try:
         with warnings.catch_warnings():  # peft reads an attribute transformers deprecated: not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
             return get_peft_model(lm, config)  # type: ignore[arg-type]
     except ValueError as exc:
-        raise ConfigError(f"model.lora.target_modules={list(cfg.lora.target_modules)}: {_last_line(exc)} (module "
-                          f"names of {cfg.path}: {_linear_names(lm)})") from None  # fmt: skip
+        raise ConfigError(
+            f"model.lora.target_modules={list(cfg.lora.target_modules)}: {_last_line(exc)} (module "
+            f"names of {cfg.path}: {_linear_names(lm)})"
+        ) from None
 
 
 def _linear_names(lm: nn.Module) -> str:

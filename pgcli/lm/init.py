@@ -64,28 +64,37 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
         raise ConfigError(f"init={init}: the source was not trained on a text task (env {src_env.get('id')!r})")
     kind, src_model = source_model(source)
     if kind != model.name:
-        raise ConfigError(f"init={init}: the source is a model={kind} run and this run has model={model.name}; "
-                          f"set model={kind}")  # fmt: skip
+        raise ConfigError(
+            f"init={init}: the source is a model={kind} run and this run has model={model.name}; set model={kind}"
+        )
     if isinstance(model, HFModelConfig):  # the tokenizer is the model's: any task; the base must be the same
         if src_model.get("path") != model.path:
-            raise ConfigError(f"init={init}: the source fine-tuned model.path={src_model.get('path')} and this run "
-                              f"has model.path={model.path}; set model.path={src_model.get('path')}")  # fmt: skip
+            raise ConfigError(
+                f"init={init}: the source fine-tuned model.path={src_model.get('path')} and this run "
+                f"has model.path={model.path}; set model.path={src_model.get('path')}"
+            )
         return
     src_chars = make_puzzle(src_schema(**src_env)).chars
     if src_chars != make_puzzle(env).chars:
-        raise ConfigError(f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
-                          f"from env={env.id}'s; SFT on env={env.id} first")  # fmt: skip
+        raise ConfigError(
+            f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
+            f"from env={env.id}'s; SFT on env={env.id} first"
+        )
     ours = asdict(model)
     for key in ARCHITECTURE:
         if src_model.get(key) != ours[key]:
-            raise ConfigError(f"init={init}: the source has model.{key}={src_model.get(key)}, this run "
-                              f"model.{key}={ours[key]}; set model.{key}={src_model.get(key)}")  # fmt: skip
+            raise ConfigError(
+                f"init={init}: the source has model.{key}={src_model.get(key)}, this run "
+                f"model.{key}={ours[key]}; set model.{key}={src_model.get(key)}"
+            )
     puzzle = make_puzzle(env)
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
     if need > model.max_len:
         sizes = " ".join(f"env.{key}={value}" for key, value in _task_sizes(env).items())
-        raise ConfigError(f"init={init}: env={env.id} with {sizes} needs model.max_len >= {need}; the weights of the "
-                          f"init run have model.max_len={model.max_len}")  # fmt: skip
+        raise ConfigError(
+            f"init={init}: env={env.id} with {sizes} needs model.max_len >= {need}; the weights of the "
+            f"init run have model.max_len={model.max_len}"
+        )
 
 
 def _task_sizes(env: TextEnvConfig) -> dict[str, Any]:

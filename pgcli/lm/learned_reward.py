@@ -60,16 +60,22 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
     if "path" in rm_model:  # model=hf: its tokenizer reads any string
         return
     if isinstance(model, HFModelConfig):
-        raise ConfigError(f"{option}: a model=tiny_gpt reward model reads only its task's characters and a model=hf "
-                          "policy writes any text; train the reward model with model=hf")  # fmt: skip
+        raise ConfigError(
+            f"{option}: a model=tiny_gpt reward model reads only its task's characters and a model=hf "
+            "policy writes any text; train the reward model with model=hf"
+        )
     puzzle = make_puzzle(env)
     if source.spec.get("vocab") != puzzle.chars:
-        raise ConfigError(f"{option}: the reward model was trained on env={rm_env}, whose characters differ from "
-                          f"env={env.id}'s; train it on env={env.id}")  # fmt: skip
+        raise ConfigError(
+            f"{option}: the reward model was trained on env={rm_env}, whose characters differ from "
+            f"env={env.id}'s; train it on env={env.id}"
+        )
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
     if need > int(rm_model.get("max_len", 0)):
-        raise ConfigError(f"{option}: env={env.id} needs model.max_len >= {need} and the reward model has "
-                          f"model.max_len={rm_model.get('max_len')}; train it with model.max_len={need}")  # fmt: skip
+        raise ConfigError(
+            f"{option}: env={env.id} needs model.max_len >= {need} and the reward model has "
+            f"model.max_len={rm_model.get('max_len')}; train it with model.max_len={need}"
+        )
 
 
 def load_learned_reward(source: InitSource, device: torch.device) -> LearnedReward:

@@ -50,8 +50,16 @@ class KVCache:
     ``mask`` [B, max_len] marks real (non-pad) positions; ``n_real`` [B] counts them (the next token's position).
     """
 
-    def __init__(self, n_layers: int, batch: int, n_heads: int, max_len: int, head_dim: int, device: torch.device,
-                 dtype: torch.dtype) -> None:  # fmt: skip
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_heads: int,
+        max_len: int,
+        head_dim: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.k = torch.zeros(n_layers, batch, n_heads, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.mask = torch.zeros(batch, max_len, dtype=torch.bool, device=device)

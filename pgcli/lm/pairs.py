@@ -84,8 +84,11 @@ class DigitAnswers:
         return problem.answer
 
     def wrong(self, problem: Problem, rng: np.random.Generator) -> str:
-        return _draw(lambda: perturb_digits(problem.answer, rng, self.max_chars),
-                     lambda c: not self.task.correct(problem, c), problem)  # fmt: skip
+        return _draw(
+            lambda: perturb_digits(problem.answer, rng, self.max_chars),
+            lambda c: not self.task.correct(problem, c),
+            problem,
+        )
 
     def credit(self, problem: Problem, completion: str) -> float:
         return self._credit(problem, completion)
@@ -175,8 +178,10 @@ def _draw(candidate: Callable[[], str], ok: Callable[[str], bool], problem: Prob
         text = candidate()
         if ok(text):
             return text
-    raise ConfigError(f"no wrong completion found for prompt {problem.prompt!r} in {MAX_TRIES} draws; the task is "
-                      "too small for preference pairs (raise env.n_digits or env.n_numbers)")  # fmt: skip
+    raise ConfigError(
+        f"no wrong completion found for prompt {problem.prompt!r} in {MAX_TRIES} draws; the task is "
+        "too small for preference pairs (raise env.n_digits or env.n_numbers)"
+    )
 
 
 def completions_of(task: Task) -> Completions:
@@ -220,8 +225,10 @@ class PairGenerator:
             a, b = draw.credit(problem, first), draw.credit(problem, second)
             if a != b:
                 return Pair(problem, first, second) if a > b else Pair(problem, second, first)
-        raise ConfigError(f"algo.pairs=partial: no two wrong completions of {problem.prompt!r} with different "
-                          f"partial credit in {MAX_TRIES} draws; use algo.pairs=checker")  # fmt: skip
+        raise ConfigError(
+            f"algo.pairs=partial: no two wrong completions of {problem.prompt!r} with different "
+            f"partial credit in {MAX_TRIES} draws; use algo.pairs=checker"
+        )
 
     def pairs(self, problems: Sequence[Problem], rng: np.random.Generator) -> list[Pair]:
         """One clean pair per problem; ``policy`` pairs sample the init policy for all of them at once."""
@@ -241,8 +248,10 @@ class PairGenerator:
         """``n`` training pairs (training problems only), each label flipped with probability ``label_noise``."""
         pairs = self.pairs(self.task.sample(rng, n), rng)
         flips = rng.random(n) < self.label_noise
-        return [replace(p, chosen=p.rejected, rejected=p.chosen, flipped=True) if flip else p
-                for p, flip in zip(pairs, flips, strict=True)]  # fmt: skip
+        return [
+            replace(p, chosen=p.rejected, rejected=p.chosen, flipped=True) if flip else p
+            for p, flip in zip(pairs, flips, strict=True)
+        ]
 
     def eval_pairs(self, seed: int) -> list[Pair]:
         """One clean pair per held-out problem, the completions drawn from ``seed`` (the same pairs for every run)."""

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from pgcli.lm.agent import AgentTask, State, Turn
-from pgcli.lm.model import CausalLM, generate
-from pgcli.lm.tasks import Problem, decode_completions, encode_prompts
+from pgcli.lm.model import CausalLM
+from pgcli.lm.tasks import Problem, decode_completions, generate_for_task
 from pgcli.ops.lm import truncated_completions
 
 
@@ -74,10 +74,9 @@ def play(
     try:
         while active := [i for i, state in enumerate(states) if not task.done(state)]:
             prompts = [Problem(states[i].prompt, "") for i in active]
-            prompt_tokens, prompt_mask = encode_prompts(task.vocab, prompts, device)
-            out = generate(policy, prompt_tokens, prompt_mask, max_new_tokens=task.max_completion_len,
-                           eos_id=task.vocab.stop_ids, temperature=temperature, top_p=top_p, generator=generator,
-                           pad_id=task.vocab.pad_id)  # fmt: skip
+            prompt_tokens, prompt_mask, out = generate_for_task(
+                task, policy, prompts, device, temperature=temperature, top_p=top_p, generator=generator
+            )
             actions = decode_completions(task.vocab, out.tokens)
             cut = truncated_completions(out.tokens, out.mask.float(), eos_id=task.vocab.stop_ids).tolist()
             for j, i in enumerate(active):

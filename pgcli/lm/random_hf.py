@@ -34,9 +34,12 @@ def _corpus(n: int = 2000) -> list[str]:
         a, b = (int(x) for x in rng.integers(0, 10_000, size=2))
         digits = "".join(str(int(d)) for d in rng.integers(0, 10, size=6))
         nums = [int(x) for x in rng.integers(1, 10, size=3)]
-        lines += [f"{a}+{b}={a + b}\n", f"{digits}={''.join(sorted(digits))}\n",
-                  f"{nums[0]},{nums[1]},{nums[2]}>{nums[0] * nums[1] + nums[2]}={nums[0]}*{nums[1]}+{nums[2]}\n",
-                  "user: assistant: ()-"]  # fmt: skip
+        lines += [
+            f"{a}+{b}={a + b}\n",
+            f"{digits}={''.join(sorted(digits))}\n",
+            f"{nums[0]},{nums[1]},{nums[2]}>{nums[0] * nums[1] + nums[2]}={nums[0]}*{nums[1]}+{nums[2]}\n",
+            "user: assistant: ()-",
+        ]
     return lines
 
 
@@ -105,9 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=None, help="embedding rows (at least the tokenizer's 128)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    write_random_model(args.directory, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                       kv_heads=args.kv_heads, intermediate=args.intermediate, vocab=args.vocab,
-                       seed=args.seed)  # fmt: skip
+    write_random_model(
+        args.directory,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        intermediate=args.intermediate,
+        vocab=args.vocab,
+        seed=args.seed,
+    )
     print(f"wrote a random Llama to {args.directory} (model=hf model.path={args.directory})")
     return 0
 

@@ -29,9 +29,17 @@ from torch import Tensor, nn
 from pgcli.config import EvalConfig, RMConfig
 from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.load import TextModelConfig, make_text_policy
-from pgcli.lm.model import CausalLM, generate
+from pgcli.lm.model import CausalLM
 from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac
-from pgcli.lm.tasks import Problem, Task, Vocab, decode_completions, encode_completions, encode_prompts
+from pgcli.lm.tasks import (
+    Problem,
+    Task,
+    Vocab,
+    decode_completions,
+    encode_completions,
+    encode_prompts,
+    generate_for_task,
+)
 
 REWARD_HEAD_FILE = "reward_head.pt"
 """The scalar head's ``state_dict`` beside the backbone's ``policy.pt`` (``weights.pt`` holds the whole reward model:
@@ -143,10 +151,16 @@ class PolicySampler:
         vocab = self.task.vocab
         texts: list[str] = []
         for start in range(0, len(repeated), self.batch_size):
-            tokens, mask = encode_prompts(vocab, repeated[start : start + self.batch_size], self.device)  # [B, P]
-            gen = generate(self.policy, tokens, mask, max_new_tokens=self.task.max_completion_len,
-                           eos_id=vocab.stop_ids, temperature=self.temperature, top_p=self.top_p, generator=generator,
-                           pad_id=vocab.pad_id)  # fmt: skip
+            chunk = repeated[start : start + self.batch_size]
+            _, _, gen = generate_for_task(
+                self.task,
+                self.policy,
+                chunk,
+                self.device,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                generator=generator,
+            )
             texts += decode_completions(vocab, gen.tokens)
         return [texts[i : i + self.k] for i in range(0, len(texts), self.k)]
 
@@ -160,8 +174,9 @@ def pair_generator(
     if cfg.pairs == "policy":
         if reference is None:
             raise ValueError("algo.pairs=policy samples the init model: pass it as the reference")
-        samples = PolicySampler(task, reference, cfg.policy_samples, temperature=model.temperature,
-                                top_p=model.top_p, device=device)  # fmt: skip
+        samples = PolicySampler(
+            task, reference, cfg.policy_samples, temperature=model.temperature, top_p=model.top_p, device=device
+        )
     return PairGenerator(task, cfg.pairs, cfg.label_noise, samples)
 
 
@@ -216,10 +231,17 @@ def evaluate_pairs(
     ranked = (r_chosen > r_rejected).astype(np.float64)
     margin = r_chosen - r_rejected
     rows = [
-        {"prompt": p.problem.prompt, "chosen": p.chosen, "rejected": p.rejected, "reward_chosen": float(rc),
-         "reward_rejected": float(rr), "ranked_right": bool(rc > rr), "from_policy": p.from_policy}
+        {
+            "prompt": p.problem.prompt,
+            "chosen": p.chosen,
+            "rejected": p.rejected,
+            "reward_chosen": float(rc),
+            "reward_rejected": float(rr),
+            "ranked_right": bool(rc > rr),
+            "from_policy": p.from_policy,
+        }
         for p, rc, rr in zip(pairs[:n_table_rows], r_chosen, r_rejected, strict=False)
-    ]  # fmt: skip
+    ]
     extra = {
         "eval/pairwise_accuracy": float(ranked.mean()),
         "eval/reward_margin": float(margin.mean()),

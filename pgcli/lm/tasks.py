@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
+    from pgcli.lm.model import CausalLM, Generation
+
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 
 
@@ -443,3 +445,32 @@ def encode_completions(
 def decode_completions(vocab: Vocab, tokens: Tensor) -> list[str]:
     """Text of each row of a completion tensor [B, C] (up to EOS)."""
     return [vocab.decode(row) for row in tokens.tolist()]
+
+
+def generate_for_task(
+    task: TextTask,
+    policy: CausalLM,
+    problems: Sequence[Problem],
+    device: torch.device | str = "cpu",
+    *,
+    temperature: float,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Generation]:
+    """One completion of each problem's prompt within the task's length and stop tokens
+    (:func:`pgcli.lm.model.generate`): the prompt tokens [B, P], their mask [B, P] and the :class:`Generation`."""
+    from pgcli.lm.model import generate
+
+    prompt_tokens, prompt_mask = encode_prompts(task.vocab, problems, device)
+    out = generate(
+        policy,
+        prompt_tokens,
+        prompt_mask,
+        max_new_tokens=task.max_completion_len,
+        eos_id=task.vocab.stop_ids,
+        temperature=temperature,
+        top_p=top_p,
+        generator=generator,
+        pad_id=task.vocab.pad_id,
+    )
+    return prompt_tokens, prompt_mask, out

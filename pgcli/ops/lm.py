@@ -307,8 +307,7 @@ def clipped_policy_loss(
     _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     _check_loss_agg(loss_agg)
     ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len,
-                         totals=totals)  # fmt: skip
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len, totals=totals)
 
 
 def sequence_clipped_policy_loss(
@@ -343,8 +342,7 @@ def sequence_clipped_policy_loss(
         raise ValueError("advantages must hold one value per completion (see token_advantages)")
     log_ratio = torch.where(real, logp - old_logp.detach(), 0.0).sum(1) / mask.sum(1)  # [B]: mean over real tokens
     ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len,
-                         totals=totals)  # fmt: skip
+    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len, totals=totals)
 
 
 def _check_loss_agg(loss_agg: str) -> None:

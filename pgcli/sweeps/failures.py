@@ -92,8 +92,9 @@ def write_traceback(exc: BaseException, output_dir: Path) -> Path:
     text = "the job failed:\n" + redact_text("".join(traceback.format_exception(exc))).rstrip()
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     if files:  # that file only: a console handler would print the traceback after all
-        files[0].handle(logging.makeLogRecord({"name": "pgcli", "levelno": logging.ERROR, "levelname": "ERROR",
-                                                "msg": text}))  # fmt: skip
+        files[0].handle(
+            logging.makeLogRecord({"name": "pgcli", "levelno": logging.ERROR, "levelname": "ERROR", "msg": text})
+        )
         return Path(files[0].baseFilename)
     path = output_dir / JOB_LOG
     path.parent.mkdir(parents=True, exist_ok=True)

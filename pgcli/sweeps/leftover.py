@@ -89,8 +89,10 @@ def leftover(plan: SweepPlan | None, children: list[RunRecord], no_run: list[int
         if stopped or not_started:  # an interrupted trial's value never reaches the study: it runs as a new one
             n = len(stopped) + not_started
             command = _command(plan, plan.task, extra=[f"hydra.sweeper.n_trials={n}"])
-            left.commands.append(f"{command} (the {n} trial{'s' if n > 1 else ''} left; the study continues when "
-                                 "hydra.sweeper.storage is set)")  # fmt: skip
+            left.commands.append(
+                f"{command} (the {n} trial{'s' if n > 1 else ''} left; the study continues when "
+                "hydra.sweeper.storage is set)"
+            )
         return left
     rerun = [n for n in range(planned or 0) if n not in started]
     for num in sorted(stopped):

@@ -109,11 +109,22 @@ def history_figure(points: Sequence[TrialPoint], *, maximize: bool, title: str) 
         numbers, values = [p.number for p in complete], [p.value for p in complete]
         ax.plot(numbers, values, "o", color="tab:blue", label="complete trial")
         best = best_so_far(values, maximize=maximize)
-        ax.step([*numbers, max(p.number for p in points)], [*best, best[-1]], where="post", color="tab:red",
-                label=f"best so far ({'max' if maximize else 'min'})")  # fmt: skip
+        ax.step(
+            [*numbers, max(p.number for p in points)],
+            [*best, best[-1]],
+            where="post",
+            color="tab:red",
+            label=f"best so far ({'max' if maximize else 'min'})",
+        )
     if pruned:
-        ax.plot([p.number for p in pruned], [p.value for p in pruned], "x", color="tab:gray", markersize=8,
-                label="pruned (last evaluation reported)")  # fmt: skip
+        ax.plot(
+            [p.number for p in pruned],
+            [p.value for p in pruned],
+            "x",
+            color="tab:gray",
+            markersize=8,
+            label="pruned (last evaluation reported)",
+        )
     ax.set_xlabel("trial")
     ax.set_ylabel(OBJECTIVE)
     ax.xaxis.get_major_locator().set_params(integer=True)

@@ -397,8 +397,13 @@ def summary_line(outcome: SweepOutcome) -> str:
 def _stopped_line(head: str, outcome: SweepOutcome, left: Leftover) -> str:
     """A stopped sweep's summary: how many jobs finished, failed, were interrupted or never started."""
     n_failed, n_left = len(outcome.failed), left.interrupted + left.not_started
-    counts = [(outcome.n_jobs - n_failed - outcome.n_pruned - n_left, "finished"), (outcome.n_pruned, "pruned"),
-              (n_failed, "failed"), (left.interrupted, "interrupted"), (left.not_started, "not started")]  # fmt: skip
+    counts = [
+        (outcome.n_jobs - n_failed - outcome.n_pruned - n_left, "finished"),
+        (outcome.n_pruned, "pruned"),
+        (n_failed, "failed"),
+        (left.interrupted, "interrupted"),
+        (left.not_started, "not started"),
+    ]
     line = head + "".join(f", {n} {what}" for n, what in counts if n > 0)
     line += f" (parent run {outcome.parent_run_id} ended {outcome.status})"
     return line + ("; failed: " + "; ".join(outcome.failed) if outcome.failed else "")

@@ -136,8 +136,10 @@ class MLflowBackend:
         keys = with_retry(self.client.get_run, self.run_id).data.metrics
         points = {key: with_retry(self.client.get_metric_history, self.run_id, key) for key in keys}
         # by step only (a stable sort): points of one step keep the order the store gives them
-        return {key: sorted(((int(m.step), float(m.value)) for m in ms), key=lambda point: point[0])
-                for key, ms in points.items()}  # fmt: skip
+        return {
+            key: sorted(((int(m.step), float(m.value)) for m in ms), key=lambda point: point[0])
+            for key, ms in points.items()
+        }
 
     def log_model(self, model_dir: Path, name: str) -> None:
         """Log ``model_dir`` (a saved agent with its ``agent.json``) as the MLflow Model ``runs:/<run id>/<name>``."""
@@ -151,9 +153,13 @@ class MLflowBackend:
             self._write({"op": "end", "status": status, "end_time": int(time.time() * 1000)})
         if self._offline and self.spool is not None:
             n = len(self.spool.operations())
-            print(f"pgcli: warning: tracking server {redact_uri(self.uri)} is still unreachable: run "
-                  f"{self.run_id} shows RUNNING there until `pgcli sync {self.spool.path.parent}` delivers the {n} "
-                  "writes waiting in " + str(self.spool.path), file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"pgcli: warning: tracking server {redact_uri(self.uri)} is still unreachable: run "
+                f"{self.run_id} shows RUNNING there until `pgcli sync {self.spool.path.parent}` delivers the {n} "
+                "writes waiting in " + str(self.spool.path),
+                file=sys.stderr,
+                flush=True,
+            )
 
     # -- outages -----------------------------------------------------------------------------------------------------
     def _write(self, op: dict[str, Any]) -> None:
@@ -174,8 +180,12 @@ class MLflowBackend:
         self._offline, self._next_probe = True, time.monotonic() + self.probe_every_s
         self.spool.start(self.run_id, self.uri)
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        print(f"pgcli: warning: tracking server {redact_uri(self.uri)} unreachable ({reason}); training goes "
-              f"on and its writes wait in {self.spool.path}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"pgcli: warning: tracking server {redact_uri(self.uri)} unreachable ({reason}); training goes "
+            f"on and its writes wait in {self.spool.path}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _reconnect(self) -> bool:
         """Every ``probe_every_s`` while offline: if the server answers, deliver the spool and go back online."""
@@ -192,6 +202,9 @@ class MLflowBackend:
                 raise
             return False
         self._offline = False
-        print(f"pgcli: tracking server {redact_uri(self.uri)} is back: delivered {n} spooled writes",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"pgcli: tracking server {redact_uri(self.uri)} is back: delivered {n} spooled writes",
+            file=sys.stderr,
+            flush=True,
+        )
         return True

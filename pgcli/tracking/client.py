@@ -48,8 +48,11 @@ def quick_http_failures() -> None:
     pgcli spools writes during an outage (MLflowBackend), so long client-side retries would only stall training.
     A user's own ``MLFLOW_HTTP_REQUEST_*`` settings win.
     """
-    for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):  # fmt: skip
+    for key, value in (
+        ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
+        ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
+    ):
         os.environ.setdefault(key, value)
 
 

@@ -43,8 +43,19 @@ def is_outage(exc: BaseException) -> bool:
         chain.append(cur)
         cur = cur.__cause__ or cur.__context__
     text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
-    markers = ("ConnectionError", "Connection refused", "Max retries exceeded", "timed out", "Timeout",
-               "RemoteDisconnected", "Connection aborted", "502", "503", "504", "too many 5")  # fmt: skip
+    markers = (
+        "ConnectionError",
+        "Connection refused",
+        "Max retries exceeded",
+        "timed out",
+        "Timeout",
+        "RemoteDisconnected",
+        "Connection aborted",
+        "502",
+        "503",
+        "504",
+        "too many 5",
+    )
     return any(m in text for m in markers)
 
 

@@ -124,8 +124,10 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     if is_remote(target):
         quick_http_failures()
         if not probe_health(target, timeout_s=10.0).ok:
-            raise PgcliError(f"tracking server {redact_uri(target)} is unreachable; nothing was delivered "
-                             f"(the {len(ops)} writes stay in {spool.path})")  # fmt: skip
+            raise PgcliError(
+                f"tracking server {redact_uri(target)} is unreachable; nothing was delivered "
+                f"(the {len(ops)} writes stay in {spool.path})"
+            )
     quiet_mlflow_logs()
     ensure_store(target)
     status = spool.end_status()

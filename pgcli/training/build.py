@@ -384,13 +384,26 @@ def text_monitor(
         from pgcli.lm.reward_model import PairEvaluator, pair_generator
 
         pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)  # policy pairs: samples of the init model
-        evaluator = PairEvaluator(task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples,
-                                  device=device)  # fmt: skip
+        evaluator = PairEvaluator(
+            task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples, device=device
+        )
     else:
-        settings = TextEvalSettings(pass_k=cfg.env.eval_pass_k, temperature=cfg.model.temperature,
-                                    top_p=cfg.model.top_p, n_table_rows=cfg.env.eval_samples)  # fmt: skip
-        evaluator = TextEvaluator(task, policy, settings, cfg.eval, seed=cfg.seed, device=device, reference=reference,
-                                  learned_reward=task.learned_reward)  # fmt: skip
+        settings = TextEvalSettings(
+            pass_k=cfg.env.eval_pass_k,
+            temperature=cfg.model.temperature,
+            top_p=cfg.model.top_p,
+            n_table_rows=cfg.env.eval_samples,
+        )
+        evaluator = TextEvaluator(
+            task,
+            policy,
+            settings,
+            cfg.eval,
+            seed=cfg.seed,
+            device=device,
+            reference=reference,
+            learned_reward=task.learned_reward,
+        )
     return TrainingMonitor(
         run.logger,
         replace(monitor_schedule(cfg), eval_at_start=cfg.init is not None),  # the init model's score at step 0

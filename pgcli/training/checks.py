@@ -153,12 +153,16 @@ def check_frames(cfg: TrainConfig) -> None:
         return
     obs_space, env_id, arch = probed[0], cfg.env.id, cfg.model.arch
     if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == "uint8"):
-        raise ConfigError(f"env.id {env_id!r}: env.wrappers turn its frames into {describe_space(obs_space)}; "
-                          "model=cnn takes (C, H, W) uint8 frames")  # fmt: skip
+        raise ConfigError(
+            f"env.id {env_id!r}: env.wrappers turn its frames into {describe_space(obs_space)}; "
+            "model=cnn takes (C, H, W) uint8 frames"
+        )
     need = MIN_FRAME_SIZE["minatar" if arch == "auto" else arch]
     if min(obs_space.shape[1:]) < need:
-        raise ConfigError(f"model.arch={arch} needs frames of {need}x{need} px or more; env.id {env_id!r} gives "
-                          f"{describe_space(obs_space)}; use {archs_for(min(obs_space.shape[1:]))}")  # fmt: skip
+        raise ConfigError(
+            f"model.arch={arch} needs frames of {need}x{need} px or more; env.id {env_id!r} gives "
+            f"{describe_space(obs_space)}; use {archs_for(min(obs_space.shape[1:]))}"
+        )
 
 
 def archs_for(side: int) -> str:
@@ -224,14 +228,23 @@ def check_text_task(cfg: TrainConfig) -> None:
         check_reward_model(locate_reward_model(ref, cfg.tracking), env, cfg.model, ref)
     puzzle = make_puzzle(env)
     distinct = puzzle.n_distinct
-    require(env.n_eval <= distinct // 2, "env.n_eval", env.n_eval, f"<= half of the {distinct} distinct "
-             f"{env.name} prompts", "lower env.n_eval or make the task larger")  # fmt: skip
+    require(
+        env.n_eval <= distinct // 2,
+        "env.n_eval",
+        env.n_eval,
+        f"<= half of the {distinct} distinct {env.name} prompts",
+        "lower env.n_eval or make the task larger",
+    )
     if isinstance(cfg.model, HFModelConfig):  # imports torch and transformers: only for model=hf
         from pgcli.lm.hf import check_hf_model
 
         check_hf_model(cfg.model)
         return
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
-    require(cfg.model.max_len >= need, "model.max_len", cfg.model.max_len,
-             f">= {need} (env={env.id}: BOS + prompt + completion + EOS)",
-             f"set model.max_len={need} or more")  # fmt: skip
+    require(
+        cfg.model.max_len >= need,
+        "model.max_len",
+        cfg.model.max_len,
+        f">= {need} (env={env.id}: BOS + prompt + completion + EOS)",
+        f"set model.max_len={need} or more",
+    )

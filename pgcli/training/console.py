@@ -76,17 +76,21 @@ def print_budget_note(cfg: TrainConfig, overrides: list[str]) -> None:
     planned, per = cfg.planned_steps, cfg.steps_per_rollout
     if isinstance(cfg.algo, GRPOConfig) and not isinstance(cfg.env, TextEnvConfig):
         episodes = f"algo.n_groups {cfg.algo.n_groups} x algo.group_size {cfg.algo.group_size}"
-        note = (f"pgcli: note: algo=grpo updates on whole episodes ({episodes} per update), so training runs past "
-                f"total_steps={cfg.total_steps} to the end of the update that reaches it; fewer episodes per update "
-                "(smaller algo.n_groups or algo.group_size) overshoot less")  # fmt: skip
+        note = (
+            f"pgcli: note: algo=grpo updates on whole episodes ({episodes} per update), so training runs past "
+            f"total_steps={cfg.total_steps} to the end of the update that reaches it; fewer episodes per update "
+            "(smaller algo.n_groups or algo.group_size) overshoot less"
+        )
     elif planned is None or per is None or planned == cfg.total_steps:
         return
     else:
         rollout = f"algo.n_steps {getattr(cfg.algo, 'n_steps', 0)} x env.n_envs {cfg.env.n_envs} = {per}"
         multiples = " or ".join(str(n) for n in (planned - per, planned) if n > 0)
-        note = (f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): training "
-                f"stops at {planned:,} env steps; set total_steps to a multiple of {per} "
-                f"(e.g. total_steps={multiples}) to train exactly that many")  # fmt: skip
+        note = (
+            f"pgcli: note: total_steps={cfg.total_steps} is not a whole number of rollouts ({rollout}): training "
+            f"stops at {planned:,} env steps; set total_steps to a multiple of {per} "
+            f"(e.g. total_steps={multiples}) to train exactly that many"
+        )
     write_line(sys.stderr, note)
     log.info(note.removeprefix("pgcli: "))
 

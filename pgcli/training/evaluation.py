@@ -130,14 +130,16 @@ class Evaluator:
             if self.cfg.video_every > 0:  # frames on demand only; an env that cannot render fails here, once
                 self._env = make_recording_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs)
             else:
-                self._env = make_vec_env(self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs, vectorization="lean",
-                                         training=False)  # fmt: skip  # whole games, raw rewards (docs/pixels.md)
+                self._env = make_vec_env(
+                    self.env_cfg, seed=self.seed, n_envs=self.cfg.n_envs, vectorization="lean", training=False
+                )  # whole games, raw rewards (docs/pixels.md)
         env = self._env
         load_normalizer_state(env, normalizer_state(self.train_env), training=False)
         recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
         # the same start states at every evaluation: comparable over time
-        result = run_episodes(env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed,
-                              recorder=recorder)  # fmt: skip
+        result = run_episodes(
+            env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed, recorder=recorder
+        )
         return result, recorder.close() if recorder is not None else []
 
     def close(self) -> None:

@@ -143,8 +143,11 @@ def source_tags() -> dict[str, str]:
 
 def reject_logged_config_dir(args: list[str]) -> None:
     """``--config-dir <run>/.hydra --config-name config`` composes a schema-less dict; say what works instead."""
-    values = {flag: args[i + 1] for i, flag in enumerate(args[:-1])
-              if flag in ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")}  # fmt: skip
+    values = {
+        flag: args[i + 1]
+        for i, flag in enumerate(args[:-1])
+        if flag in ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")
+    }
     values |= dict(a.split("=", 1) for a in args if a.startswith(("--config-name=", "--config-dir=", "--config-path=")))
     name = values.get("--config-name", values.get("-cn", "train"))
     dirs = [values[k] for k in ("--config-dir", "-cd", "--config-path", "-cp") if k in values]

@@ -345,9 +345,12 @@ class TrainingMonitor:
             ckpt_step, staged, state = self._pending_ckpt
             self._pending_ckpt = None
             best = self.best_eval
-            state |= {"last_eval_step": self._last_eval_step, "best_step": self.best_step,
-                      "best_returns": best.returns.tolist() if best is not None else None,
-                      "best_lengths": best.lengths.tolist() if best is not None else None}  # fmt: skip
+            state |= {
+                "last_eval_step": self._last_eval_step,
+                "best_step": self.best_step,
+                "best_returns": best.returns.tolist() if best is not None else None,
+                "best_lengths": best.lengths.tolist() if best is not None else None,
+            }
             self._complete_checkpoint(ckpt_step, staged, state)
         return result
 
@@ -365,14 +368,24 @@ class TrainingMonitor:
             self.logger.log_artifact(table, "samples")
         self.last_eval, self._last_eval_step = result, step
         self.logger.log_metrics(
-            {"eval/return_mean": result.mean, "eval/return_std": result.std,
-             "eval/ep_len_mean": float(result.lengths.mean()), "eval/best_return_mean": self.best_eval.mean,
-             **result.extra},
+            {
+                "eval/return_mean": result.mean,
+                "eval/return_std": result.std,
+                "eval/ep_len_mean": float(result.lengths.mean()),
+                "eval/best_return_mean": self.best_eval.mean,
+                **result.extra,
+            },
             step,
-        )  # fmt: skip
+        )
         extra = "".join(f", {k.removeprefix('eval/')} {v:.3f}" for k, v in result.extra.items())
-        log.info("eval at step %d: return %.2f ± %.2f over %d episodes%s", step, result.mean, result.std,
-                 len(result.returns), extra)  # fmt: skip
+        log.info(
+            "eval at step %d: return %.2f ± %.2f over %d episodes%s",
+            step,
+            result.mean,
+            result.std,
+            len(result.returns),
+            extra,
+        )
         if self.on_eval is not None:
             self.on_eval(step if scheduled is None else scheduled, result.mean)
 

@@ -129,8 +129,10 @@ def _check_record(record: RunRecord, what: str) -> None:
 def _busy(what: str, owner: Mapping[str, str], marker: Path) -> str:
     pid, host = owner.get("pid", "?"), owner.get("hostname", "?")
     if host != socket.gethostname():
-        return (f"{what} is being written by pid {pid} on host {host}, whose process cannot be checked from here; "
-                f"wait for it to end, or if it is gone, delete {marker}")  # fmt: skip
+        return (
+            f"{what} is being written by pid {pid} on host {host}, whose process cannot be checked from here; "
+            f"wait for it to end, or if it is gone, delete {marker}"
+        )
     return f"{what} is still running (pid {pid} on {host}); stop it first, or wait for it to end"
 
 
@@ -209,8 +211,9 @@ class StaleRun:
 def find_stale_runs(store: RunStore, experiment_ids: list[str] | None = None) -> tuple[list[StaleRun], int]:
     """RUNNING runs of this host whose process is gone, and how many other RUNNING runs could not be judged
     (another host, or no pid tag)."""
-    running = store.search(store.experiment_ids() if experiment_ids is None else experiment_ids,
-                           f"attributes.status = '{RUNNING}'")  # fmt: skip
+    running = store.search(
+        store.experiment_ids() if experiment_ids is None else experiment_ids, f"attributes.status = '{RUNNING}'"
+    )
     stale, unknown = [], 0
     for record in running:
         reason = stale_reason(record)

@@ -215,8 +215,12 @@ def init_overrides(overrides: list[str]) -> list[str]:
     check_init(source, cfg.env, cfg.model, init)
     check_world(cfg, device=False)
     if carried:
-        print(f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's model and task settings; "
-              "a value on the command line wins)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's model and task settings; "
+            "a value on the command line wins)",
+            file=sys.stderr,
+            flush=True,
+        )
     return carried
 
 

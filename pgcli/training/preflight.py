@@ -254,8 +254,11 @@ def check_writable_dir(path: Path, *, what: str, min_free: int = MIN_FREE_BYTES)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise PgcliError(f"{what} {shown} is on a full disk; free some space or choose another path") from None
-        reason = {errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS:
-                  "read-only file system"}.get(exc.errno or 0, "cannot create files there")  # fmt: skip
+        reason = {
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+            errno.EROFS: "read-only file system",
+        }.get(exc.errno or 0, "cannot create files there")
         raise PgcliError(
             f"{what} {shown} is not writable ({reason}); choose another path or fix its permissions"
         ) from None

@@ -74,8 +74,10 @@ def locate_reward_model(ref: str, tracking: TrackingConfig) -> InitSource:
     source = locate_model(ref, tracking, how)
     algo = source.spec.get("algo")
     if algo != "rm" or not (source.model_dir / REWARD_HEAD_FILE).is_file():
-        raise ConfigError(f"{how.option}: {source.model_dir} is the model of an algo={algo} run, not a reward model; "
-                          f"train one with pgcli rm env={source.spec.get('env')}")  # fmt: skip
+        raise ConfigError(
+            f"{how.option}: {source.model_dir} is the model of an algo={algo} run, not a reward model; "
+            f"train one with pgcli rm env={source.spec.get('env')}"
+        )
     return source
 
 

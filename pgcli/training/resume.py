@@ -35,8 +35,14 @@ log = logging.getLogger("pgcli")
 if TYPE_CHECKING:
     from pgcli.tracking.store import RunStore
 
-RESUME_OVERRIDES = ("total_steps", "progress", "checkpoint_every", "checkpoint_keep", "hardware.torch_threads",
-                    "tracking.flush_every_s")  # fmt: skip
+RESUME_OVERRIDES = (
+    "total_steps",
+    "progress",
+    "checkpoint_every",
+    "checkpoint_keep",
+    "hardware.torch_threads",
+    "tracking.flush_every_s",
+)
 """The only keys a resume may change: none of them changes what is learned or what the logged curves mean.
 ``total_steps`` may only grow. Everything else (``eval.*`` included: evaluation shares the run's RNG streams and its
 curve must stay comparable) is an error; ``pgcli train --from-run`` starts a new run with other values."""
@@ -253,8 +259,10 @@ def resume_command(args: list[str]) -> int:
         with appended_run_log(plan.output_dir):
             for skipped in plan.point.skipped:
                 print(f"pgcli: note: skipped checkpoint {skipped}", file=sys.stderr)
-            resuming = (f"resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
-                        f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})")  # fmt: skip
+            resuming = (
+                f"resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
+                f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})"
+            )
             print(f"pgcli: {resuming}", file=sys.stderr)
             log.info(resuming)
             summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)

@@ -132,8 +132,10 @@ def stop_signals(stop: StopRequest) -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.armed and stop.signum is None:
             stop.signum = signum
-            _say(f"pgcli: {signal.Signals(signum).name}: stopping after this update (a checkpoint and the model are "
-                 "saved); send it again to stop at once")  # fmt: skip
+            _say(
+                f"pgcli: {signal.Signals(signum).name}: stopping after this update (a checkpoint and the model are "
+                "saved); send it again to stop at once"
+            )
             return
         raise Interrupted(signum)
 
@@ -294,8 +296,9 @@ class Run:
                 raise
             except Exception as exc:  # a truncated or foreign file: torch/zip/pickle errors of every kind
                 lines = str(exc).strip().splitlines()
-                raise PgcliError(f"cannot load checkpoint {checkpoint}: {type(exc).__name__}: "
-                                 f"{lines[0] if lines else ''}") from None  # fmt: skip
+                raise PgcliError(
+                    f"cannot load checkpoint {checkpoint}: {type(exc).__name__}: {lines[0] if lines else ''}"
+                ) from None
             monitor.load_state(checkpoint, self.resume.step)
             self._open(self.resume.run_id)
         self.stop.armed = True

@@ -130,20 +130,32 @@ def test_the_countdown_tool_yaml_documents_every_default_of_its_schema():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algo=flow_grpo", "env=addition"], "algo=flow_grpo trains on multi-turn tasks (env=countdown_tool); "
-                                             "env=addition is single-turn: use algo=grpo"),
-        (["algo=rloo", "env=countdown_tool"], "env=countdown_tool is a multi-turn task: it trains with "
-                                              "algo=flow_grpo, grpo (whole trajectories) or sft (got algo=rloo)"),
-        (["algo=grpo", "env=countdown_tool", "algo.loss_agg=seq_mean"], "algo.loss_agg must be token_mean or "
-         "constant with algo=grpo on a multi-turn task (got 'seq_mean'); a trajectory's turns are separate samples, "
-         "so a per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns"),
-        (["algo=flow_grpo", "env=countdown_tool", "env.max_turns=1"], "env.max_turns must be in [n_numbers - 1 = "
-                                                                      "2, 32] (got 1); each turn is one operation"),
-        (["algo=flow_grpo", "env=countdown_tool", "env.reward=rm:abc"], "env.reward must be {} on a multi-turn task "
-                                                                         "(got 'rm:abc'); its reward is the final "
-                                                                         "verdict: solved or not"),
+        (
+            ["algo=flow_grpo", "env=addition"],
+            "algo=flow_grpo trains on multi-turn tasks (env=countdown_tool); "
+            "env=addition is single-turn: use algo=grpo",
+        ),
+        (
+            ["algo=rloo", "env=countdown_tool"],
+            "env=countdown_tool is a multi-turn task: it trains with "
+            "algo=flow_grpo, grpo (whole trajectories) or sft (got algo=rloo)",
+        ),
+        (
+            ["algo=grpo", "env=countdown_tool", "algo.loss_agg=seq_mean"],
+            "algo.loss_agg must be token_mean or "
+            "constant with algo=grpo on a multi-turn task (got 'seq_mean'); a trajectory's turns are separate samples, "
+            "so a per-sequence mean would weigh turns, not trajectories; algo=flow_grpo weighs turns",
+        ),
+        (
+            ["algo=flow_grpo", "env=countdown_tool", "env.max_turns=1"],
+            "env.max_turns must be in [n_numbers - 1 = 2, 32] (got 1); each turn is one operation",
+        ),
+        (
+            ["algo=flow_grpo", "env=countdown_tool", "env.reward=rm:abc"],
+            "env.reward must be {} on a multi-turn task (got 'rm:abc'); its reward is the final verdict: solved or not",
+        ),
     ],
-)  # fmt: skip
+)
 def test_multi_turn_rules_are_one_line_errors(overrides: list[str], message: str):
     with pytest.raises(ConfigError) as err:
         compose_train_config(overrides)
@@ -158,10 +170,18 @@ def test_the_clipped_schemas_share_one_base_and_keep_their_field_order():
         names = [f.name for f in dataclasses.fields(schema)]
         assert [n for n in names if n in SHARED_OPTIONS] == list(SHARED_OPTIONS), schema.__name__
     # the order users see in --help and docs/configuration.md: a schema's own fields among the shared ones
-    assert [f.name for f in dataclasses.fields(GSPOConfig)][:4] == ["group_size", "n_groups", "scale_rewards",
-                                                                   "drop_degenerate_groups"]  # fmt: skip
-    assert [f.name for f in dataclasses.fields(REINFORCEConfig)][-4:] == ["beta", "kl_estimator", "ent_coef",
-                                                                         "mask_truncated_completions"]  # fmt: skip
+    assert [f.name for f in dataclasses.fields(GSPOConfig)][:4] == [
+        "group_size",
+        "n_groups",
+        "scale_rewards",
+        "drop_degenerate_groups",
+    ]
+    assert [f.name for f in dataclasses.fields(REINFORCEConfig)][-4:] == [
+        "beta",
+        "kl_estimator",
+        "ent_coef",
+        "mask_truncated_completions",
+    ]
     assert RLOOConfig().learning_rate == 3e-5 and GRPOConfig().learning_rate == 3e-4  # a schema's own default wins
 
 

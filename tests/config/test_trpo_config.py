@@ -37,10 +37,18 @@ def test_ours_and_sb3_contrib_get_the_same_zoo_values(env: str):
         assert getattr(getattr(ours, section), name) == value, key
     ours = compose_train_config(["algo=trpo", f"env={env}", *(f"{key}={ZOO[key]}" for key in departures)])
     ref = compose_train_config(["algo=sb3_trpo", f"env={env}"])
-    pairs = [("n_steps", "n_steps"), ("gamma", "gamma"), ("gae_lambda", "gae_lambda"), ("target_kl", "target_kl"),
-             ("cg_damping", "cg_damping"), ("cg_iters", "cg_max_steps"), ("n_critic_updates", "n_critic_updates"),
-             ("batch_size", "batch_size"), ("vf_learning_rate", "learning_rate"),
-             ("fvp_sub_sampling", "sub_sampling_factor")]  # fmt: skip
+    pairs = [
+        ("n_steps", "n_steps"),
+        ("gamma", "gamma"),
+        ("gae_lambda", "gae_lambda"),
+        ("target_kl", "target_kl"),
+        ("cg_damping", "cg_damping"),
+        ("cg_iters", "cg_max_steps"),
+        ("n_critic_updates", "n_critic_updates"),
+        ("batch_size", "batch_size"),
+        ("vf_learning_rate", "learning_rate"),
+        ("fvp_sub_sampling", "sub_sampling_factor"),
+    ]
     for ours_key, ref_key in pairs:
         assert getattr(ours.algo, ours_key) == getattr(ref.algo, ref_key), (ours_key, ref_key)
     assert ours.env == ref.env and ours.total_steps == ref.total_steps and ours.model == ref.model

@@ -26,8 +26,17 @@ def lm_sft_run(tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
     root = tmp_path_factory.mktemp("lm")
     store, workdir = Store(root / "store"), root / "work"
     workdir.mkdir()
-    args = ["sft", "env=addition", f"tracking.uri={store.uri}", "total_steps=1024", "eval.every=512",
-            "algo.batch_size=32", "algo.warmup_steps=256", "checkpoint_every=512", *LM_SMALL]  # fmt: skip
+    args = [
+        "sft",
+        "env=addition",
+        f"tracking.uri={store.uri}",
+        "total_steps=1024",
+        "eval.every=512",
+        "algo.batch_size=32",
+        "algo.warmup_steps=256",
+        "checkpoint_every=512",
+        *LM_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")

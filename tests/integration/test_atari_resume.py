@@ -31,8 +31,9 @@ CASES = {
 def test_a_resumed_atari_run_logs_what_a_straight_run_logs(case: str, tmp_path: Path):
     straight, short = tmp_path / "straight", tmp_path / "short"
     for run_dir, total in ((straight, 512), (short, 256)):
-        proc = run_pgcli(["train", *CASES[case], *COMMON, f"total_steps={total}", f"hydra.run.dir={run_dir}"],
-                         cwd=tmp_path)  # fmt: skip
+        proc = run_pgcli(
+            ["train", *CASES[case], *COMMON, f"total_steps={total}", f"hydra.run.dir={run_dir}"], cwd=tmp_path
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     resumed = run_pgcli(["train", f"resume={short}", "total_steps=512"], cwd=tmp_path)

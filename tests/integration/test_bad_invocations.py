@@ -263,8 +263,14 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Places]:
     try:
         readonly_skip = make_readonly_dir(root / "readonly")
         full_skip = make_full_dir(root / "full")
-        yield Places(root, closed_port(), None if readonly_skip else root / "readonly", readonly_skip,
-                     None if full_skip else root / "full", full_skip)  # fmt: skip
+        yield Places(
+            root,
+            closed_port(),
+            None if readonly_skip else root / "readonly",
+            readonly_skip,
+            None if full_skip else root / "full",
+            full_skip,
+        )
     finally:  # never leave a mount behind, even when making the directories failed half-way
         for name in ("readonly", "full"):
             if os.path.ismount(root / name):
@@ -444,8 +450,12 @@ def readonly_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: P
         if why:
             pytest.skip(f"cannot make a read-only store here: {why}")
         shutil.copyfile(mlflow_schema_db, folder / "mlflow.db")
-        seeded = subprocess.run([sys.executable, "-c", SEED_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        seeded = subprocess.run(
+            [sys.executable, "-c", SEED_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         why = make_readonly(folder)
         if why:
             pytest.skip(f"cannot make a read-only store here: {why}")
@@ -505,8 +515,12 @@ def shared_prefix_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_
     """A store with two finished runs whose ids share their first 8 hex digits (:data:`PREFIX`), and their ids."""
     folder = tmp_path_factory.mktemp("shared_prefix")
     shutil.copyfile(mlflow_schema_db, folder / "mlflow.db")
-    seeded = subprocess.run([sys.executable, "-c", SHARED_PREFIX_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    seeded = subprocess.run(
+        [sys.executable, "-c", SHARED_PREFIX_STORE, f"sqlite:///{folder / 'mlflow.db'}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return folder, seeded.stdout.split()
 
 
@@ -528,8 +542,11 @@ def test_a_run_id_prefix_of_several_runs_is_one_line_and_changes_nothing(
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     proc = run_pgcli([*argv, f"tracking.uri={uri}"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    one_error_line(proc.stderr, proc.stdout, f"run id prefix {PREFIX} matches 2 runs in {uri} ({', '.join(run_ids)}); "
-                   "type more of the id")  # fmt: skip
+    one_error_line(
+        proc.stderr,
+        proc.stdout,
+        f"run id prefix {PREFIX} matches 2 runs in {uri} ({', '.join(run_ids)}); type more of the id",
+    )
     assert snapshot(folder) == before and list(tmp_path.iterdir()) == []
 
 
@@ -549,8 +566,12 @@ def test_a_run_id_prefix_under_8_hex_digits_is_one_line_and_creates_nothing(
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     captured = capsys.readouterr()
-    one_error_line(captured.err, captured.out, "'0123abc' is not a directory, and too short to name a run: a run id "
-                   "prefix needs at least 8 hex digits (pgcli runs shows 8)")  # fmt: skip
+    one_error_line(
+        captured.err,
+        captured.out,
+        "'0123abc' is not a directory, and too short to name a run: a run id "
+        "prefix needs at least 8 hex digits (pgcli runs shows 8)",
+    )
     assert list(tmp_path.iterdir()) == []  # no outputs/, no store, no run directory
 
 
@@ -600,9 +621,24 @@ def test_sync_checks_its_uri_before_delivering(
 def hopper_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny TRPO run on Hopper-v5 (MuJoCo), tracking off: its run directory."""
     work = tmp_path_factory.mktemp("hopper")
-    proc = run_pgcli(["train", "algo=trpo", "env=hopper", "total_steps=256", "algo.n_steps=64", "env.n_envs=4",
-                      "algo.batch_size=64", "env.max_episode_steps=20", "eval.every=0", "eval.episodes=1",
-                      "tracking=off", "progress=false"], cwd=work, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            "algo=trpo",
+            "env=hopper",
+            "total_steps=256",
+            "algo.n_steps=64",
+            "env.n_envs=4",
+            "algo.batch_size=64",
+            "env.max_episode_steps=20",
+            "eval.every=0",
+            "eval.episodes=1",
+            "tracking=off",
+            "progress=false",
+        ],
+        cwd=work,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (model,) = (work / "outputs" / "runs").rglob("model")
     return model.parent

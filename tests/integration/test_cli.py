@@ -163,8 +163,14 @@ def test_bad_input_one_line_status_2_and_no_run(argv: list[str], fragment: str, 
 def test_a_reader_that_stops_early_gets_no_traceback(workdir: Path):
     # `pgcli train --help | true`: the reader exits at once, long before pgcli has composed the config and writes
     exe = Path(sys.executable).parent / "pgcli"
-    proc = subprocess.run(["bash", "-c", f"set -o pipefail; '{exe}' train --help | true"], cwd=workdir,
-                          capture_output=True, text=True, timeout=120, env=cli_env())  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; '{exe}' train --help | true"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+    )
     assert proc.stderr == "" and proc.returncode == 141  # 128 + SIGPIPE, as a tool killed by SIGPIPE
 
 

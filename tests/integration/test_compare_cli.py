@@ -52,8 +52,10 @@ def experiment(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path)
 
 def compare(experiment: Experiment, out: Path, *args: str) -> tuple[list[str], str]:
     """The table rows `pgcli compare --experiment cartpole` prints (header left out), and all it prints."""
-    proc = run_pgcli(["compare", "--experiment", "cartpole", "--out", str(out), *args,
-                      f"tracking.uri={experiment.store.uri}"], cwd=experiment.workdir)  # fmt: skip
+    proc = run_pgcli(
+        ["compare", "--experiment", "cartpole", "--out", str(out), *args, f"tracking.uri={experiment.store.uri}"],
+        cwd=experiment.workdir,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:], proc.stdout
 
@@ -77,8 +79,19 @@ def test_eval_runs_are_not_compared_and_a_resumed_run_counts_at_its_new_budget(
 
 def test_an_unknown_group_by_key_is_one_line_naming_the_keys(experiment: Experiment, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    proc = run_pgcli(["compare", "--experiment", "cartpole", "--group-by", "algo.learning_rat", "--out", str(out),
-                      f"tracking.uri={experiment.store.uri}"], cwd=experiment.workdir)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "compare",
+            "--experiment",
+            "cartpole",
+            "--group-by",
+            "algo.learning_rat",
+            "--out",
+            str(out),
+            f"tracking.uri={experiment.store.uri}",
+        ],
+        cwd=experiment.workdir,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
     line = proc.stderr.strip()
@@ -118,8 +131,12 @@ def beta_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path)
         metrics = [Metric("eval/accuracy", acc, 0, step) for step, _, acc in points]
         metrics += [Metric("eval/kl_ref", kl, 0, step) for step, kl, _ in points if kl is not None]
         params = {"algo": "ppo_lm", "env.id": "addition", "seed": str(seed), "total_steps": "200", "algo.beta": beta}
-        client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
-                         tags=[RunTag(k, v) for k, v in tags.items()])  # fmt: skip
+        client.log_batch(
+            run_id,
+            metrics=metrics,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
         client.set_terminated(run_id, "FINISHED")
     return store
 
@@ -142,10 +159,24 @@ def test_x_draws_the_metric_against_another_logged_metric(beta_store: Store, tmp
 
 def test_an_x_metric_no_run_logged_is_one_line(beta_store: Store, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    proc = run_pgcli(["compare", "--experiment", "addition", "--metric", "eval/accuracy", "--x", "eval/kl",
-                      "--out", str(out), f"tracking.uri={beta_store.uri}"], cwd=tmp_path)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "compare",
+            "--experiment",
+            "addition",
+            "--metric",
+            "eval/accuracy",
+            "--x",
+            "eval/kl",
+            "--out",
+            str(out),
+            f"tracking.uri={beta_store.uri}",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert proc.stderr.strip() == ("pgcli: error: none of the 5 selected runs logged both 'eval/accuracy' and "
-                                   "'eval/kl'"), proc.stderr  # fmt: skip
+    assert proc.stderr.strip() == (
+        "pgcli: error: none of the 5 selected runs logged both 'eval/accuracy' and 'eval/kl'"
+    ), proc.stderr
     assert not out.exists()

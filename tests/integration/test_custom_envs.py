@@ -55,8 +55,10 @@ def test_a_sweep_on_an_env_id_is_one_tree_in_that_envs_experiment(store: Store, 
     parent = next(r for r in runs if r.data.tags.get("pgcli_role") == "sweep")
     children = [r for r in runs if r is not parent]
     assert parent.data.tags["env"] == "acrobot" and len(children) == 2
-    assert {(c.info.run_name, c.data.tags["preset"]) for c in children} == {("ppo-acrobot-s0", "none"),
-                                                                            ("ppo-acrobot-s1", "none")}  # fmt: skip
+    assert {(c.info.run_name, c.data.tags["preset"]) for c in children} == {
+        ("ppo-acrobot-s0", "none"),
+        ("ppo-acrobot-s1", "none"),
+    }
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
 
 

@@ -76,8 +76,12 @@ def build(name: str, env_id: str):
 
 
 def monitor(tmp_path: Path, checkpoint_every: int) -> TrainingMonitor:
-    return TrainingMonitor(RunLogger(tmp_path), Schedule(10**5, checkpoint_every=checkpoint_every),
-                           outputs=Outputs(checkpoints=tmp_path / "checkpoints"), progress=False)  # fmt: skip
+    return TrainingMonitor(
+        RunLogger(tmp_path),
+        Schedule(10**5, checkpoint_every=checkpoint_every),
+        outputs=Outputs(checkpoints=tmp_path / "checkpoints"),
+        progress=False,
+    )
 
 
 def parameters(trainer) -> list[torch.Tensor]:
@@ -146,9 +150,20 @@ def test_diverged_run_ends_failed_naming_the_quantity(algo: str, name: str, stor
     from pgcli.training.checks import train_config
 
     # ~preset: another env id drops the cartpole preset, as `pgcli train` does (its batch_size needs 8 envs)
-    cfg = train_config([f"algo={algo}", "~preset", f"env.id={NAN_ENV}", "env.n_envs=2", "algo.n_steps=64",
-                                "checkpoint_every=128", f"tracking.uri={store.uri}", "total_steps=100000",
-                                "eval.every=0", "progress=false"])  # fmt: skip
+    cfg = train_config(
+        [
+            f"algo={algo}",
+            "~preset",
+            f"env.id={NAN_ENV}",
+            "env.n_envs=2",
+            "algo.n_steps=64",
+            "checkpoint_every=128",
+            f"tracking.uri={store.uri}",
+            "total_steps=100000",
+            "eval.every=0",
+            "progress=false",
+        ]
+    )
     ctx = RunContext(algo_name=algo, env_name="nan_cartpole", output_dir=tmp_path / "run")
     with pytest.raises(DivergenceError, match=r"^non-finite observation at env step 202 \(nan\); last good"):
         train(cfg, ctx)

@@ -20,8 +20,11 @@ PPO = ["algo=ppo", "algo.n_steps=64", "algo.batch_size=128", "algo.n_epochs=1"]
 
 
 def test_pong_on_envpool_lands_finished_with_an_evaluation(migrated_store: Store, workdir: Path):
-    proc = run_pgcli(["train", "env=pong", "hardware.vec_env=envpool", *PPO, *SMALL,
-                      f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        ["train", "env=pong", "hardware.vec_env=envpool", *PPO, *SMALL, f"tracking.uri={migrated_store.uri}"],
+        cwd=workdir,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = migrated_store.runs("pong")
     assert run.info.status == "FINISHED"

@@ -32,8 +32,9 @@ def trained_run(root: Path, schema_db: Path, *overrides: str) -> tuple[Store, Pa
 @pytest.fixture(scope="module")
 def cartpole(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> tuple[Store, Path, Any]:
     # PPO (SB3) on CartPole: evaluations at 1024 and 2048 steps, 3 episodes each
-    return trained_run(tmp_path_factory.mktemp("cartpole"), mlflow_schema_db,
-                       "total_steps=2048", "eval.every=1024", "eval.episodes=3")  # fmt: skip
+    return trained_run(
+        tmp_path_factory.mktemp("cartpole"), mlflow_schema_db, "total_steps=2048", "eval.every=1024", "eval.episodes=3"
+    )
 
 
 def last(store: Store, run_id: str, key: str) -> float:
@@ -83,8 +84,9 @@ def test_eval_by_run_id_scores_the_logged_return_and_logs_a_video(cartpole, tmp_
 def test_eval_best_of_a_run_dir_without_logging(cartpole):
     store, workdir, run = cartpole
     n_runs = len(store.client().search_runs([run.info.experiment_id]))
-    proc = run_pgcli(["eval", run.data.tags["output_dir"], "--best", "--no-log", f"tracking.uri={store.uri}"],
-                     cwd=workdir)  # fmt: skip
+    proc = run_pgcli(
+        ["eval", run.data.tags["output_dir"], "--best", "--no-log", f"tracking.uri={store.uri}"], cwd=workdir
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "best model" in proc.stdout
     assert f"return        {last(store, run.info.run_id, 'eval/best_return_mean'):.1f} ± " in proc.stdout
@@ -97,8 +99,20 @@ def test_eval_by_run_id_downloads_the_model_when_the_run_dir_is_gone(cartpole):
     moved = run_dir.with_name(run_dir.name + "_moved")
     run_dir.rename(moved)
     try:
-        proc = run_pgcli(["eval", run.info.run_id, "--episodes", "2", "--stochastic", "--seed", "7", "--no-log",
-                          f"tracking.uri={store.uri}"], cwd=workdir)  # fmt: skip
+        proc = run_pgcli(
+            [
+                "eval",
+                run.info.run_id,
+                "--episodes",
+                "2",
+                "--stochastic",
+                "--seed",
+                "7",
+                "--no-log",
+                f"tracking.uri={store.uri}",
+            ],
+            cwd=workdir,
+        )
     finally:
         moved.rename(run_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -108,15 +122,22 @@ def test_eval_by_run_id_downloads_the_model_when_the_run_dir_is_gone(cartpole):
 @pytest.mark.slow  # MuJoCo through software EGL: ~2 min on a loaded 2-core machine
 def test_eval_hopper_with_video(tmp_path: Path, mlflow_schema_db: Path):
     # our TRPO on Hopper-v5 (MuJoCo, offscreen rendering): 2048 steps, one final evaluation of a 50-step episode cap
-    store, workdir, run = trained_run(tmp_path, mlflow_schema_db, "algo=trpo", "env=hopper", "total_steps=2048",
-                                      "algo.n_steps=256", "env.max_episode_steps=50", "eval.episodes=1")  # fmt: skip
+    store, workdir, run = trained_run(
+        tmp_path,
+        mlflow_schema_db,
+        "algo=trpo",
+        "env=hopper",
+        "total_steps=2048",
+        "algo.n_steps=256",
+        "env.max_episode_steps=50",
+        "eval.episodes=1",
+    )
     proc = run_pgcli(["eval", run.info.run_id, f"tracking.uri={store.uri}", "video=true"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (ev,) = eval_runs(store, run)
     assert ev.data.metrics["eval/return_mean"] == pytest.approx(last(store, run.info.run_id, "eval/return_mean"))
     (video,) = [a.path for a in store.client().list_artifacts(ev.info.run_id, "videos")]
-    n_frames = check_video(Path(store.client().download_artifacts(ev.info.run_id, video, str(tmp_path))),
-                           (480, 480, 3))  # fmt: skip
+    n_frames = check_video(Path(store.client().download_artifacts(ev.info.run_id, video, str(tmp_path))), (480, 480, 3))
     assert n_frames == ev.data.metrics["eval/ep_len_mean"]  # first observation .. the state before the last step
 
 

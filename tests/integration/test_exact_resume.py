@@ -67,15 +67,23 @@ def build(case: str, seed: int, vectorization: str = "sync"):
     trainer."""
     trainer_cls, cfg, env_id = CASES[case]
     seed_everything(seed)
-    env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True), seed=seed,
-                       gamma=cfg.gamma, vectorization=vectorization)  # fmt: skip
+    env = make_vec_env(
+        EnvConfig(id=env_id, n_envs=N_ENVS, normalize_obs=True, normalize_reward=True),
+        seed=seed,
+        gamma=cfg.gamma,
+        vectorization=vectorization,
+    )
     return trainer_cls(cfg, env=env, model=MODEL, seed=seed, device=CPU)
 
 
 def train(trainer, total_steps: int, checkpoint_dir: Path) -> None:
     """``learn`` under a real TrainingMonitor that checkpoints after every update (checkpoint_every=1)."""
-    monitor = TrainingMonitor(RunLogger(checkpoint_dir.parent), Schedule(total_steps, checkpoint_every=1),
-                              outputs=Outputs(checkpoints=checkpoint_dir), progress=False)  # fmt: skip
+    monitor = TrainingMonitor(
+        RunLogger(checkpoint_dir.parent),
+        Schedule(total_steps, checkpoint_every=1),
+        outputs=Outputs(checkpoints=checkpoint_dir),
+        progress=False,
+    )
     trainer.learn(total_steps, monitor)
 
 
@@ -165,8 +173,11 @@ def csv_history(run_dir: Path) -> list[tuple[str, int, str]]:
     import csv
 
     with (run_dir / "metrics.csv").open(newline="") as f:
-        return [(r["key"], int(r["step"]), r["value"]) for r in csv.DictReader(f) if not r["key"].startswith("time/")
-                or r["key"] == "time/episodes"]  # fmt: skip
+        return [
+            (r["key"], int(r["step"]), r["value"])
+            for r in csv.DictReader(f)
+            if not r["key"].startswith("time/") or r["key"] == "time/episodes"
+        ]
 
 
 def test_a_finished_run_below_checkpoint_every_extends_exactly_from_its_final_model(tmp_path: Path):
@@ -204,8 +215,11 @@ class CartPoleFrames(gym.ObservationWrapper):
         return frame
 
 
-gym.register("PgcliTestCartPoleFrames-v0", entry_point=lambda: CartPoleFrames(gym.make("CartPole-v1").unwrapped),
-             max_episode_steps=500)  # fmt: skip
+gym.register(
+    "PgcliTestCartPoleFrames-v0",
+    entry_point=lambda: CartPoleFrames(gym.make("CartPole-v1").unwrapped),
+    max_episode_steps=500,
+)
 FRAMES = {"noop_max": 0, "frame_skip": 1, "screen_size": 0, "grayscale": False, "frame_stack": 1,
           "terminal_on_life_loss": False, "clip_reward": False, "fire_reset": False}  # fmt: skip
 """MinAtar's preprocessing (docs/pixels.md): frames as the env draws them, uint8 channels first, nothing stacked."""
@@ -224,7 +238,7 @@ def build_on_frames(env_id: str, seed: int) -> TRPO:
         "PgcliTestCartPoleFrames-v0",
         "MinAtar/Breakout-v1",
     ],
-)  # fmt: skip
+)
 def test_trpo_on_frames_continues_exactly_from_a_checkpoint(env_id: str, tmp_path: Path):
     pytest.importorskip("minatar", reason="pgcli[pixels] is not installed")
     straight = build_on_frames(env_id, seed=3)

@@ -69,8 +69,10 @@ def test_from_run_as_a_sweep_over_seeds(source):
     store, workdir, run = source
     client = store.client()
     before = {r.info.run_id for r in client.search_runs([run.info.experiment_id])}
-    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "-m", "seed=5,6",
-                      "progress=false"], cwd=workdir)  # fmt: skip
+    proc = run_pgcli(
+        ["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "-m", "seed=5,6", "progress=false"],
+        cwd=workdir,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = [r for r in client.search_runs([run.info.experiment_id]) if r.info.run_id not in before]
     (parent,) = [r for r in new if "mlflow.parentRunId" not in r.data.tags]
@@ -91,8 +93,19 @@ def test_from_run_id_with_tracking_off_finds_the_run_and_logs_nothing(source, tm
     store it names (here tracking.uri), and the re-run writes its metrics.csv only."""
     store, _, run = source
     n_runs = len(store.client().search_runs([run.info.experiment_id]))
-    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "tracking=off",
-                      "total_steps=256", "eval.every=0", "progress=false"], cwd=tmp_path)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            f"tracking.uri={store.uri}",
+            "--from-run",
+            run.info.run_id,
+            "tracking=off",
+            "total_steps=256",
+            "eval.every=0",
+            "progress=false",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(store.client().search_runs([run.info.experiment_id])) == n_runs  # nothing logged
     (csv,) = (tmp_path / "outputs" / "runs").rglob("metrics.csv")
@@ -104,8 +117,19 @@ def test_a_quoted_tracking_off_turns_off_the_logging_not_the_lookup(source, tmp_
     """``tracking.backend='off'`` is ``tracking.backend=off`` (Hydra unquotes it): the run id is still looked up."""
     store, _, run = source
     n_runs = len(store.client().search_runs([run.info.experiment_id]))
-    proc = run_pgcli(["train", f"tracking.uri={store.uri}", "--from-run", run.info.run_id, "tracking.backend='off'",
-                      "total_steps=256", "eval.every=0", "progress=false"], cwd=tmp_path)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            f"tracking.uri={store.uri}",
+            "--from-run",
+            run.info.run_id,
+            "tracking.backend='off'",
+            "total_steps=256",
+            "eval.every=0",
+            "progress=false",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(store.client().search_runs([run.info.experiment_id])) == n_runs  # nothing logged
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

@@ -23,9 +23,23 @@ GRPO_METRICS = {
 
 
 def test_grpo_train_lands_a_finished_run_with_its_metrics(store: Store, workdir: Path):
-    args = ["train", "algo=grpo", "env=cartpole", f"tracking.uri={store.uri}", "total_steps=1500", "eval.episodes=2",
-            "eval.every=0", "progress=false", "env.n_envs=4", "algo.group_size=4", "algo.n_groups=2",
-            "algo.batch_size=4", "algo.beta=0.05", "algo.epsilon_high=0.28", "seed=3"]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=cartpole",
+        f"tracking.uri={store.uri}",
+        "total_steps=1500",
+        "eval.episodes=2",
+        "eval.every=0",
+        "progress=false",
+        "env.n_envs=4",
+        "algo.group_size=4",
+        "algo.n_groups=2",
+        "algo.batch_size=4",
+        "algo.beta=0.05",
+        "algo.epsilon_high=0.28",
+        "seed=3",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("cartpole")
@@ -49,9 +63,21 @@ def test_grpo_rejects_a_group_of_one_before_anything_runs(store: Store, workdir:
 def test_grpo_says_up_front_that_it_trains_past_total_steps_and_the_bar_ends_where_it_stopped(workdir: Path):
     """A GRPO update plays whole episodes, so training ends past total_steps: one note names the options that bound
     the overshoot, and the progress bar ends at the env steps trained (not at total_steps)."""
-    args = ["train", "algo=grpo", "env=cartpole", "tracking=off", "total_steps=300", "eval.episodes=2", "eval.every=0",
-            "env.n_envs=4", "algo.group_size=2", "algo.n_groups=2", "algo.batch_size=4", "checkpoint_every=0",
-            "progress=true"]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=cartpole",
+        "tracking=off",
+        "total_steps=300",
+        "eval.episodes=2",
+        "eval.every=0",
+        "env.n_envs=4",
+        "algo.group_size=2",
+        "algo.n_groups=2",
+        "algo.batch_size=4",
+        "checkpoint_every=0",
+        "progress=true",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trained = int(re.search(r"\(seed 0\): ([\d,]+) env steps", proc.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]

@@ -21,8 +21,16 @@ def agent_sft(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path, st
     root = tmp_path_factory.mktemp("agent")
     store, workdir = Store(root / "store"), root / "work"
     workdir.mkdir()
-    args = ["sft", "env=countdown_tool", f"tracking.uri={store.uri}", "total_steps=1024", "eval.every=512",
-            "algo.batch_size=64", "algo.warmup_steps=128", *AGENT_SMALL]  # fmt: skip
+    args = [
+        "sft",
+        "env=countdown_tool",
+        f"tracking.uri={store.uri}",
+        "total_steps=1024",
+        "eval.every=512",
+        "algo.batch_size=64",
+        "algo.warmup_steps=128",
+        *AGENT_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("countdown_tool")
@@ -35,18 +43,39 @@ def agent_sft(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path, st
 @pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])
 def test_flow_grpo_and_trajectory_grpo_land_finished_runs_with_the_turn_metrics(agent_sft, algo: str):
     store, workdir, sft_id = agent_sft
-    args = ["train", f"algo={algo}", "env=countdown_tool", f"init={sft_id}", f"tracking.uri={store.uri}",
-            "total_steps=48", "eval.every=24", "algo.group_size=4", "algo.n_groups=2", "algo.batch_size=8",
-            "algo.beta=0.04", f"run_name={algo}", "progress=false"]  # fmt: skip
+    args = [
+        "train",
+        f"algo={algo}",
+        "env=countdown_tool",
+        f"init={sft_id}",
+        f"tracking.uri={store.uri}",
+        "total_steps=48",
+        "eval.every=24",
+        "algo.group_size=4",
+        "algo.n_groups=2",
+        "algo.batch_size=8",
+        "algo.beta=0.04",
+        f"run_name={algo}",
+        "progress=false",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{algo} on countdown_tool (seed 0):" in proc.stdout and "sampled turns in" in proc.stdout
     (run,) = [r for r in store.runs("countdown_tool") if r.info.run_name == algo]
     assert run.info.status == "FINISHED" and run.data.tags["init_run_id"] == sft_id
     metrics = run.data.metrics
-    assert {"eval/accuracy", "eval/pass_at_2", "eval/turns_mean", "eval/tool_error_rate", "eval/kl_ref",
-            "rollout/turns_mean", "rollout/tool_error_rate", "rollout/errors_malformed", "train/kl_ref",
-            "train/clip_fraction"} <= set(metrics)  # fmt: skip
+    assert {
+        "eval/accuracy",
+        "eval/pass_at_2",
+        "eval/turns_mean",
+        "eval/tool_error_rate",
+        "eval/kl_ref",
+        "rollout/turns_mean",
+        "rollout/tool_error_rate",
+        "rollout/errors_malformed",
+        "train/kl_ref",
+        "train/clip_fraction",
+    } <= set(metrics)
     assert 1.0 <= metrics["eval/turns_mean"] <= 4.0 and 0.0 <= metrics["eval/tool_error_rate"] <= 1.0
     client = store.client()
     # a step is one sampled turn: an update of 8 trajectories takes 8 to 32 of them

@@ -21,8 +21,17 @@ def sft(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path, str]:
     root = tmp_path_factory.mktemp("lm")
     store, workdir = Store(root / "store"), root / "work"
     workdir.mkdir()
-    args = ["sft", "env=addition", f"tracking.uri={store.uri}", "total_steps=1024", "eval.every=512",
-            "algo.batch_size=32", "algo.warmup_steps=256", "checkpoint_every=512", *SMALL]  # fmt: skip
+    args = [
+        "sft",
+        "env=addition",
+        f"tracking.uri={store.uri}",
+        "total_steps=1024",
+        "eval.every=512",
+        "algo.batch_size=32",
+        "algo.warmup_steps=256",
+        "checkpoint_every=512",
+        *SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")
@@ -75,8 +84,18 @@ def test_the_logged_model_completes_prompts_as_the_run_did(sft):
 
 def test_a_text_run_starts_from_the_sft_run_by_id(sft):
     store, workdir, run_id = sft
-    args = ["train", "algo=sft", "env=addition", f"init={run_id}", f"tracking.uri={store.uri}", "total_steps=64",
-            "eval.every=0", "algo.batch_size=32", "algo.learning_rate=1e-6", *SMALL]  # fmt: skip
+    args = [
+        "train",
+        "algo=sft",
+        "env=addition",
+        f"init={run_id}",
+        f"tracking.uri={store.uri}",
+        "total_steps=64",
+        "eval.every=0",
+        "algo.batch_size=32",
+        "algo.learning_rate=1e-6",
+        *SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [r for r in store.runs("addition") if r.info.run_id != run_id]
@@ -97,8 +116,9 @@ def test_a_text_run_starts_from_the_sft_run_by_id(sft):
 def test_a_bad_init_is_one_line_before_anything_runs(sft, override: str, message: str):
     store, workdir, _ = sft
     before = len(store.runs("addition"))
-    proc = run_pgcli(["train", "algo=sft", "env=addition", override, f"tracking.uri={store.uri}", *SMALL],
-                     cwd=workdir, timeout=120)  # fmt: skip
+    proc = run_pgcli(
+        ["train", "algo=sft", "env=addition", override, f"tracking.uri={store.uri}", *SMALL], cwd=workdir, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(message)
     assert len(store.runs("addition")) == before
@@ -106,20 +126,40 @@ def test_a_bad_init_is_one_line_before_anything_runs(sft, override: str, message
 
 def test_an_init_of_other_sizes_is_refused(sft):
     store, workdir, run_id = sft
-    args = ["train", "algo=sft", "env=addition", f"init={run_id}", f"tracking.uri={store.uri}", *SMALL,
-            "model.d_model=64"]  # fmt: skip
+    args = [
+        "train",
+        "algo=sft",
+        "env=addition",
+        f"init={run_id}",
+        f"tracking.uri={store.uri}",
+        *SMALL,
+        "model.d_model=64",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=120)
     assert proc.returncode == 2
     assert f"init={run_id}: the source has model.d_model=32, this run model.d_model=64" in proc.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pgcli.algo.lm_grpo") is None,
-                    reason="the GRPO text trainer (branch lmrl) is not merged here")  # fmt: skip
+@pytest.mark.skipif(
+    importlib.util.find_spec("pgcli.algo.lm_grpo") is None,
+    reason="the GRPO text trainer (branch lmrl) is not merged here",
+)
 def test_grpo_from_the_sft_run_lands_a_finished_run_with_accuracy(sft):
     store, workdir, run_id = sft
-    args = ["train", "algo=grpo", "env=addition", f"init={run_id}", f"tracking.uri={store.uri}", "total_steps=64",
-            "eval.every=0", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04",
-            *SMALL]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=addition",
+        f"init={run_id}",
+        f"tracking.uri={store.uri}",
+        "total_steps=64",
+        "eval.every=0",
+        "algo.group_size=4",
+        "algo.n_groups=4",
+        "algo.batch_size=8",
+        "algo.beta=0.04",
+        *SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [r for r in store.runs("addition") if r.data.params.get("algo") == "grpo"]

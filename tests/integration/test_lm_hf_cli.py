@@ -29,8 +29,17 @@ def hf_sft(tmp_path_factory: pytest.TempPathFactory, tiny_hf_model: Path) -> HFR
     root = tmp_path_factory.mktemp("hf-cli")
     store, workdir = Store(root / "store"), root / "work"
     workdir.mkdir()
-    args = ["sft", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "model.lora.r=4",
-            f"tracking.uri={store.uri}", "run_name=sft-lora", *SFT_SMALL, *HF_SMALL]  # fmt: skip
+    args = [
+        "sft",
+        "env=addition",
+        "model=hf",
+        f"model.path={tiny_hf_model}",
+        "model.lora.r=4",
+        f"tracking.uri={store.uri}",
+        "run_name=sft-lora",
+        *SFT_SMALL,
+        *HF_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")
@@ -67,9 +76,19 @@ def test_the_logged_model_completes_prompts_as_the_run_did(hf_sft: HFRun):
 
 
 def test_a_full_fine_tune_lands_a_finished_run(hf_sft: HFRun):
-    args = ["sft", "env=addition", "model=hf", f"model.path={hf_sft.model}", "model.lora.r=0", "total_steps=32",
-            "eval.every=0", "algo.batch_size=16", f"tracking.uri={hf_sft.store.uri}", "run_name=sft-full",
-            *HF_SMALL]  # fmt: skip
+    args = [
+        "sft",
+        "env=addition",
+        "model=hf",
+        f"model.path={hf_sft.model}",
+        "model.lora.r=0",
+        "total_steps=32",
+        "eval.every=0",
+        "algo.batch_size=16",
+        f"tracking.uri={hf_sft.store.uri}",
+        "run_name=sft-full",
+        *HF_SMALL,
+    ]
     proc = run_pgcli(args, cwd=hf_sft.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = _run(hf_sft, "sft-full")
@@ -79,8 +98,17 @@ def test_a_full_fine_tune_lands_a_finished_run(hf_sft: HFRun):
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "reinforce", "ppo_lm"])
 def test_each_rl_algorithm_trains_the_hf_model_from_its_sft_run(hf_sft: HFRun, algo: str):
     # model=hf and model.path come from the init run; the KL reference is the SFT model (the adapters off)
-    args = ["train", f"algo={algo}", "env=addition", f"init={hf_sft.run_id}", "algo.beta=0.04",
-            f"tracking.uri={hf_sft.store.uri}", f"run_name={algo}-hf", *RL_SMALL, *HF_SMALL]  # fmt: skip
+    args = [
+        "train",
+        f"algo={algo}",
+        "env=addition",
+        f"init={hf_sft.run_id}",
+        "algo.beta=0.04",
+        f"tracking.uri={hf_sft.store.uri}",
+        f"run_name={algo}-hf",
+        *RL_SMALL,
+        *HF_SMALL,
+    ]
     if algo == "ppo_lm":
         args = [a for a in args if not a.startswith("algo.group_size")]
     proc = run_pgcli(args, cwd=hf_sft.workdir, timeout=300)
@@ -104,16 +132,26 @@ def test_pgcli_eval_repeats_the_runs_last_evaluation(hf_sft: HFRun):
 def test_resume_is_bit_exact_on_the_hf_path(hf_sft: HFRun, command: list[str], tmp_path: Path):
     """A run stopped at its first checkpoint and resumed logs exactly the losses of one straight run."""
     store = Store(tmp_path / "store")
-    base = [*command, "env=addition", "model=hf", f"model.path={hf_sft.model}", "model.lora.r=4", "eval.every=0",
-            "checkpoint_every=16", f"tracking.uri={store.uri}", *HF_SMALL]  # fmt: skip
+    base = [
+        *command,
+        "env=addition",
+        "model=hf",
+        f"model.path={hf_sft.model}",
+        "model.lora.r=4",
+        "eval.every=0",
+        "checkpoint_every=16",
+        f"tracking.uri={store.uri}",
+        *HF_SMALL,
+    ]
     if command[0] == "sft":
         base += ["algo.batch_size=8", "algo.warmup_steps=8"]
     for name, steps in (("straight", 32), ("stopped", 16)):
         proc = run_pgcli([*base, f"total_steps={steps}", f"run_name={name}"], cwd=tmp_path, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     runs = {r.info.run_name: r.info.run_id for r in store.runs("addition")}
-    proc = run_pgcli(["train", f"resume={runs['stopped']}", "total_steps=32", f"tracking.uri={store.uri}"],
-                     cwd=tmp_path, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        ["train", f"resume={runs['stopped']}", "total_steps=32", f"tracking.uri={store.uri}"], cwd=tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = store.client()
     key = "train/loss"
@@ -126,13 +164,17 @@ def test_resume_is_bit_exact_on_the_hf_path(hf_sft: HFRun, command: list[str], t
     ("override", "message"),
     [
         ("model.path=./no-such-model", "model.path=./no-such-model: no such directory"),
-        ("model.path=pgcli-test/no-such-model", "model.path=pgcli-test/no-such-model: no such directory, and the "
-                                                "hub id is not in the local Hugging Face cache and cannot be fetched"),
+        (
+            "model.path=pgcli-test/no-such-model",
+            "model.path=pgcli-test/no-such-model: no such directory, and the "
+            "hub id is not in the local Hugging Face cache and cannot be fetched",
+        ),
         ("model.lora.target_modules=[qkv_nope]", "model.lora.target_modules=['qkv_nope']: "),
     ],
-)  # fmt: skip
-def test_a_bad_model_is_one_line_before_anything_is_created(tiny_hf_model: Path, tmp_path: Path, override: str,
-                                                            message: str):  # fmt: skip
+)
+def test_a_bad_model_is_one_line_before_anything_is_created(
+    tiny_hf_model: Path, tmp_path: Path, override: str, message: str
+):
     args = ["sft", "env=addition", "model=hf", f"model.path={tiny_hf_model}", override, "total_steps=16", *HF_SMALL]
     proc = run_pgcli(args, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -168,9 +210,19 @@ def test_export_writes_a_tiny_gpt_run_as_a_gpt2_with_the_same_logits_that_trains
             diff = (ours(x, torch.ones_like(x, dtype=torch.bool)) - theirs(input_ids=x).logits).abs().max()
         assert float(diff) <= 1e-5
     # GRPO on the exported model through model=hf: the same task, in the exported tokenizer
-    args = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={out}", "model.lora.r=0",
-            f"tracking.uri={store.uri}", "run_name=grpo-exported", *RL_SMALL,
-            *[o for o in LM_SMALL if o.startswith("env.")], "progress=false"]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=addition",
+        "model=hf",
+        f"model.path={out}",
+        "model.lora.r=0",
+        f"tracking.uri={store.uri}",
+        "run_name=grpo-exported",
+        *RL_SMALL,
+        *[o for o in LM_SMALL if o.startswith("env.")],
+        "progress=false",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [r for r in store.runs("addition") if r.info.run_name == "grpo-exported"]
@@ -185,8 +237,11 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
     from pgcli.lm.load import make_text_policy, make_text_task
 
     out = tmp_path / "merged"
-    proc = run_pgcli(["export", hf_sft.run_id, "--out", str(out), f"tracking.uri={hf_sft.store.uri}"],
-                     cwd=hf_sft.workdir, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        ["export", hf_sft.run_id, "--out", str(out), f"tracking.uri={hf_sft.store.uri}"],
+        cwd=hf_sft.workdir,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     model_dir = Path(_run(hf_sft, "sft-lora").data.tags["output_dir"]) / "model"
     cfg = agent_config(read_agent_spec(model_dir))
@@ -197,8 +252,11 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
     with torch.no_grad():
         diff = (ours(x, torch.ones_like(x, dtype=torch.bool)) - theirs(input_ids=x).logits).abs().max()
     assert float(diff) <= 1e-5
-    again = run_pgcli(["export", hf_sft.run_id, "--out", str(out), f"tracking.uri={hf_sft.store.uri}"],
-                      cwd=hf_sft.workdir, timeout=300)  # fmt: skip
+    again = run_pgcli(
+        ["export", hf_sft.run_id, "--out", str(out), f"tracking.uri={hf_sft.store.uri}"],
+        cwd=hf_sft.workdir,
+        timeout=300,
+    )
     assert again.returncode == 2
     assert again.stderr.strip() == f"pgcli: error: --out {out} exists and is not empty; pass another --out"
 
@@ -206,8 +264,19 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
 def test_micro_batches_train_the_hf_model(tiny_hf_model: Path, tmp_path: Path):
     # model.micro_batch=2: each minibatch of 8 completions in forward/backward passes of 2, gradients accumulated
     store = Store(tmp_path / "store")
-    args = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "model.lora.r=4",
-            "model.micro_batch=2", "algo.beta=0.04", f"tracking.uri={store.uri}", *RL_SMALL, *HF_SMALL]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=addition",
+        "model=hf",
+        f"model.path={tiny_hf_model}",
+        "model.lora.r=4",
+        "model.micro_batch=2",
+        "algo.beta=0.04",
+        f"tracking.uri={store.uri}",
+        *RL_SMALL,
+        *HF_SMALL,
+    ]
     proc = run_pgcli(args, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")

@@ -40,9 +40,21 @@ LM_RL_METRICS = {
 )
 def test_each_algorithm_lands_a_finished_run_with_accuracy(lm_sft_run: SFTRun, algo: list[str]):
     store, workdir, sft_id = lm_sft_run
-    args = ["train", *algo, "env=addition", f"init={sft_id}", f"tracking.uri={store.uri}", "total_steps=64",
-            "eval.every=32", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04",
-            "run_name=" + "-".join(a.split("=")[1] for a in algo), *LM_SMALL]  # fmt: skip
+    args = [
+        "train",
+        *algo,
+        "env=addition",
+        f"init={sft_id}",
+        f"tracking.uri={store.uri}",
+        "total_steps=64",
+        "eval.every=32",
+        "algo.group_size=4",
+        "algo.n_groups=4",
+        "algo.batch_size=8",
+        "algo.beta=0.04",
+        "run_name=" + "-".join(a.split("=")[1] for a in algo),
+        *LM_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [r for r in store.runs("addition") if r.info.run_name == args[-len(LM_SMALL) - 1].split("=")[1]]
@@ -62,8 +74,11 @@ def test_each_algorithm_lands_a_finished_run_with_accuracy(lm_sft_run: SFTRun, a
 def test_control_only_grpo_options_are_one_line_errors_on_a_text_env(lm_sft_run: SFTRun):
     store, workdir, _ = lm_sft_run
     before = len(store.runs("addition"))
-    proc = run_pgcli(["train", "algo=grpo", "env=addition", "algo.advantage=process", f"tracking.uri={store.uri}",
-                      *LM_SMALL], cwd=workdir, timeout=120)  # fmt: skip
+    proc = run_pgcli(
+        ["train", "algo=grpo", "env=addition", "algo.advantage=process", f"tracking.uri={store.uri}", *LM_SMALL],
+        cwd=workdir,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "pgcli: error: algo.advantage=process needs per-step rewards of a control task; a text task scores a whole "
@@ -79,13 +94,28 @@ RL_SMALL = ["algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", "progre
 def test_a_run_from_init_takes_its_task_settings_and_starts_with_its_evaluation(lm_sft_run: SFTRun):
     # the SFT run is 2-digit addition on a 1-layer d_model=32 model (LM_SMALL): none of that is typed here
     store, workdir, sft_id = lm_sft_run
-    args = ["train", "algo=grpo", "env=addition", f"init={sft_id}", f"tracking.uri={store.uri}", "total_steps=32",
-            "eval.every=0", "run_name=carried", *RL_SMALL]  # fmt: skip
+    args = [
+        "train",
+        "algo=grpo",
+        "env=addition",
+        f"init={sft_id}",
+        f"tracking.uri={store.uri}",
+        "total_steps=32",
+        "eval.every=0",
+        "run_name=carried",
+        *RL_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (note,) = [line for line in proc.stderr.splitlines() if line.startswith("pgcli: note: init=")]
-    for setting in ("env.n_digits=2", "env.n_eval=32", "env.eval_pass_k=2", "model.n_layers=1", "model.d_model=32",
-                    "model.d_ff=64"):  # fmt: skip
+    for setting in (
+        "env.n_digits=2",
+        "env.n_eval=32",
+        "env.eval_pass_k=2",
+        "model.n_layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+    ):
         assert setting in note, note
     (run,) = [r for r in store.runs("addition") if r.info.run_name == "carried"]
     assert run.info.status == "FINISHED"
@@ -109,19 +139,29 @@ def test_a_run_from_init_takes_its_task_settings_and_starts_with_its_evaluation(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env=addition", "env.n_digits=12"], "env=addition with env.n_digits=12 needs model.max_len >= 41; the "
-                                              "weights of the init run have model.max_len=32"),
-        (["env=addition", "model.d_model=64"], "the source has model.d_model=32, this run model.d_model=64; set "
-                                               "model.d_model=32"),
-        (["env=sort"], "the source was trained on env=addition, whose characters differ from env=sort's; SFT on "
-                      "env=sort first"),
+        (
+            ["env=addition", "env.n_digits=12"],
+            "env=addition with env.n_digits=12 needs model.max_len >= 41; the "
+            "weights of the init run have model.max_len=32",
+        ),
+        (
+            ["env=addition", "model.d_model=64"],
+            "the source has model.d_model=32, this run model.d_model=64; set model.d_model=32",
+        ),
+        (
+            ["env=sort"],
+            "the source was trained on env=addition, whose characters differ from env=sort's; SFT on env=sort first",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_setting_the_init_weights_cannot_take_is_one_line(lm_sft_run: SFTRun, overrides: list[str], message: str):
     store, workdir, sft_id = lm_sft_run
     before = len(store.runs("addition"))
-    proc = run_pgcli(["train", "algo=grpo", *overrides, f"init={sft_id}", f"tracking.uri={store.uri}", *RL_SMALL],
-                     cwd=workdir, timeout=120)  # fmt: skip
+    proc = run_pgcli(
+        ["train", "algo=grpo", *overrides, f"init={sft_id}", f"tracking.uri={store.uri}", *RL_SMALL],
+        cwd=workdir,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == f"pgcli: error: init={sft_id}: {message}"
     assert len(store.runs("addition")) == before and store.client().get_experiment_by_name("sort") is None

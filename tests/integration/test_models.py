@@ -26,11 +26,26 @@ def runs(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> di
     """(store, run) per case: discrete SB3, continuous ours with obs normalisation, continuous SB3 with VecNormalize."""
     cases = {
         "ppo-cartpole": ("total_steps=1024", "eval.every=0", "eval.episodes=1"),
-        "trpo-pendulum": ("algo=trpo", "env=pendulum", "total_steps=1024", "algo.n_steps=128", "eval.every=0",
-                          "eval.episodes=1", "env.normalize_obs=true"),
-        "ppo-pendulum": ("algo=ppo", "env=pendulum", "total_steps=1024", "algo.n_steps=128", "eval.every=0",
-                         "eval.episodes=1", "env.normalize_obs=true", "env.normalize_reward=true"),
-    }  # fmt: skip
+        "trpo-pendulum": (
+            "algo=trpo",
+            "env=pendulum",
+            "total_steps=1024",
+            "algo.n_steps=128",
+            "eval.every=0",
+            "eval.episodes=1",
+            "env.normalize_obs=true",
+        ),
+        "ppo-pendulum": (
+            "algo=ppo",
+            "env=pendulum",
+            "total_steps=1024",
+            "algo.n_steps=128",
+            "eval.every=0",
+            "eval.episodes=1",
+            "env.normalize_obs=true",
+            "env.normalize_reward=true",
+        ),
+    }
     out = {}
     for name, overrides in cases.items():
         store, _, run = trained_run(tmp_path_factory.mktemp(name), mlflow_schema_db, *overrides)
@@ -53,9 +68,12 @@ def play(env_id: str, policy: Any) -> float:
 
 @pytest.mark.parametrize(
     ("case", "env_id", "action_shape", "dtype"),
-    [("ppo-cartpole", "CartPole-v1", (), np.int64), ("trpo-pendulum", "Pendulum-v1", (1,), np.float32),
-     ("ppo-pendulum", "Pendulum-v1", (1,), np.float32)],
-)  # fmt: skip
+    [
+        ("ppo-cartpole", "CartPole-v1", (), np.int64),
+        ("trpo-pendulum", "Pendulum-v1", (1,), np.float32),
+        ("ppo-pendulum", "Pendulum-v1", (1,), np.float32),
+    ],
+)
 def test_pyfunc_model_maps_raw_observations_to_env_actions(runs, case, env_id, action_shape, dtype):
     import mlflow
 

@@ -30,8 +30,9 @@ def store(migrated_store: Store) -> Store:
 def finished_run(store: Store, workdir: Path) -> tuple[str, Path]:
     """A finished run of 256 steps with its checkpoint at 256: resumable with total_steps=<more>."""
     run_dir = workdir / "run"
-    first = run_pgcli(["train", *SMALL, "total_steps=256", f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"],
-                      cwd=workdir)  # fmt: skip
+    first = run_pgcli(
+        ["train", *SMALL, "total_steps=256", f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"], cwd=workdir
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     (run,) = store.runs("cartpole")
     return run.info.run_id, run_dir
@@ -45,8 +46,9 @@ def test_two_resumes_at_once_one_is_refused_and_one_history_is_written(store: St
     args = ["train", f"resume={run_id}", "total_steps=10000000", f"tracking.uri={store.uri}"]
     procs = [start_pgcli(args, workdir, workdir / f"resume{i}.txt") for i in range(2)]
     try:
-        loser = wait_until(lambda: [p for p in procs if p.poll() is not None], "one resume to be refused",
-                           timeout=120, interval=0.05)[0]  # fmt: skip
+        loser = wait_until(
+            lambda: [p for p in procs if p.poll() is not None], "one resume to be refused", timeout=120, interval=0.05
+        )[0]
         winner = procs[1 - procs.index(loser)]
         refused = (workdir / f"resume{procs.index(loser)}.txt").read_text()
         assert loser.returncode == 2, refused
@@ -75,8 +77,9 @@ def test_two_resumes_at_once_one_is_refused_and_one_history_is_written(store: St
 def test_a_resume_while_the_run_trains_is_refused(tracking: str, store: Store, workdir: Path):
     run_dir = workdir / "run"
     where = [f"tracking.uri={store.uri}"] if tracking == "mlflow" else ["tracking=off"]
-    proc = start_pgcli(["train", *SMALL, "total_steps=10000000", *where, f"hydra.run.dir={run_dir}"], workdir,
-                       workdir / "first.txt")  # fmt: skip
+    proc = start_pgcli(
+        ["train", *SMALL, "total_steps=10000000", *where, f"hydra.run.dir={run_dir}"], workdir, workdir / "first.txt"
+    )
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
         if tracking == "mlflow":

@@ -29,8 +29,16 @@ def store(migrated_store: Store) -> Store:
 
 
 def search(store: Store, workdir: Path, study: str, *overrides: str) -> Any:
-    args = ["train", "-m", f"tracking.uri={store.uri}", *TINY, "hydra/sweeper=optuna",
-            f"hydra.sweeper.storage={STORAGE}", f"hydra.sweeper.study_name={study}", *overrides]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        f"tracking.uri={store.uri}",
+        *TINY,
+        "hydra/sweeper=optuna",
+        f"hydra.sweeper.storage={STORAGE}",
+        f"hydra.sweeper.study_name={study}",
+        *overrides,
+    ]
     return run_pgcli(args, cwd=workdir, timeout=400)
 
 
@@ -53,8 +61,13 @@ def test_a_resumed_study_runs_new_parameter_sets_and_refuses_another_budget(stor
     # 8 points; 3 trials, then 3 more on resume. Sampling with replacement would repeat one of them with
     # probability 1 - 8*7*6*5*4*3/8**6 = 0.92 (and the former preset's fixed sampler seed replayed all three).
     space = ["algo.gamma=choice(0.9,0.95,0.99,0.999)", "algo.gae_lambda=choice(0.9,0.95)"]
-    settings = ["total_steps=128", "eval.every=0", "hydra.sweeper.sampler=random", "hydra.sweeper.seed=0",
-                "hydra.sweeper.n_trials=3"]  # fmt: skip
+    settings = [
+        "total_steps=128",
+        "eval.every=0",
+        "hydra.sweeper.sampler=random",
+        "hydra.sweeper.seed=0",
+        "hydra.sweeper.n_trials=3",
+    ]
     procs = [search(store, workdir, "resume", *settings, *space) for _ in range(2)]
     for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -151,14 +164,24 @@ def test_a_trial_whose_evaluation_is_bad_is_pruned(store: Store, workdir: Path) 
     # the median pruner (active after 1 completed trial) stops it there. The joblib launcher runs each job in a
     # worker process: the evaluations reach the study through its storage.
     (workdir / "outputs").mkdir()
-    study = optuna.create_study(study_name="prune", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}",
-                                direction="maximize")  # fmt: skip
+    study = optuna.create_study(
+        study_name="prune", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}", direction="maximize"
+    )
     study.enqueue_trial({"env.max_episode_steps": 50})
     study.enqueue_trial({"env.max_episode_steps": 1000})
     pruning = ["hydra.sweeper.pruner=median", "hydra.sweeper.pruner_startup_trials=1"]
     joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"]
-    proc = search(store, workdir, "prune", "total_steps=384", "eval.every=128", "hydra.sweeper.n_trials=2", *pruning,
-                  *joblib, "env.max_episode_steps=choice(50,1000)")  # fmt: skip
+    proc = search(
+        store,
+        workdir,
+        "prune",
+        "total_steps=384",
+        "eval.every=128",
+        "hydra.sweeper.n_trials=2",
+        *pruning,
+        *joblib,
+        "env.max_episode_steps=choice(50,1000)",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     good, bad = load(workdir, "prune").trials
@@ -190,11 +213,19 @@ def test_a_failed_trial_ends_the_search_on_one_line(store: Store, workdir: Path)
     # Deterministic: the enqueued first trial sets Pendulum's g="bad", so its first step raises a TypeError. With the
     # sweeper's default max_failure_rate=0 the search stops there: the second trial never runs.
     (workdir / "outputs").mkdir()
-    study = optuna.create_study(study_name="fail", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}",
-                                direction="maximize")  # fmt: skip
+    study = optuna.create_study(
+        study_name="fail", storage=f"sqlite:///{workdir / 'outputs' / 'optuna.db'}", direction="maximize"
+    )
     study.enqueue_trial({"++env.kwargs.g": "bad"})
-    proc = search(store, workdir, "fail", "total_steps=128", "eval.every=0", "hydra.sweeper.n_trials=2",
-                  "++env.kwargs.g=choice(bad,10.0)")  # fmt: skip
+    proc = search(
+        store,
+        workdir,
+        "fail",
+        "total_steps=128",
+        "eval.every=0",
+        "hydra.sweeper.n_trials=2",
+        "++env.kwargs.g=choice(bad,10.0)",
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr, proc.stderr[-3000:]
 
@@ -225,8 +256,15 @@ def test_a_failed_trial_ends_the_search_on_one_line(store: Store, workdir: Path)
 
 def test_a_search_over_an_appended_key_logs_its_best_value_under_the_plain_key(store: Store, workdir: Path) -> None:
     # "best.++env.kwargs.g" is no MLflow param name: the search used to end with an MlflowException after its trials
-    proc = search(store, workdir, "appended", "total_steps=128", "eval.every=0", "hydra.sweeper.n_trials=2",
-                  "++env.kwargs.g=choice(9.81,10.0)")  # fmt: skip
+    proc = search(
+        store,
+        workdir,
+        "appended",
+        "total_steps=128",
+        "eval.every=0",
+        "hydra.sweeper.n_trials=2",
+        "++env.kwargs.g=choice(9.81,10.0)",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent = parent_run(store, proc)
     assert parent.info.status == "FINISHED"

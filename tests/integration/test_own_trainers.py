@@ -47,9 +47,21 @@ def test_cli_run_lands_a_finished_mlflow_run_with_its_metrics(
     algo, env, overrides, migrated_store: Store, workdir: Path
 ):
     store = migrated_store  # MLflow's schema already in place: the subprocess skips the migrations
-    args = ["train", f"algo={algo}", f"env={env}", "~preset", f"tracking.uri={store.uri}",
-            f"tracking.store_dir={store.root}", "total_steps=1024", "env.n_envs=2", "eval.episodes=2",
-            "eval.every=512", "progress=false", "seed=1", *overrides]  # fmt: skip
+    args = [
+        "train",
+        f"algo={algo}",
+        f"env={env}",
+        "~preset",
+        f"tracking.uri={store.uri}",
+        f"tracking.store_dir={store.root}",
+        "total_steps=1024",
+        "env.n_envs=2",
+        "eval.episodes=2",
+        "eval.every=512",
+        "progress=false",
+        "seed=1",
+        *overrides,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs(env)

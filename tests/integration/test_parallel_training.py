@@ -49,8 +49,13 @@ def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
         tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"
     )
     # eval_process=false on shm: the env worker plays the evaluations (hardware.eval_in_worker, the default)
-    parallel = run(tmp_path / "parallel", f"hardware.vec_env={vec_env}", f"hardware.eval_process={eval_process}",
-                   f"algo.critic_process={critic_process}", "hardware.eval_in_worker=true")  # fmt: skip
+    parallel = run(
+        tmp_path / "parallel",
+        f"hardware.vec_env={vec_env}",
+        f"hardware.eval_process={eval_process}",
+        f"algo.critic_process={critic_process}",
+        "hardware.eval_in_worker=true",
+    )
     evals = [(step, value) for key, step, value in serial if key == "eval/return_mean"]
     assert [step for step, _ in evals] == ["2048", "4096", "6144"]
     assert serial == parallel
@@ -80,12 +85,21 @@ def spawned_children(pid: int) -> list[int]:
 @pytest.mark.parametrize("vec_env", ["worker", "shm"])
 def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, migrated_store: Store, workdir: Path):
     stderr = workdir / "stderr.txt"
-    args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "env=hopper", "total_steps=10000000",
-            "eval.every=0", f"hardware.vec_env={vec_env}", "hardware.eval_process=false", "algo.critic_process=false",
-            "hardware.busy_fallback=false",  # the worker even when another test process keeps a core busy
-            "progress=true",
-            f"tracking.uri={migrated_store.uri}",
-            f"hydra.run.dir={workdir / 'run'}"]  # fmt: skip
+    args = [
+        str(Path(sys.executable).parent / "pgcli"),
+        "train",
+        "algo=trpo",
+        "env=hopper",
+        "total_steps=10000000",
+        "eval.every=0",
+        f"hardware.vec_env={vec_env}",
+        "hardware.eval_process=false",
+        "algo.critic_process=false",
+        "hardware.busy_fallback=false",  # the worker even when another test process keeps a core busy
+        "progress=true",
+        f"tracking.uri={migrated_store.uri}",
+        f"hydra.run.dir={workdir / 'run'}",
+    ]
     with stderr.open("w") as err:
         proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
         try:
@@ -115,8 +129,9 @@ def test_a_run_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: 
     with busy_cores():
         args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=2048"]
         exe = str(Path(sys.executable).parent / "pgcli")
-        proc = subprocess.run([exe, "train", *args], cwd=workdir, capture_output=True, text=True, env=cli_env(),
-                              timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [exe, "train", *args], cwd=workdir, capture_output=True, text=True, env=cli_env(), timeout=300
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgcli: note: no free core (another process is running): this run steps in one process" in proc.stderr
 
@@ -126,11 +141,20 @@ def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(wor
     # that shares its core with another process. The run logs how much of its time went to that wait
     # (time/env_wait_frac) and says at the end that one process may be faster.
     with busy_cores():
-        args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=4096", "hardware.vec_env=shm",
-                                                                         "hardware.busy_fallback=false"]  # fmt: skip
+        args = [a for a in TINY if not a.startswith("total_steps=")] + [
+            "total_steps=4096",
+            "hardware.vec_env=shm",
+            "hardware.busy_fallback=false",
+        ]
         exe = str(Path(sys.executable).parent / "pgcli")
-        proc = subprocess.run([exe, "train", *args, f"hydra.run.dir={workdir / 'run'}"], cwd=workdir,
-                              capture_output=True, text=True, env=cli_env(), timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [exe, "train", *args, f"hydra.run.dir={workdir / 'run'}"],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with (workdir / "run" / "metrics.csv").open() as f:
         waits = [float(r["value"]) for r in csv.DictReader(f) if r["key"] == "time/env_wait_frac"]

@@ -25,10 +25,12 @@ SMALL = ["algo=ppo", "env.n_envs=4", "algo.n_steps=64", "algo.batch_size=128", "
         ("pong", ["total_steps=1024", "eval.episodes=1", "env.max_episode_steps=2000"]),
     ],
 )
-def test_ppo_trains_on_an_image_env_and_lands_finished(env: str, extra: list[str], migrated_store: Store,
-                                                       workdir: Path):  # fmt: skip
-    proc = run_pgcli(["train", f"env={env}", *SMALL, *extra, f"tracking.uri={migrated_store.uri}"], cwd=workdir,
-                     timeout=300)  # fmt: skip
+def test_ppo_trains_on_an_image_env_and_lands_finished(
+    env: str, extra: list[str], migrated_store: Store, workdir: Path
+):
+    proc = run_pgcli(
+        ["train", f"env={env}", *SMALL, *extra, f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "A.L.E" not in proc.stderr and "Stella" not in proc.stderr  # no emulator banner per env made
     (run,) = migrated_store.runs(env)
@@ -50,9 +52,23 @@ OWN = {
 
 @pytest.mark.parametrize("algo", OWN)
 def test_own_trainers_train_on_minatar_frames_and_land_finished(algo: str, migrated_store: Store, workdir: Path):
-    proc = run_pgcli(["train", f"algo={algo}", "env=minatar_breakout", *OWN[algo], "env.n_envs=4", "total_steps=1024",
-                      "eval.every=0", "eval.episodes=1", "progress=false", "checkpoint_every=0",
-                      f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            f"algo={algo}",
+            "env=minatar_breakout",
+            *OWN[algo],
+            "env.n_envs=4",
+            "total_steps=1024",
+            "eval.every=0",
+            "eval.episodes=1",
+            "progress=false",
+            "checkpoint_every=0",
+            f"tracking.uri={migrated_store.uri}",
+        ],
+        cwd=workdir,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = migrated_store.runs("minatar_breakout")
     assert run.info.status == "FINISHED"
@@ -73,17 +89,29 @@ def test_an_mlp_on_pong_is_one_line_and_creates_nothing(workdir: Path):
 
 def test_an_image_run_is_evaluated_and_resumed_from_its_logged_cnn_config(migrated_store: Store, workdir: Path):
     # pgcli eval and resume rebuild the run's config from what it logged: model=cnn, not the MLP schema
-    args = ["train", "algo=trpo", "env=minatar_breakout", *OWN["trpo"], "env.n_envs=4", "total_steps=256",
-            "eval.every=0", "eval.episodes=1", "progress=false", f"tracking.uri={migrated_store.uri}"]  # fmt: skip
+    args = [
+        "train",
+        "algo=trpo",
+        "env=minatar_breakout",
+        *OWN["trpo"],
+        "env.n_envs=4",
+        "total_steps=256",
+        "eval.every=0",
+        "eval.episodes=1",
+        "progress=false",
+        f"tracking.uri={migrated_store.uri}",
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = migrated_store.runs("minatar_breakout")
     run_id = run.info.run_id
-    evaluation = run_pgcli(["eval", run_id, "--episodes", "1", f"tracking.uri={migrated_store.uri}"], cwd=workdir,
-                           timeout=300)  # fmt: skip
+    evaluation = run_pgcli(
+        ["eval", run_id, "--episodes", "1", f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300
+    )
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
-    resumed = run_pgcli(["train", f"resume={run_id}", "total_steps=512", f"tracking.uri={migrated_store.uri}"],
-                        cwd=workdir, timeout=300)  # fmt: skip
+    resumed = run_pgcli(
+        ["train", f"resume={run_id}", "total_steps=512", f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     history = migrated_store.client().get_metric_history(run_id, "train/entropy")
     assert migrated_store.client().get_run(run_id).info.status == "FINISHED" and max(m.step for m in history) == 512

@@ -124,8 +124,15 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
     from pgcli.training.resume import plan_resume
 
     run_dir = workdir / "run"
-    args = ["train", *CASES["trpo"], *COMMON, "total_steps=512", "checkpoint_every=0", f"tracking.uri={store.uri}",
-            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    args = [
+        "train",
+        *CASES["trpo"],
+        *COMMON,
+        "total_steps=512",
+        "checkpoint_every=0",
+        f"tracking.uri={store.uri}",
+        f"hydra.run.dir={run_dir}",
+    ]
     first = run_pgcli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr[-3000:]
     (run,) = store.runs("cartpole")
@@ -209,8 +216,10 @@ def test_a_corrupt_newest_checkpoint_is_skipped_with_a_note(damage: str, run_of_
     lines = resumed.stderr.strip().splitlines()
     notes = [line for line in lines if line.startswith("pgcli: note: skipped checkpoint")]
     where = run_dir.resolve()
-    assert {n.split(": ", 3)[2] for n in notes} == {f"skipped checkpoint {where}/checkpoints/step_512",
-                                                    f"skipped checkpoint {where}/model"}, notes  # fmt: skip
+    assert {n.split(": ", 3)[2] for n in notes} == {
+        f"skipped checkpoint {where}/checkpoints/step_512",
+        f"skipped checkpoint {where}/model",
+    }, notes
     assert all(words in note for note in notes), notes
     assert f"from {where}/checkpoints/step_256 (step 256 of 768)" in resumed.stderr
     assert "Traceback" not in resumed.stderr
@@ -267,8 +276,14 @@ def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):
     args = ["train", *CASES["trpo"], *COMMON, "tracking=off", f"hydra.run.dir={run_dir}"]
     exe = Path(sys.executable).parent / "pgcli"
     with (workdir / "first.txt").open("w") as err:
-        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        proc = subprocess.Popen(
+            [str(exe), *args],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=cli_env(),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
         proc.send_signal(signal.SIGINT)
@@ -301,8 +316,16 @@ def test_one_seed_of_an_n_seeds_job_resumes_alone(store: Store, workdir: Path):
     import shutil
 
     job_dir = workdir / "job"
-    args = ["train", *CASES["trpo"], *COMMON[1:-1], "total_steps=1024", "seed=3", "n_seeds=2",
-            f"tracking.uri={store.uri}", f"hydra.run.dir={job_dir}"]  # fmt: skip
+    args = [
+        "train",
+        *CASES["trpo"],
+        *COMMON[1:-1],
+        "total_steps=1024",
+        "seed=3",
+        "n_seeds=2",
+        f"tracking.uri={store.uri}",
+        f"hydra.run.dir={job_dir}",
+    ]
     first = run_pgcli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr[-3000:]
     client = store.client()
@@ -312,8 +335,9 @@ def test_one_seed_of_an_n_seeds_job_resumes_alone(store: Store, workdir: Path):
     run = runs["4"]
     assert run.data.tags["output_dir"] == str((job_dir / "seed4").resolve()) and not (job_dir / "seed4/.hydra").exists()
 
-    resumed = run_pgcli(["train", f"resume={run.info.run_id}", "total_steps=2048", f"tracking.uri={store.uri}"],
-                        cwd=workdir)  # fmt: skip
+    resumed = run_pgcli(
+        ["train", f"resume={run.info.run_id}", "total_steps=2048", f"tracking.uri={store.uri}"], cwd=workdir
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{(job_dir / 'seed4').resolve()}/checkpoints/step_1024 (step 1,024 of 2,048)" in resumed.stderr
     assert "trpo on cartpole (seed 4)" in resumed.stdout
@@ -336,8 +360,15 @@ def test_a_resume_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdi
     # a two-core run (hardware.vec_env=shm) resumed while other processes keep every core busy continues in one
     # process, like `pgcli train` itself: checkpoints do not depend on the vector env, and the results are the same
     run_dir = workdir / "run"
-    args = ["train", *CASES["trpo"], *COMMON[1:], "total_steps=512", "tracking=off", "hardware.vec_env=shm",
-            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    args = [
+        "train",
+        *CASES["trpo"],
+        *COMMON[1:],
+        "total_steps=512",
+        "tracking=off",
+        "hardware.vec_env=shm",
+        f"hydra.run.dir={run_dir}",
+    ]
     first = run_pgcli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr[-3000:]
     with busy_cores():

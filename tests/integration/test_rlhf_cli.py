@@ -32,8 +32,16 @@ def rlhf(tmp_path_factory: pytest.TempPathFactory, lm_sft_run: SFTRun) -> RLHFSe
     root = tmp_path_factory.mktemp("rlhf")
     store, workdir = Store(root / "store"), root / "work"
     workdir.mkdir()
-    args = ["rm", "env=addition", f"tracking.uri={store.uri}", "total_steps=128", "eval.every=128",
-            "checkpoint_every=128", "algo.batch_size=32", *LM_SMALL]  # fmt: skip
+    args = [
+        "rm",
+        "env=addition",
+        f"tracking.uri={store.uri}",
+        "total_steps=128",
+        "eval.every=128",
+        "checkpoint_every=128",
+        "algo.batch_size=32",
+        *LM_SMALL,
+    ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rm,) = store.runs("addition")
@@ -43,8 +51,17 @@ def rlhf(tmp_path_factory: pytest.TempPathFactory, lm_sft_run: SFTRun) -> RLHFSe
 
 @pytest.mark.parametrize("algo", ["ppo_lm", "grpo"])
 def test_rl_on_the_reward_model_logs_gold_proxy_and_kl(rlhf: RLHFSetup, algo: str):
-    args = ["train", f"algo={algo}", "env=addition", f"init={rlhf.sft_dir}", f"env.reward=rm:{rlhf.rm_run_id}",
-            f"tracking.uri={rlhf.store.uri}", f"run_name=rlhf-{algo}", *RL_TINY, *LM_SMALL]  # fmt: skip
+    args = [
+        "train",
+        f"algo={algo}",
+        "env=addition",
+        f"init={rlhf.sft_dir}",
+        f"env.reward=rm:{rlhf.rm_run_id}",
+        f"tracking.uri={rlhf.store.uri}",
+        f"run_name=rlhf-{algo}",
+        *RL_TINY,
+        *LM_SMALL,
+    ]
     proc = run_pgcli(args, cwd=rlhf.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [r for r in rlhf.store.runs("addition") if r.info.run_name == f"rlhf-{algo}"]
@@ -89,8 +106,19 @@ def test_an_unusable_reward_model_is_one_line_before_anything_is_created(rlhf: R
         "running": f"env.reward=rm:{ref}: run {ref} is RUNNING, not FINISHED; its final model may be missing",
     }[case]
     before = len(rlhf.store.runs("addition"))
-    proc = run_pgcli(["train", "algo=grpo", "env=addition", f"env.reward=rm:{ref}", f"tracking.uri={rlhf.store.uri}",
-                      *RL_TINY, *LM_SMALL], cwd=workdir, timeout=120)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            "algo=grpo",
+            "env=addition",
+            f"env.reward=rm:{ref}",
+            f"tracking.uri={rlhf.store.uri}",
+            *RL_TINY,
+            *LM_SMALL,
+        ],
+        cwd=workdir,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr == f"pgcli: error: {message}\n"
     assert len(rlhf.store.runs("addition")) == before and not (workdir / "outputs").exists()

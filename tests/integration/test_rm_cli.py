@@ -68,8 +68,9 @@ def _check_scores(rm: RMRun) -> None:
 
     client = rm.store.client()
     last = max(m.step for m in client.get_metric_history(rm.run_id, "eval/pairwise_accuracy"))
-    table = json.loads(Path(client.download_artifacts(rm.run_id, f"samples/step_{last}.json", str(rm.workdir)))
-                       .read_text())  # fmt: skip
+    table = json.loads(
+        Path(client.download_artifacts(rm.run_id, f"samples/step_{last}.json", str(rm.workdir))).read_text()
+    )
     assert table and set(table[0]) >= {"prompt", "chosen", "rejected", "reward_chosen", "reward_rejected"}
     mlflow.set_tracking_uri(rm.store.uri)
     model = mlflow.pyfunc.load_model(f"runs:/{rm.run_id}/model")
@@ -116,8 +117,14 @@ def test_rm_with_a_hugging_face_model(hf_rm: RMRun):
 def test_rm_on_the_init_policys_own_mistakes(tmp_path: Path, lm_sft_run: SFTRun):
     """algo.pairs=policy: the rejected completions are wrong samples of the SFT model (docs/lm.md, "Reward models")."""
     sft = lm_sft_run.store.client().get_run(lm_sft_run.run_id)
-    args = ["algo.pairs=policy", f"init={sft.data.tags['output_dir']}", "total_steps=64", "eval.every=64",
-            "algo.batch_size=32", *LM_SMALL]  # fmt: skip
+    args = [
+        "algo.pairs=policy",
+        f"init={sft.data.tags['output_dir']}",
+        "total_steps=64",
+        "eval.every=64",
+        "algo.batch_size=32",
+        *LM_SMALL,
+    ]
     rm = _rm_run(tmp_path, args)
     run = rm.store.client().get_run(rm.run_id)
     assert run.info.status == "FINISHED" and run.data.params["algo.pairs"] == "policy"

@@ -38,8 +38,16 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
     from pgcli.training.resume import plan_resume
 
     stdout, stderr, run_dir = workdir / "stdout.txt", workdir / "stderr.txt", workdir / "run"
-    args = [str(Path(sys.executable).parent / "pgcli"), "train", f"tracking.uri={store.uri}", "total_steps=10000000",
-            "eval.every=0", "eval.episodes=1", "progress=true", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    args = [
+        str(Path(sys.executable).parent / "pgcli"),
+        "train",
+        f"tracking.uri={store.uri}",
+        "total_steps=10000000",
+        "eval.every=0",
+        "eval.episodes=1",
+        "progress=true",
+        f"hydra.run.dir={run_dir}",
+    ]
     with stdout.open("w") as out, stderr.open("w") as err:
         proc = subprocess.Popen(
             args,
@@ -93,14 +101,31 @@ def test_sigterm_during_the_final_evaluation_ends_the_run_killed(store: Store, w
     import time
 
     run_dir, stderr = workdir / "run", workdir / "stderr.txt"
-    args = [str(Path(sys.executable).parent / "pgcli"), "train", "algo=trpo", "algo.n_steps=64", "env.n_envs=2",
-            "algo.batch_size=64", "total_steps=256", "checkpoint_every=256", "eval.every=0", "eval.episodes=100000",
-            f"tracking.uri={store.uri}", "progress=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    args = [
+        str(Path(sys.executable).parent / "pgcli"),
+        "train",
+        "algo=trpo",
+        "algo.n_steps=64",
+        "env.n_envs=2",
+        "algo.batch_size=64",
+        "total_steps=256",
+        "checkpoint_every=256",
+        "eval.every=0",
+        "eval.episodes=100000",
+        f"tracking.uri={store.uri}",
+        "progress=false",
+        f"hydra.run.dir={run_dir}",
+    ]
     with stderr.open("w") as err:
         proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
     try:
-        wait_until(lambda: (run_dir / "checkpoints" / "step_256" / "monitor.json").is_file(), "the last update",
-                   timeout=180, proc=proc, stderr=stderr)  # fmt: skip
+        wait_until(
+            lambda: (run_dir / "checkpoints" / "step_256" / "monitor.json").is_file(),
+            "the last update",
+            timeout=180,
+            proc=proc,
+            stderr=stderr,
+        )
         time.sleep(1.0)  # past the checkpoint's upload: the final evaluation (100,000 episodes) runs now
         proc.send_signal(signal.SIGTERM)
         returncode = proc.wait(timeout=60)
@@ -149,11 +174,24 @@ gym.register(id="SlowToMake-v0", entry_point=f"{__name__}:SlowToMake", max_episo
 def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(store: Store, workdir: Path):
     (workdir / "slow_envs.py").write_text(SLOW_ENV)
     run_dir = workdir / "run"
-    args = [str(Path(sys.executable).parent / "pgcli"), "train", "env.id=slow_envs:SlowToMake-v0", "env.n_envs=2",
-            f"tracking.uri={store.uri}", "progress=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
-    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(PYTHONPATH=str(workdir)),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    args = [
+        str(Path(sys.executable).parent / "pgcli"),
+        "train",
+        "env.id=slow_envs:SlowToMake-v0",
+        "env.n_envs=2",
+        f"tracking.uri={store.uri}",
+        "progress=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        args,
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(PYTHONPATH=str(workdir)),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         # run.json is written when the MLflow run exists, before its envs are built
         wait_until(lambda: (run_dir / "run.json").is_file(), "the run's creation", timeout=180, proc=proc)
@@ -175,8 +213,18 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(stor
 def test_env_failing_mid_training_ends_the_run_failed(store: Store, workdir: Path):
     # Pendulum accepts any `g` at make and reset, but its first step computes 3 * g / (2 * l): a str g raises there,
     # after the MLflow run has been created and its params logged.
-    proc = run_pgcli(["train", "algo=a2c", "env=pendulum", "+env.kwargs.g=abc", f"tracking.uri={store.uri}",
-                      "total_steps=2000", "progress=false"], cwd=workdir)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            "algo=a2c",
+            "env=pendulum",
+            "+env.kwargs.g=abc",
+            f"tracking.uri={store.uri}",
+            "total_steps=2000",
+            "progress=false",
+        ],
+        cwd=workdir,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "TypeError" in proc.stderr
     (run,) = store.runs("pendulum")
@@ -305,8 +353,17 @@ def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir:
     stderr = tmp_path / "stderr.txt"
     try:
         exe = Path(sys.executable).parent / "pgcli"
-        args = [str(exe), "train", f"tracking.uri={store.uri}", f"hydra.run.dir={disk / 'run'}", "progress=false",
-                "total_steps=10000000", "checkpoint_every=1024", "checkpoint_keep=0", "eval.every=0"]  # fmt: skip
+        args = [
+            str(exe),
+            "train",
+            f"tracking.uri={store.uri}",
+            f"hydra.run.dir={disk / 'run'}",
+            "progress=false",
+            "total_steps=10000000",
+            "checkpoint_every=1024",
+            "checkpoint_keep=0",
+            "eval.every=0",
+        ]
         with stderr.open("w") as err:
             proc = subprocess.Popen(args, cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err)
         checkpoints = disk / "run" / "checkpoints"

@@ -87,8 +87,9 @@ def test_a_run_that_ended_offline_is_not_stale_and_sync_delivers_its_end(migrate
     assert store.client().get_run(run_id).info.status == "RUNNING"
 
     # a mark made anyway (an older pgcli, a run directory it could not see) is undone by delivering the spool
-    backend = MLflowBackend(TrackingTarget(store.uri, None), experiment="cartpole", run_name="x", tags={},
-                            run_id=run_id)  # fmt: skip
+    backend = MLflowBackend(
+        TrackingTarget(store.uri, None), experiment="cartpole", run_name="x", tags={}, run_id=run_id
+    )
     backend.set_tags({"error": "marked KILLED by pgcli runs --stale: process 1 is gone"})
     backend.end("KILLED")
     sync = run_pgcli(["sync", str(run_dir)], cwd=workdir)
@@ -110,8 +111,11 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     (ev,) = [r for r in store.runs("cartpole") if r.info.run_id != trained.info.run_id]
 
     runs = RunStore(store.uri)
-    resumed = runs.create_run("cartpole", run_name="trpo-resumed-" + "x" * 80, tags={"algo": "trpo",
-                              "env_id": "CartPole-v1", "total_steps": "3000"})  # fmt: skip
+    resumed = runs.create_run(
+        "cartpole",
+        run_name="trpo-resumed-" + "x" * 80,
+        tags={"algo": "trpo", "env_id": "CartPole-v1", "total_steps": "3000"},
+    )
     runs.log_params(resumed.run_id, {"total_steps": 500, "algo": "trpo"})
     runs.log_metrics(resumed.run_id, {"rollout/ep_return_mean": 20.0, "eval/return_mean": 31.5}, step=1000)
     runs.end(resumed.run_id, "KILLED")
@@ -140,12 +144,30 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert rows[text.run_id[:8]][1:9] == ["FINISHED", "countdown", "grpo", "countdown", "64", "0s", "acc", "0.750"]
 
     assert lines[split + 1] == "eval runs (pgcli eval)"
-    assert lines[split + 2].split() == ["id", "status", "experiment", "algo", "env", "model", "episodes", "return",
-                                        "started", "name"]  # fmt: skip
+    assert lines[split + 2].split() == [
+        "id",
+        "status",
+        "experiment",
+        "algo",
+        "env",
+        "model",
+        "episodes",
+        "return",
+        "started",
+        "name",
+    ]
     (eval_row,) = [line.split() for line in lines[split + 3 :]]
     ev_return = ev.data.metrics["eval/return_mean"]
-    assert eval_row[:8] == [ev.info.run_id[:8], "FINISHED", "cartpole", "ppo", "CartPole-v1", "final", "2",
-                            f"{ev_return:.1f}"]  # fmt: skip
+    assert eval_row[:8] == [
+        ev.info.run_id[:8],
+        "FINISHED",
+        "cartpole",
+        "ppo",
+        "CartPole-v1",
+        "final",
+        "2",
+        f"{ev_return:.1f}",
+    ]
     assert eval_row[-1] == "eval-ppo-cartpole-s0"
     assert f"pgcli: 3 of 3 runs, 1 of 1 eval runs in {store.uri}" in proc.stderr
 

@@ -33,8 +33,15 @@ def train_sb3(cfg: PPOConfig | A2CConfig, total_steps: int, tmp_path: Path, n_en
 def test_ppo_linear_schedules_log_each_update_at_its_own_step_and_never_go_negative(tmp_path: Path):
     # rollout 2 * 1024 = 2048 steps (SB3's logger dumped after every update); 5000 is not a multiple, so the 3rd
     # rollout ends at 6144 > total_steps
-    cfg = PPOConfig(learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, clip_range_schedule="linear",
-                    n_steps=1024, batch_size=1024, n_epochs=1)  # fmt: skip
+    cfg = PPOConfig(
+        learning_rate=1e-3,
+        lr_schedule="linear",
+        clip_range=0.2,
+        clip_range_schedule="linear",
+        n_steps=1024,
+        batch_size=1024,
+        n_epochs=1,
+    )
     logger = train_sb3(cfg, 5000, tmp_path)
     lr = logger.history["train/learning_rate"]
     clip = logger.history["train/clip_range"]

@@ -39,10 +39,30 @@ def server(tmp_path: Path, mlflow_schema_db: Path) -> Iterator[tuple[int, Path]]
     shutil.copyfile(mlflow_schema_db, root / "server.db")  # schema in place: no migrations at start-up
     port = free_port()
     store, artifacts = f"sqlite:///{root / 'server.db'}", str(root / "artifacts")
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", store, "--artifacts-destination", artifacts]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        store,
+        "--artifacts-destination",
+        artifacts,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+    )
     ready = threading.Event()
 
     def watch() -> None:  # the server says when it listens; read its log instead of polling the port
@@ -66,9 +86,22 @@ def test_uri_credentials_never_reach_the_store_artifacts_run_dir_or_console(serv
     workdir = tmp_path / "work"
     workdir.mkdir()
     uri = f"http://{USER}:{SECRET}@127.0.0.1:{port}"
-    proc = run_pgcli(["train", "tracking=server", f"tracking.uri={uri}", "total_steps=256", "algo.n_steps=32",
-                      "algo.batch_size=32", "env.n_envs=2", "eval.every=0", "eval.episodes=1", "progress=false"],
-                     cwd=workdir, timeout=300)  # fmt: skip
+    proc = run_pgcli(
+        [
+            "train",
+            "tracking=server",
+            f"tracking.uri={uri}",
+            "total_steps=256",
+            "algo.n_steps=32",
+            "algo.batch_size=32",
+            "env.n_envs=2",
+            "eval.every=0",
+            "eval.episodes=1",
+            "progress=false",
+        ],
+        cwd=workdir,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the run landed on that server: the URI, credentials included, was used to connect
     con = sqlite3.connect(root / "server.db")

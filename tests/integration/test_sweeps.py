@@ -52,8 +52,16 @@ def artifacts(store: Store, run: Any) -> set[str]:
 
 def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store, workdir: Path) -> None:
     # hardware.eval_process asks for a second process per run; parallel jobs run in one process instead
-    proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "env=cartpole",
-                 "algo=ppo,a2c", "seed=0,1", "hardware.eval_process=true")  # fmt: skip
+    proc = sweep(
+        store,
+        workdir,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "env=cartpole",
+        "algo=ppo,a2c",
+        "seed=0,1",
+        "hardware.eval_process=true",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = tree(store)
     assert parent.info.status == "FINISHED"
@@ -79,11 +87,26 @@ def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store,
 def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store: Store, workdir: Path) -> None:
     # Two jobs at once with the progress display on (docs/sweeps.md, "Launchers"): no live bars redrawing one line
     # in turn, no joblib machinery, each job's summary a block of its own that names the job
-    args = ["train", "-m", f"tracking.uri={store.uri}", *TINY, "progress=true", "hydra/launcher=joblib",
-            "hydra.launcher.n_jobs=2", "algo=ppo", "env=cartpole", "seed=0,1"]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        f"tracking.uri={store.uri}",
+        *TINY,
+        "progress=true",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "algo=ppo",
+        "env=cartpole",
+        "seed=0,1",
+    ]
     # bytes, not text: text mode would turn a bar's carriage returns into line ends
-    proc = subprocess.run([str(Path(sys.executable).parent / "pgcli"), *args], cwd=workdir, capture_output=True,
-                          env=cli_env(), timeout=400)  # fmt: skip
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "pgcli"), *args],
+        cwd=workdir,
+        capture_output=True,
+        env=cli_env(),
+        timeout=400,
+    )
     stdout, stderr = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, stderr[-3000:]
     assert "\r" not in stdout + stderr and "step/s" not in stderr, "a live progress bar in a parallel sweep"
@@ -129,8 +152,14 @@ def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, wor
 def test_a_failed_job_is_one_line_and_its_traceback_is_in_its_log(store: Store, workdir: Path) -> None:
     # The job fails in a joblib worker: it says so in one line (job, overrides, reason, where the traceback went);
     # Hydra prints neither "Error executing job" nor a traceback (docs/sweeps.md, "Failure isolation").
-    proc = sweep(store, workdir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algo=ppo",
-                 "++env.kwargs={},{no_such_kwarg:1}")  # fmt: skip
+    proc = sweep(
+        store,
+        workdir,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "algo=ppo",
+        "++env.kwargs={},{no_such_kwarg:1}",
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr, proc.stderr[-3000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("pgcli: job #1 ")]
@@ -144,8 +173,15 @@ def test_a_failed_job_is_one_line_and_its_traceback_is_in_its_log(store: Store, 
 
 
 def test_optuna_sweep_records_best_params_on_the_parent(store: Store, workdir: Path) -> None:
-    proc = sweep(store, workdir, "hparams_search=ppo_pendulum", "n_seeds=1", "hydra.sweeper.n_trials=3",
-                 "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner=none")  # fmt: skip
+    proc = sweep(
+        store,
+        workdir,
+        "hparams_search=ppo_pendulum",
+        "n_seeds=1",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.n_jobs=1",
+        "hydra.sweeper.pruner=none",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (workdir / "outputs" / "optuna.db").is_file()  # the resumable study
     parent, children = tree(store)
@@ -176,16 +212,35 @@ def test_make_ray_up_on_a_fresh_home_then_a_ray_sweep(store: Store, workdir: Pat
     env = {**cli_env(), "HOME": str(home)}
     port = _free_port()
     # -o: the venv running this test is the installed one; never re-run `make install` from a test.
-    make = ["make", "--no-print-directory", "-C", str(REPO), "-o", "install", "-o", ".venv/.installed",
-            f"PY={sys.executable}", f"RAY_PORT={port}", f"RAY_DIR={state}"]  # fmt: skip
+    make = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(REPO),
+        "-o",
+        "install",
+        "-o",
+        ".venv/.installed",
+        f"PY={sys.executable}",
+        f"RAY_PORT={port}",
+        f"RAY_DIR={state}",
+    ]
     up = subprocess.run([*make, "ray-up"], capture_output=True, text=True, env=env, timeout=180)
     try:
         assert up.returncode == 0, (up.stdout + up.stderr)[-3000:]
         assert f"ray head on 127.0.0.1:{port}" in up.stdout
         token = home / ".ray" / "auth_token"
         assert token.is_file() and token.stat().st_mode & 0o077 == 0, "token created, readable by its owner only"
-        proc = sweep(store, workdir, "hydra/launcher=ray", f"hydra.launcher.address=127.0.0.1:{port}", "algo=ppo",
-                     "env=cartpole", "seed=0,1", HOME=str(home))  # fmt: skip
+        proc = sweep(
+            store,
+            workdir,
+            "hydra/launcher=ray",
+            f"hydra.launcher.address=127.0.0.1:{port}",
+            "algo=ppo",
+            "env=cartpole",
+            "seed=0,1",
+            HOME=str(home),
+        )
     finally:
         down = subprocess.run([*make, "ray-down"], capture_output=True, text=True, env=env, timeout=120)
     assert down.returncode == 0 and "ray head stopped" in down.stdout, down.stdout + down.stderr
@@ -202,13 +257,29 @@ def test_make_ray_up_on_a_fresh_home_then_a_ray_sweep(store: Store, workdir: Pat
 
 def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdir: Path) -> None:
     # A sweep long enough to be interrupted while its first job trains (basic launcher: the job runs in-process).
-    args = ["train", "-m", f"tracking.uri={store.uri}", "progress=false", "tracking.log_model=false", "algo=ppo",
-            "env=cartpole", "total_steps=1000000", "tracking.flush_every_s=0.2", "seed=0,1"]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        f"tracking.uri={store.uri}",
+        "progress=false",
+        "tracking.log_model=false",
+        "algo=ppo",
+        "env=cartpole",
+        "total_steps=1000000",
+        "tracking.flush_every_s=0.2",
+        "seed=0,1",
+    ]
     exe = Path(sys.executable).parent / "pgcli"
     # preexec_fn: a runner that ignores SIGINT (a background job of a non-interactive shell) must not pass that on
-    proc = subprocess.Popen([str(exe), *args], cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        [str(exe), *args],
+        cwd=workdir,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         running = []

@@ -47,9 +47,22 @@ class Server:
     def start(self) -> None:
         import requests
 
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store.uri,
-               "--artifacts-destination", str(self.store.root / "artifacts"), "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", "1"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            self.store.uri,
+            "--artifacts-destination",
+            str(self.store.root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
         env = {**cli_env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with self.log.open("a") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -96,12 +109,26 @@ def csv_points(run_dir: Path) -> Counter[tuple[str, int, float]]:
 
 
 def start_training(server: Server, workdir: Path, stderr: Path, *overrides: str) -> subprocess.Popen[str]:
-    args = ["train", f"tracking.uri={server.uri}", "progress=false", "tracking.flush_every_s=0.2", "eval.every=2000",
-            "eval.episodes=2", *overrides]  # fmt: skip
+    args = [
+        "train",
+        f"tracking.uri={server.uri}",
+        "progress=false",
+        "tracking.flush_every_s=0.2",
+        "eval.every=2000",
+        "eval.episodes=2",
+        *overrides,
+    ]
     exe = Path(sys.executable).parent / "pgcli"
     with stderr.open("w") as err:
-        return subprocess.Popen([str(exe), *args], cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err,
-                                text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        return subprocess.Popen(
+            [str(exe), *args],
+            cwd=workdir,
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
 
 def test_server_dies_mid_run_and_comes_back(server: Server, workdir: Path, tmp_path: Path) -> None:
@@ -162,8 +189,11 @@ def test_server_down_at_the_end_then_pgcli_sync(server: Server, workdir: Path, t
     assert down.returncode == 1 and down.stderr.count("\n") == 1 and "unreachable" in down.stderr, down.stderr
 
     # checkpoint_keep=1 keeps every checkpoint the spool still has to deliver
-    spooled = [op["artifact_path"] for op in Spool(run_dir / SPOOL_FILE).operations()
-               if op["op"] == "artifact" and str(op["artifact_path"]).startswith("checkpoints/")]  # fmt: skip
+    spooled = [
+        op["artifact_path"]
+        for op in Spool(run_dir / SPOOL_FILE).operations()
+        if op["op"] == "artifact" and str(op["artifact_path"]).startswith("checkpoints/")
+    ]
     assert len(spooled) >= 2 and all((run_dir / path).is_dir() for path in spooled), spooled
 
     server.start()

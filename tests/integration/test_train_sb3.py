@@ -175,8 +175,9 @@ def test_ppo_cartpole_through_the_cli(store: Store, workdir: Path, tmp_path: Pat
 
 
 def test_a2c_pendulum_through_the_cli(store: Store, workdir: Path, tmp_path: Path):
-    run, stdout = train(store, workdir, "algo=a2c", "env=pendulum", "total_steps=3000", "eval.every=1500",
-                        "eval.episodes=1", "seed=2")  # fmt: skip
+    run, stdout = train(
+        store, workdir, "algo=a2c", "env=pendulum", "total_steps=3000", "eval.every=1500", "eval.episodes=1", "seed=2"
+    )
     steps, params, artifacts = check_common(
         store, run, stdout, algo="a2c", env="pendulum", env_id="Pendulum-v1", seed=2, tmp=tmp_path
     )
@@ -191,8 +192,11 @@ def test_a2c_pendulum_through_the_cli(store: Store, workdir: Path, tmp_path: Pat
 
 
 def test_mlflow_tracking_uri_env_var_wins_over_default_store(store: Store, workdir: Path):
-    proc = run_pgcli(["train", "total_steps=256", "eval.every=0", "eval.episodes=1", "progress=false"],
-                     cwd=workdir, MLFLOW_TRACKING_URI=store.uri)  # fmt: skip
+    proc = run_pgcli(
+        ["train", "total_steps=256", "eval.every=0", "eval.episodes=1", "progress=false"],
+        cwd=workdir,
+        MLFLOW_TRACKING_URI=store.uri,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("cartpole")
     assert run.info.status == "FINISHED"

@@ -171,8 +171,9 @@ def coin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from coin_config import CoinConfig  # type: ignore[import-not-found]
 
     gym = ("control", "image")
-    row = AlgoEntry(CoinConfig, dict.fromkeys(gym, "coin_trainer:Coin"), observation_spaces=("Box",),
-                    action_spaces=("Discrete",))  # fmt: skip
+    row = AlgoEntry(
+        CoinConfig, dict.fromkeys(gym, "coin_trainer:Coin"), observation_spaces=("Box",), action_spaces=("Discrete",)
+    )
     register_algo(row)  # step 4: the row (in-tree: one more AlgoEntry in ALGOS)
     try:
         yield
@@ -185,16 +186,28 @@ def test_an_algorithm_added_by_the_documented_steps_trains(coin: None, tmp_path:
     from pgcli.training.checks import train_config
 
     out = tmp_path / "run"
-    overrides = ["algo=coin", "env=cartpole", "~preset", "env.n_envs=2", "total_steps=96", "eval.every=0",
-                 "eval.episodes=1", "checkpoint_every=0", "progress=false"]  # fmt: skip
+    overrides = [
+        "algo=coin",
+        "env=cartpole",
+        "~preset",
+        "env.n_envs=2",
+        "total_steps=96",
+        "eval.every=0",
+        "eval.episodes=1",
+        "checkpoint_every=0",
+        "progress=false",
+    ]
     summary = run_job(overrides, output_dir=out, tracking=False)
     assert summary.steps == 96  # 3 rollouts of 16 steps x 2 envs
     with (out / "metrics.csv").open() as f:
         logged = [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["key"] == "train/coin_updates"]
     assert logged == [(32, 1.0), (64, 2.0), (96, 3.0)]  # the trainer's metric, at each update's env step
     assert (out / "model" / "coin.txt").read_text() == "96"
-    with pytest.raises(ConfigError, match=r"^env.id 'Pendulum-v1' has a Box\(1\) float32 action space, which "
-                       r"algo=coin cannot take; algo=ppo, a2c, sb3_trpo, trpo, vpg, ppo_kl, grpo can"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^env.id 'Pendulum-v1' has a Box\(1\) float32 action space, which "
+        r"algo=coin cannot take; algo=ppo, a2c, sb3_trpo, trpo, vpg, ppo_kl, grpo can",
+    ):
         train_config(["algo=coin", "env=pendulum", "~preset"])  # the row's spaces are checked
     with pytest.raises(ConfigError, match=r"^algo=coin does not train on text tasks"):
         train_config(["algo=coin", "env=addition", "model=tiny_gpt"])

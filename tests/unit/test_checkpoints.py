@@ -40,8 +40,12 @@ def trpo(n_envs: int = 2) -> TRPO:
 
 
 def monitor(tmp_path: Path, checkpoint_every: int = 0, checkpoint_keep: int = 0) -> TrainingMonitor:
-    return TrainingMonitor(RunLogger(tmp_path), Schedule(10**5, checkpoint_every=checkpoint_every), progress=False,
-                           outputs=Outputs(checkpoints=tmp_path / "checkpoints", keep=checkpoint_keep))  # fmt: skip
+    return TrainingMonitor(
+        RunLogger(tmp_path),
+        Schedule(10**5, checkpoint_every=checkpoint_every),
+        progress=False,
+        outputs=Outputs(checkpoints=tmp_path / "checkpoints", keep=checkpoint_keep),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -257,9 +261,19 @@ def test_verify_checkpoint_names_a_damaged_file_without_loading_it(saved: Path, 
 
 
 def good_state(step: int = 64) -> dict:
-    return {"step": step, "next_eval": 128, "next_checkpoint": None, "n_episodes": 3, "recent_returns": [1.0, -2.5, 3],
-            "recent_lengths": [10, 20, 30], "last_eval_step": 64, "last_logged_step": 64, "best_step": 64,
-            "best_returns": [1.0, 2.0], "best_lengths": [5, 6]}  # fmt: skip
+    return {
+        "step": step,
+        "next_eval": 128,
+        "next_checkpoint": None,
+        "n_episodes": 3,
+        "recent_returns": [1.0, -2.5, 3],
+        "recent_lengths": [10, 20, 30],
+        "last_eval_step": 64,
+        "last_logged_step": 64,
+        "best_step": 64,
+        "best_returns": [1.0, 2.0],
+        "best_lengths": [5, 6],
+    }
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,15 @@ def _echo(conn: Connection, side: Connection, prefix: str) -> None:
 
 
 def start() -> ChildProcess:
-    return ChildProcess(_echo, "> ", name="pgcli-test-child", error=HelperError, side_pipes=1,
-                        died="the helper (pid {pid}) died during {doing} (exit code {code})",
-                        failed="the helper's {doing} failed: {message}")  # fmt: skip
+    return ChildProcess(
+        _echo,
+        "> ",
+        name="pgcli-test-child",
+        error=HelperError,
+        side_pipes=1,
+        died="the helper (pid {pid}) died during {doing} (exit code {code})",
+        failed="the helper's {doing} failed: {message}",
+    )
 
 
 def test_a_child_answers_and_its_error_is_one_line():

@@ -117,11 +117,16 @@ def test_against_a_metric_the_plot_draws_each_run_and_the_mean_path_without_a_ba
     from matplotlib.collections import PolyCollection
 
     runs = [
-        RunCurve(f"r{seed}", {"algo": "ppo_lm", "env.id": "addition", "seed": str(seed), "total_steps": "20"},
-                 {"algo": "ppo_lm", "env_id": "addition", "seed": str(seed)}, np.array([0.0, 10.0, 20.0]),
-                 np.array(acc), np.array(kl))
+        RunCurve(
+            f"r{seed}",
+            {"algo": "ppo_lm", "env.id": "addition", "seed": str(seed), "total_steps": "20"},
+            {"algo": "ppo_lm", "env_id": "addition", "seed": str(seed)},
+            np.array([0.0, 10.0, 20.0]),
+            np.array(acc),
+            np.array(kl),
+        )
         for seed, (kl, acc) in enumerate([([0.0, 1.0, 3.0], [0.5, 0.7, 0.4]), ([0.0, 2.0, 4.0], [0.4, 0.6, 0.2])])
-    ]  # fmt: skip
+    ]
     keys = ["algo", "env_id"]
     groups, _ = make_groups(runs, keys)
     stats = [aggregate([(r.steps, r.values) for r in g.runs]) for g in groups]
@@ -295,8 +300,14 @@ def log_mixed_experiment(store: Store) -> None:
             log.run("a2c", "CartPole-v1", seed, final, **{"algo.learning_rate": lr})
     for trial, lr in enumerate(("0.001", "0.002")):  # an Optuna search: 2 trials x 2 seeds
         for seed in range(2):
-            log.run("ppo", "Pendulum-v1", seed, -200.0 + 50 * trial + seed, tags={"trial": str(trial)},
-                    **{"algo.learning_rate": lr})  # fmt: skip
+            log.run(
+                "ppo",
+                "Pendulum-v1",
+                seed,
+                -200.0 + 50 * trial + seed,
+                tags={"trial": str(trial)},
+                **{"algo.learning_rate": lr},
+            )
 
 
 def test_compare_splits_and_marks_what_cannot_be_averaged(

@@ -9,9 +9,18 @@ from pgcli.training.summary import TrainSummary
 
 
 def summary(tmp_path: Path, *, final: float, best: float) -> TrainSummary:
-    return TrainSummary(run_id=None, steps=1000, final_return=final, final_return_std=0.0, wall_time_s=1.0,
-                        output_dir=tmp_path, tracking_uri=None, reward_threshold=None, best_return=best,
-                        best_step=500)  # fmt: skip
+    return TrainSummary(
+        run_id=None,
+        steps=1000,
+        final_return=final,
+        final_return_std=0.0,
+        wall_time_s=1.0,
+        output_dir=tmp_path,
+        tracking_uri=None,
+        reward_threshold=None,
+        best_return=best,
+        best_step=500,
+    )
 
 
 def test_the_best_evaluation_is_reported_when_it_beats_the_final_one(tmp_path: Path, capsys):

@@ -177,13 +177,16 @@ def test_pool_options_follow_env_pixels():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env=cartpole"], "hardware.vec_env=envpool steps Atari games (env=pong, env=breakout, ...: "
-         "<Game>NoFrameskip-v4 ids with env.pixels); env.id 'CartPole-v1' is not one: use hardware.vec_env=sync"),
+        (
+            ["env=cartpole"],
+            "hardware.vec_env=envpool steps Atari games (env=pong, env=breakout, ...: "
+            "<Game>NoFrameskip-v4 ids with env.pixels); env.id 'CartPole-v1' is not one: use hardware.vec_env=sync",
+        ),
         (["env=minatar_breakout"], "env.id 'MinAtar/Breakout-v1' is not one: use hardware.vec_env=sync"),
         (["env=pong", "algo=grpo"], "algo=grpo replays seeded start states in single sub-envs"),
         (["env=pong", "+env.kwargs.frameskip=4"], "env.kwargs ['frameskip'] are not options of EnvPool's Atari games"),
     ],
-)  # fmt: skip
+)
 @needs_envpool
 def test_envpool_mistakes_are_one_line_errors(overrides: list[str], message: str):
     with pytest.raises(ConfigError, match=re.escape(message)):

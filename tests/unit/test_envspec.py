@@ -80,20 +80,23 @@ def test_a_module_that_fails_on_import_is_named_with_its_error(tmp_path: Path, m
     [
         ({"stack_size": 4}, ["env.wrappers[0] must be a mapping with a _target_"]),
         ("FrameStackObservation", ["env.wrappers[0] must be a mapping"]),
-        ({"_target_": "gymnasium.wrappers.FrameStak"},
-         ["cannot import", "did you mean gymnasium.wrappers.FrameStackObservation"]),
+        (
+            {"_target_": "gymnasium.wrappers.FrameStak"},
+            ["cannot import", "did you mean gymnasium.wrappers.FrameStackObservation"],
+        ),
         ({"_target_": "no_such_pkg.Wrapper"}, ["cannot import", "No module named 'no_such_pkg'"]),
         ({"_target_": "FrameStackObservation"}, ["not a dotted path"]),
         ({"_target_": "gymnasium.wrappers.__doc__"}, ["is not callable"]),
-        ({"_target_": "gymnasium.wrappers.FrameStackObservation", "stack": 4},
-         ["no argument 'stack' (did you mean stack_size? it takes: stack_size, padding_type)"]),
-        ({"_target_": "gymnasium.wrappers.FrameStackObservation", "stack_size": 4, "size": 2},
-         ["no argument 'size'"]),
+        (
+            {"_target_": "gymnasium.wrappers.FrameStackObservation", "stack": 4},
+            ["no argument 'stack' (did you mean stack_size? it takes: stack_size, padding_type)"],
+        ),
+        ({"_target_": "gymnasium.wrappers.FrameStackObservation", "stack_size": 4, "size": 2}, ["no argument 'size'"]),
         ({"_target_": "gymnasium.wrappers.FrameStackObservation"}, ["missing a required argument: 'stack_size'"]),
         ({"_target_": "gymnasium.wrappers.FlattenObservation", "x": 1}, ["it takes no arguments besides the env"]),
     ],
     ids=lambda v: str(v)[:60],
-)  # fmt: skip
+)
 def test_bad_wrapper_is_one_line_naming_it(spec, fragments: list[str]):
     with pytest.raises(ConfigError) as info:
         check_wrapper(0, spec)
@@ -104,8 +107,11 @@ def test_bad_wrapper_is_one_line_naming_it(spec, fragments: list[str]):
 
 def test_a_wrapper_that_raises_on_the_env_is_named_with_its_arguments():
     with pytest.raises(ConfigError) as info:
-        make_env(EnvConfig(id="CartPole-v1", wrappers=[{"_target_": "gymnasium.wrappers.FlattenObservation"},
-                                                       frame_stack(0)]))  # fmt: skip
+        make_env(
+            EnvConfig(
+                id="CartPole-v1", wrappers=[{"_target_": "gymnasium.wrappers.FlattenObservation"}, frame_stack(0)]
+            )
+        )
     assert str(info.value).startswith("env.wrappers[1] gymnasium.wrappers.FrameStackObservation(stack_size=0) failed:")
     assert "ValueError" in str(info.value)
 
@@ -240,8 +246,13 @@ def test_own_trainers_take_what_make_policy_takes():
     from pgcli.config import ModelConfig
 
     box, model = spaces.Box(-1, 1, (3,)), ModelConfig()
-    candidates = [spaces.Discrete(3), spaces.Box(-1, 1, (2,)), spaces.Box(-1, 1, (2, 2)), spaces.MultiBinary(3),
-                  spaces.MultiDiscrete([2, 3])]  # fmt: skip
+    candidates = [
+        spaces.Discrete(3),
+        spaces.Box(-1, 1, (2,)),
+        spaces.Box(-1, 1, (2, 2)),
+        spaces.MultiBinary(3),
+        spaces.MultiDiscrete([2, 3]),
+    ]
     for action_space in candidates:
         try:
             make_policy(box, action_space, model)

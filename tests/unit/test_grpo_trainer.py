@@ -90,8 +90,16 @@ def test_learn_counts_env_steps_and_reports_to_the_monitor():
     assert steps >= 300 and steps == monitor.updates[-1] == trainer.steps
     assert sum(len(returns) for _, returns, _ in monitor.episodes) == 8 * len(monitor.updates)
     keys = set(monitor.metrics[-1][1])
-    assert {"train/group_return_mean", "train/group_return_std", "train/degenerate_frac", "train/clip_frac_low",
-            "train/clip_frac_high", "train/approx_kl", "train/entropy", "train/policy_loss"} <= keys  # fmt: skip
+    assert {
+        "train/group_return_mean",
+        "train/group_return_std",
+        "train/degenerate_frac",
+        "train/clip_frac_low",
+        "train/clip_frac_high",
+        "train/approx_kl",
+        "train/entropy",
+        "train/policy_loss",
+    } <= keys
     assert "train/kl_ref" not in keys  # beta = 0: no reference policy at all
     assert trainer.ref_policy is None
 
@@ -115,8 +123,17 @@ def test_asymmetric_clip_bounds_clip_the_upper_side_later():
 
     def loss(**clip):
         trainer.policy.zero_grad()
-        out = grpo_loss(trainer.policy, GRPOConfig(**clip), obs=batch.obs, actions=batch.actions, old_logp=old_logp,
-                        ref_logp=None, advantages=advantages, mask=batch.mask, max_len=500)  # fmt: skip
+        out = grpo_loss(
+            trainer.policy,
+            GRPOConfig(**clip),
+            obs=batch.obs,
+            actions=batch.actions,
+            old_logp=old_logp,
+            ref_logp=None,
+            advantages=advantages,
+            mask=batch.mask,
+            max_len=500,
+        )
         out.loss_policy.backward()
         grad = sum(float(p.grad.abs().sum()) for p in trainer.policy.parameters())
         return out, grad
@@ -194,14 +211,14 @@ def test_kl_to_the_reference_is_logged_and_the_reference_refreshes():
 
 def test_save_load_round_trip(tmp_path: Path):
     env = make_vec_env(EnvConfig(id="Pendulum-v1", n_envs=2, normalize_obs=True), seed=0)
-    trainer = GRPO(GRPOConfig(group_size=2, n_groups=1, batch_size=2), env=env, model=ModelConfig(), seed=0,
-                   device=CPU)  # fmt: skip
+    trainer = GRPO(GRPOConfig(group_size=2, n_groups=1, batch_size=2), env=env, model=ModelConfig(), seed=0, device=CPU)
     trainer._update(collect_groups(env, trainer.policy, group_seeds=[1], group_size=2, device=CPU))
     path = trainer.save(tmp_path / "model")
     assert (path / "model.pt").is_file() and (path / "normalizer.npz").is_file()
     env2 = make_vec_env(EnvConfig(id="Pendulum-v1", n_envs=2, normalize_obs=True), seed=1)
-    restored = GRPO(GRPOConfig(group_size=2, n_groups=1, batch_size=2), env=env2, model=ModelConfig(), seed=1,
-                    device=CPU)  # fmt: skip
+    restored = GRPO(
+        GRPOConfig(group_size=2, n_groups=1, batch_size=2), env=env2, model=ModelConfig(), seed=1, device=CPU
+    )
     restored.load(path)
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     assert np.array_equal(trainer.act(obs), restored.act(obs))

@@ -64,8 +64,11 @@ def adam_run(step_fn, n_steps=30, **adam):
     """``n_steps`` Adam steps on four parameters with seeded gradients: (params, exp_avgs, exp_avg_sqs, steps)."""
     gen = torch.Generator().manual_seed(1)
     params = [torch.randn(shape, generator=gen) for shape in [(64, 4), (64,), (1, 64), (1,)]]
-    buffers = [[torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
-               [torch.tensor(0.0) for _ in params]]  # fmt: skip
+    buffers = [
+        [torch.zeros_like(p) for p in params],
+        [torch.zeros_like(p) for p in params],
+        [torch.tensor(0.0) for _ in params],
+    ]
     for _ in range(n_steps):
         grads = [torch.randn(p.shape, generator=gen) for p in params]
         step_fn(params, grads, *buffers, **adam)
@@ -94,16 +97,18 @@ HYPER = {"lr": 3e-3, "beta1": 0.8, "beta2": 0.95, "eps": 1e-6}
 
 def test_plain_adam_step_is_torch_optim_adam_bit_for_bit():
     # exact: the same single-tensor update torch.optim.Adam(foreach=False) takes, op for op
-    for ours, ref in zip(adam_run(plain_adam_step, **HYPER), adam_run(optimizer_step(foreach=False), **HYPER),
-                         strict=True):  # fmt: skip
+    for ours, ref in zip(
+        adam_run(plain_adam_step, **HYPER), adam_run(optimizer_step(foreach=False), **HYPER), strict=True
+    ):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
 
 
 @pytest.mark.skipif(not HAS_FUSED_ADAM, reason="this torch has no torch._fused_adam_")
 def test_fused_adam_step_is_torch_fused_adam_bit_for_bit():
     # exact: the kernel torch.optim.Adam(fused=True) runs, on the same state
-    for ours, ref in zip(adam_run(fused_adam_step, **HYPER), adam_run(optimizer_step(fused=True), **HYPER),
-                         strict=True):  # fmt: skip
+    for ours, ref in zip(
+        adam_run(fused_adam_step, **HYPER), adam_run(optimizer_step(fused=True), **HYPER), strict=True
+    ):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
 
 

@@ -170,8 +170,9 @@ def test_every_module_stands_on_a_floor():
 
 def test_no_import_runs_up_a_floor():
     graph = import_graph()
-    upward = sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports
-                    if (floor_of(i) or 0) > (floor_of(m) or 0))  # fmt: skip
+    upward = sorted(
+        f"{m} -> {i}" for m, imports in graph.items() for i in imports if (floor_of(i) or 0) > (floor_of(m) or 0)
+    )
     assert not upward, "imports from a lower floor to a higher one (FLOORS):\n" + "\n".join(upward)
 
 

@@ -27,10 +27,21 @@ learning = load_script()
 
 def run(seed: int, curve: list[tuple[int, float]], variant: str = "", extra: tuple[str, ...] = ()) -> dict:
     job = learning.Job("trpo", "hopper", seed, 100, 10, 3000.0, curve[-1][0], extra, variant)
-    return {"algo": "trpo", "variant": variant, "env": "hopper", "seed": seed, "overrides": job.overrides(),
-            "steps": curve[-1][0], "final_eval_return": curve[-1][1], "best_eval_return": max(v for _, v in curve),
-            "threshold": 3000.0, "steps_to_threshold": next((s for s, v in curve if v >= 3000.0), None),
-            "eval_curve": curve, "train_sps": 1000.0, "wall_time_s": 10.0}  # fmt: skip
+    return {
+        "algo": "trpo",
+        "variant": variant,
+        "env": "hopper",
+        "seed": seed,
+        "overrides": job.overrides(),
+        "steps": curve[-1][0],
+        "final_eval_return": curve[-1][1],
+        "best_eval_return": max(v for _, v in curve),
+        "threshold": 3000.0,
+        "steps_to_threshold": next((s for s, v in curve if v >= 3000.0), None),
+        "eval_curve": curve,
+        "train_sps": 1000.0,
+        "wall_time_s": 10.0,
+    }
 
 
 CURVE_A = [(100, 1000.0), (200, 3000.0), (300, 2000.0), (400, 4000.0)]

@@ -41,9 +41,16 @@ def test_a_scripted_solution_is_solved_in_two_turns():
 
 @pytest.mark.parametrize(
     ("action", "error"),
-    [("3*9", "missing_number"), ("5*5", "missing_number"), ("3-7", "negative"), ("3 x 5", "malformed"),
-     ("03+5", "malformed"), ("", "malformed"), ("3+5+7", "malformed")],
-)  # fmt: skip
+    [
+        ("3*9", "missing_number"),
+        ("5*5", "missing_number"),
+        ("3-7", "negative"),
+        ("3 x 5", "malformed"),
+        ("03+5", "malformed"),
+        ("", "malformed"),
+        ("3+5+7", "malformed"),
+    ],
+)
 def test_a_wrong_tool_call_spends_the_turn_and_changes_nothing_else(action: str, error: str):
     task = calculator()
     start = task.start(QUESTION)
@@ -123,8 +130,15 @@ def test_play_keeps_every_turn_as_a_row_of_its_trajectory():
     task = calculator()
     policy = make_text_policy(task, LMModelConfig(d_model=32, d_ff=64, n_layers=1), torch.device("cpu"))
     problems = task.sample(np.random.default_rng(3), 6)
-    episodes = play(task, policy, problems, temperature=1.0, top_p=1.0,
-                    generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))  # fmt: skip
+    episodes = play(
+        task,
+        policy,
+        problems,
+        temperature=1.0,
+        top_p=1.0,
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+    )
     rows = episodes.rows
     assert len(rows.trajectory) == sum(len(t) for t in episodes.turns) >= len(problems)
     for i, turns in enumerate(episodes.turns):
@@ -194,8 +208,15 @@ def make_agent_trainer(algo: str) -> LMAgentGRPO:
     policy = make_text_policy(task, model, torch.device("cpu"))
     kw = {"group_size": 4, "n_groups": 2, "batch_size": 8, "learning_rate": 1e-3}
     cfg = FlowGRPOConfig(**kw) if algo == "flow_grpo" else GRPOConfig(**kw, n_iterations=1)
-    return LMAgentGRPO(cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=model, seed=0,
-                       device=torch.device("cpu"))  # fmt: skip
+    return LMAgentGRPO(
+        cfg,
+        task=task,
+        policy=policy,
+        reference=kl_reference(cfg, policy, None),
+        model=model,
+        seed=0,
+        device=torch.device("cpu"),
+    )
 
 
 @pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])
@@ -232,8 +253,15 @@ def test_a_hugging_face_model_plays_the_task_in_its_own_tokens(tiny_hf_model: Pa
     task = make_text_task(CountdownToolEnvConfig(n_eval=16), model)
     assert isinstance(task, CountdownCalculator) and task.max_completion_len == 6
     policy = make_text_policy(task, model, torch.device("cpu"))
-    episodes = play(task, policy, task.eval_problems()[:3], temperature=1.0, top_p=1.0,
-                    generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))  # fmt: skip
+    episodes = play(
+        task,
+        policy,
+        task.eval_problems()[:3],
+        temperature=1.0,
+        top_p=1.0,
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+    )
     assert all(task.done(state) for state in episodes.states)
     assert len(episodes.rows.trajectory) == sum(len(t) for t in episodes.turns)
     # a random model's actions are tool errors: each one is shown, cut to an operation's length, in the next prompt

@@ -49,21 +49,25 @@ def test_a_trainer_refuses_a_reference_that_does_not_fit_its_kl_term(beta: float
     policy = make_policy(task)
     wrong = None if beta > 0 else make_policy(task)
     with pytest.raises(ValueError, match=f"algo.beta={beta} takes"):
-        LMGRPO(CONFIGS["grpo"](beta=beta), task=task, policy=policy, reference=wrong, model=Sampling(), seed=0,
-               device=CPU)  # fmt: skip
+        LMGRPO(
+            CONFIGS["grpo"](beta=beta), task=task, policy=policy, reference=wrong, model=Sampling(), seed=0, device=CPU
+        )
 
 
 @pytest.mark.parametrize(
     ("algo", "keys"),
-    [("grpo", ["policy", "optimizer", "reference"]),
-     ("ppo_lm", ["policy", "value", "optimizer", "vf_optimizer", "reference"])],
-)  # fmt: skip
+    [
+        ("grpo", ["policy", "optimizer", "reference"]),
+        ("ppo_lm", ["policy", "value", "optimizer", "vf_optimizer", "reference"]),
+    ],
+)
 def test_the_checkpoint_holds_each_trainers_state_dicts_by_name(algo: str, keys: list[str], tmp_path: Path):
     task = make_task()
     policy = make_policy(task)
     cfg = CONFIGS[algo]()
     trainer_class = LMPPO if algo == "ppo_lm" else LMGRPO
-    trainer = trainer_class(cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None),
-                            model=Sampling(), seed=0, device=CPU)  # fmt: skip
+    trainer = trainer_class(
+        cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=Sampling(), seed=0, device=CPU
+    )
     trainer.save(tmp_path)
     assert list(torch.load(tmp_path / MODEL_FILE, weights_only=True)) == keys

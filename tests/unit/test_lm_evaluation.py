@@ -33,8 +33,15 @@ def test_score_completions_against_hand_computed_metrics(task):
     np.testing.assert_allclose(result.returns, [1.5, 0.5, 0.0])  # greedy rewards: what eval/return_mean averages
     assert result.mean == pytest.approx(2.0 / 3)
     assert result.samples is not None and len(result.samples) == 2
-    assert result.samples[1] == {"prompt": "10+5=", "reference": "15", "greedy": "16", "correct": False,
-                                 "reward": 0.5, "sampled": ["1", "5"], "sampled_correct": 0}  # fmt: skip
+    assert result.samples[1] == {
+        "prompt": "10+5=",
+        "reference": "15",
+        "greedy": "16",
+        "correct": False,
+        "reward": 0.5,
+        "sampled": ["1", "5"],
+        "sampled_correct": 0,
+    }
 
 
 def test_no_table_when_no_rows_are_asked_for(task):
@@ -44,8 +51,9 @@ def test_no_table_when_no_rows_are_asked_for(task):
 
 def test_evaluate_text_is_seeded_and_restores_train_mode(task):
     torch.manual_seed(0)
-    policy = TinyGPT(TinyGPTSizes(vocab_size=task.vocab.size, max_len=16, n_layers=1, n_heads=2, d_model=16, d_ff=32,
-                                  init_std=0.3)).train()  # fmt: skip
+    policy = TinyGPT(
+        TinyGPTSizes(vocab_size=task.vocab.size, max_len=16, n_layers=1, n_heads=2, d_model=16, d_ff=32, init_std=0.3)
+    ).train()
     settings = TextEvalSettings(pass_k=4, temperature=1.0, top_p=0.9, n_table_rows=3, batch_size=7)
     problems = task.eval_problems()
     a = evaluate_text(task, policy, problems, settings, seed=1, device=torch.device("cpu"))

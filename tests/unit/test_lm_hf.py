@@ -45,8 +45,16 @@ def prompts(path: Path) -> tuple[torch.Tensor, torch.Tensor, object]:
 def test_kv_cache_generation_gives_the_tokens_of_full_recomputation(tiny_hf_model: Path):
     model = policy(tiny_hf_model)
     tokens, mask, vocab = prompts(tiny_hf_model)
-    got = generate(model, tokens, mask, max_new_tokens=8, eos_id=vocab.stop_ids, temperature=1.0,
-                   generator=torch.Generator().manual_seed(3), pad_id=vocab.pad_id)  # fmt: skip
+    got = generate(
+        model,
+        tokens,
+        mask,
+        max_new_tokens=8,
+        eos_id=vocab.stop_ids,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(3),
+        pad_id=vocab.pad_id,
+    )
     # the reference: the whole sequence recomputed at every step, the same sampling calls
     gen = torch.Generator().manual_seed(3)
     seq, seq_mask = tokens, mask
@@ -76,8 +84,15 @@ def test_left_padding_does_not_change_a_rows_logits(tiny_hf_model: Path):
 def test_chunked_logprobs_equal_the_plain_ones_with_their_gradients(tiny_hf_model: Path, chunk: int):
     model = policy(tiny_hf_model)
     tokens, mask, vocab = prompts(tiny_hf_model)
-    gen = generate(model, tokens, mask, max_new_tokens=6, eos_id=vocab.stop_ids,
-                   generator=torch.Generator().manual_seed(0), pad_id=vocab.pad_id)  # fmt: skip
+    gen = generate(
+        model,
+        tokens,
+        mask,
+        max_new_tokens=6,
+        eos_id=vocab.stop_ids,
+        generator=torch.Generator().manual_seed(0),
+        pad_id=vocab.pad_id,
+    )
     results = []
     for size in (None, chunk):
         model.logprob_chunk = size
@@ -166,8 +181,15 @@ def test_bf16_autocast_over_float32_weights_scores_close_and_trains_float32_adap
     # what a GPU run gets by default (pgcli.lm.hf.mixed_precision); CPU autocast runs the same code path here
     model = policy(tiny_hf_model)
     tokens, mask, vocab = prompts(tiny_hf_model)
-    gen = generate(model, tokens, mask, max_new_tokens=6, eos_id=vocab.stop_ids,
-                   generator=torch.Generator().manual_seed(0), pad_id=vocab.pad_id)  # fmt: skip
+    gen = generate(
+        model,
+        tokens,
+        mask,
+        max_new_tokens=6,
+        eos_id=vocab.stop_ids,
+        generator=torch.Generator().manual_seed(0),
+        pad_id=vocab.pad_id,
+    )
     plain, _ = completion_logprobs(model, tokens, mask, gen.tokens, gen.mask)
     model.autocast = torch.bfloat16
     mixed, _ = completion_logprobs(model, tokens, mask, gen.tokens, gen.mask)

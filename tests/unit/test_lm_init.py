@@ -70,8 +70,10 @@ def test_init_overrides_take_what_the_command_line_leaves_out(sft_run, capsys):
     args = ["algo=grpo", "env=addition", f"init={run_dir}"]
     assert init_overrides([*args, "env.n_digits=3"]) == ["model.d_model=32", "model.d_ff=64"]
     note = capsys.readouterr().err
-    assert note == (f"pgcli: note: init={run_dir} sets model.d_model=32 model.d_ff=64 (the init run's model and "
-                    "task settings; a value on the command line wins)\n")  # fmt: skip
+    assert note == (
+        f"pgcli: note: init={run_dir} sets model.d_model=32 model.d_ff=64 (the init run's model and "
+        "task settings; a value on the command line wins)\n"
+    )
     assert init_overrides([*args, "model.d_model=32", "model.d_ff=64"]) == [] and capsys.readouterr().err == ""
     assert init_overrides(["algo=grpo", "env=addition", f"init={run_dir},{run_dir}"]) == []  # a sweep: each job
     with pytest.raises(ConfigError, match=r"^init=\S+: env=addition with env.n_digits=12 needs model.max_len >= 41; "):

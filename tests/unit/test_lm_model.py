@@ -46,10 +46,25 @@ def generate_without_cache(model, prompt, mask, *, max_new_tokens, temperature, 
 def test_kv_cache_generation_gives_the_tokens_of_full_recomputation(temperature, top_p):
     model = tiny()
     prompt, mask = left_padded()
-    got = generate(model, prompt, mask, max_new_tokens=10, eos_id=EOS, temperature=temperature, top_p=top_p,
-                   generator=torch.Generator().manual_seed(3))  # fmt: skip
-    ref_tokens, ref_mask = generate_without_cache(model, prompt, mask, max_new_tokens=10, temperature=temperature,
-                                                  top_p=top_p, generator=torch.Generator().manual_seed(3))  # fmt: skip
+    got = generate(
+        model,
+        prompt,
+        mask,
+        max_new_tokens=10,
+        eos_id=EOS,
+        temperature=temperature,
+        top_p=top_p,
+        generator=torch.Generator().manual_seed(3),
+    )
+    ref_tokens, ref_mask = generate_without_cache(
+        model,
+        prompt,
+        mask,
+        max_new_tokens=10,
+        temperature=temperature,
+        top_p=top_p,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(got.tokens, ref_tokens)
     assert torch.equal(got.mask, ref_mask)
     assert got.tokens.shape[1] >= 3  # something was generated beyond a token or two
@@ -93,8 +108,9 @@ def test_positions_come_from_the_mask_not_the_column():
 def test_completion_logprobs_match_step_by_step_softmax():
     model = tiny()
     prompt, mask = left_padded()
-    gen = generate(model, prompt, mask, max_new_tokens=6, eos_id=EOS, temperature=0.8,
-                   generator=torch.Generator().manual_seed(1))  # fmt: skip
+    gen = generate(
+        model, prompt, mask, max_new_tokens=6, eos_id=EOS, temperature=0.8, generator=torch.Generator().manual_seed(1)
+    )
     logp, ent = completion_logprobs(model, prompt, mask, gen.tokens, gen.mask, temperature=0.8)
     assert logp.shape == ent.shape == gen.tokens.shape
     for b in range(prompt.shape[0]):

@@ -16,8 +16,15 @@ def make_sft(seed: int = 0, *, micro_batch: int = 0, **cfg) -> SFT:
     task = Task("sort", Sort(3), n_eval=10, eval_seed=0)
     torch.manual_seed(0)
     policy = TinyGPT(TinyGPTSizes(vocab_size=task.vocab.size, max_len=12, n_layers=1, n_heads=2, d_model=16, d_ff=32))
-    return SFT(SFTConfig(**{"batch_size": 16, "warmup_steps": 32, **cfg}), task=task, policy=policy, reference=None,
-               model=LMModelConfig(micro_batch=micro_batch), seed=seed, device=torch.device("cpu"))  # fmt: skip
+    return SFT(
+        SFTConfig(**{"batch_size": 16, "warmup_steps": 32, **cfg}),
+        task=task,
+        policy=policy,
+        reference=None,
+        model=LMModelConfig(micro_batch=micro_batch),
+        seed=seed,
+        device=torch.device("cpu"),
+    )
 
 
 def test_the_loss_is_the_mean_nll_of_the_demonstration_tokens():

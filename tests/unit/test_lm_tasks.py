@@ -64,9 +64,23 @@ def test_sort_checker():
 
 @pytest.mark.parametrize(
     ("expr", "value"),
-    [("3*5+7", 22), ("3+5*7", 38), ("(3+5)*7", 56), ("7-3-2", 2), ("2*(3-5)", -4), ("12", 12), ("((4))", 4),
-     ("3+", None), ("3**5", None), ("(3+5", None), ("3+5)", None), ("", None), ("03+1", None), ("3/5", None)],
-)  # fmt: skip
+    [
+        ("3*5+7", 22),
+        ("3+5*7", 38),
+        ("(3+5)*7", 56),
+        ("7-3-2", 2),
+        ("2*(3-5)", -4),
+        ("12", 12),
+        ("((4))", 4),
+        ("3+", None),
+        ("3**5", None),
+        ("(3+5", None),
+        ("3+5)", None),
+        ("", None),
+        ("03+1", None),
+        ("3/5", None),
+    ],
+)
 def test_evaluate_expression(expr, value):
     assert evaluate_expression(expr) == value
 

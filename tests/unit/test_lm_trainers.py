@@ -49,8 +49,14 @@ def make_task(reward=first_digit_is_one) -> Task:
 
 def make_policy(task: Task) -> TinyGPT:
     torch.manual_seed(0)
-    sizes = TinyGPTSizes(vocab_size=task.vocab.size, max_len=task.max_prompt_len + task.max_completion_len,
-                         n_layers=1, n_heads=2, d_model=32, d_ff=64)  # fmt: skip
+    sizes = TinyGPTSizes(
+        vocab_size=task.vocab.size,
+        max_len=task.max_prompt_len + task.max_completion_len,
+        n_layers=1,
+        n_heads=2,
+        d_model=32,
+        d_ff=64,
+    )
     return TinyGPT(sizes)
 
 
@@ -81,8 +87,15 @@ def make_trainer(algo: str, task: Task | None = None, *, micro_batch: int = 0, *
     cfg = CONFIGS[algo](**kw)
     trainer_class = LMPPO if algo == "ppo_lm" else LMGRPO
     policy = make_policy(task)
-    return trainer_class(cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None),
-                         model=Sampling(micro_batch=micro_batch), seed=0, device=CPU)  # fmt: skip
+    return trainer_class(
+        cfg,
+        task=task,
+        policy=policy,
+        reference=kl_reference(cfg, policy, None),
+        model=Sampling(micro_batch=micro_batch),
+        seed=0,
+        device=CPU,
+    )
 
 
 LM_METRICS = {
@@ -119,8 +132,16 @@ def test_sampled_groups_share_their_prompt_and_are_scored_by_the_task():
     task = make_task()
     policy = make_policy(task)
     problems = task.sample(np.random.default_rng(0), 3)
-    batch = sample_completions(task, policy, problems, group_size=4, temperature=1.0, top_p=1.0,
-                               generator=torch.Generator().manual_seed(0), device=CPU)  # fmt: skip
+    batch = sample_completions(
+        task,
+        policy,
+        problems,
+        group_size=4,
+        temperature=1.0,
+        top_p=1.0,
+        generator=torch.Generator().manual_seed(0),
+        device=CPU,
+    )
     assert batch.tokens.shape[0] == 12 and batch.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     prompts = batch.prompt_tokens.view(3, 4, -1)
     assert torch.equal(prompts, prompts[:, :1].expand_as(prompts))
@@ -151,14 +172,23 @@ def test_one_update_raises_the_likelihood_of_the_rewarded_completions(algo):
     ppo = {"normalize_advantage": False, "gae_lambda": 1.0} if algo == "ppo_lm" else {}
     trainer = make_trainer(algo, task, n_iterations=1, batch_size=16, beta=0.0, learning_rate=1e-3, **ppo)
     problems = task.sample(trainer.prompt_rng, 4)
-    batch = sample_completions(task, trainer.policy, problems, group_size=4, temperature=1.0, top_p=1.0,
-                               generator=trainer.generator, device=CPU)  # fmt: skip
+    batch = sample_completions(
+        task,
+        trainer.policy,
+        problems,
+        group_size=4,
+        temperature=1.0,
+        top_p=1.0,
+        generator=trainer.generator,
+        device=CPU,
+    )
     assert batch.rewards.max() > batch.rewards.min()  # seeds are fixed: the sample has a signal
 
     def seq_logp() -> torch.Tensor:
         with torch.no_grad():
-            logp, _ = completion_logprobs(trainer.policy, batch.prompt_tokens, batch.prompt_mask, batch.tokens,
-                                          batch.mask.bool())  # fmt: skip
+            logp, _ = completion_logprobs(
+                trainer.policy, batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask.bool()
+            )
         return (logp * batch.mask).sum(1)
 
     before = seq_logp()
@@ -171,8 +201,10 @@ def test_one_update_raises_the_likelihood_of_the_rewarded_completions(algo):
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo_lm"])
 def test_zero_variance_groups_are_dropped_and_leave_the_policy_alone(algo):
-    trainer, monitor = make_trainer(algo, make_task(reward=lambda problem, completion: 0.5),
-                                    drop_degenerate_groups=True), Recorder()  # fmt: skip
+    trainer, monitor = (
+        make_trainer(algo, make_task(reward=lambda problem, completion: 0.5), drop_degenerate_groups=True),
+        Recorder(),
+    )
     before = params_of(trainer)
     trainer.learn(16, monitor)  # type: ignore[arg-type]
     stats = monitor.metrics[-1][1]
@@ -183,8 +215,16 @@ def test_zero_variance_groups_are_dropped_and_leave_the_policy_alone(algo):
 def sampled_batch(trainer, task: Task) -> CompletionBatch:
     """16 completions of 4 training prompts from the trainer's policy."""
     problems = task.sample(trainer.prompt_rng, 4)
-    return sample_completions(task, trainer.policy, problems, group_size=4, temperature=1.0, top_p=1.0,
-                              generator=trainer.generator, device=CPU)  # fmt: skip
+    return sample_completions(
+        task,
+        trainer.policy,
+        problems,
+        group_size=4,
+        temperature=1.0,
+        top_p=1.0,
+        generator=trainer.generator,
+        device=CPU,
+    )
 
 
 def test_rloo_baseline_is_the_leave_one_out_mean_of_the_kl_shaped_rewards():
@@ -194,9 +234,16 @@ def test_rloo_baseline_is_the_leave_one_out_mean_of_the_kl_shaped_rewards():
     old_logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0], [-1.0, -1.0], [-2.0, -0.3]])
     ref_logp = old_logp - torch.tensor([[0.5, -0.5], [1.0, 0.0], [0.0, 0.2], [0.1, 0.0]])
     empty = torch.zeros(4, 1, dtype=torch.long)
-    batch = CompletionBatch(prompt_tokens=empty, prompt_mask=empty.bool(), tokens=torch.zeros(4, 2, dtype=torch.long),
-                            mask=mask, rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]), correct=torch.zeros(4).bool(),
-                            group_ids=torch.tensor([0, 0, 1, 1]), sample_seconds=0.0)  # fmt: skip
+    batch = CompletionBatch(
+        prompt_tokens=empty,
+        prompt_mask=empty.bool(),
+        tokens=torch.zeros(4, 2, dtype=torch.long),
+        mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        correct=torch.zeros(4).bool(),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        sample_seconds=0.0,
+    )
     cfg = RLOOConfig(group_size=2, n_groups=2, batch_size=4, beta=0.1)
     advantages = ESTIMATORS[RLOOConfig](cfg, batch, old_logp, ref_logp)
     expected = torch.tensor([[1.1, 1.1], [-1.1, 0.0], [-0.01, -0.01], [0.01, 0.01]])
@@ -217,9 +264,17 @@ def loss_terms(algo: str, **kw):
     with torch.no_grad():
         old_logp = trainer._batch_logprobs(trainer.policy, batch)
         ref_logp = trainer._batch_logprobs(trainer.reference, batch)
-    out = token_loss(trainer.policy, trainer.cfg, batch, torch.arange(16), old_logp=old_logp, ref_logp=ref_logp,
-                     advantages=torch.zeros_like(old_logp), temperature=1.0,
-                     max_len=task.max_completion_len)  # fmt: skip
+    out = token_loss(
+        trainer.policy,
+        trainer.cfg,
+        batch,
+        torch.arange(16),
+        old_logp=old_logp,
+        ref_logp=ref_logp,
+        advantages=torch.zeros_like(old_logp),
+        temperature=1.0,
+        max_len=task.max_completion_len,
+    )
     kl_k3 = float(masked_mean(k3_kl(old_logp, ref_logp), batch.mask))
     return out, old_logp, ref_logp, batch, kl_k3
 

@@ -50,8 +50,10 @@ def logged_run_dir(root: Path, *overrides: str, seeds: int = 1) -> Path:
     hydra = root / ".hydra"
     hydra.mkdir(parents=True)
     (hydra / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "n_seeds": seeds}))
-    record = {"runtime": {"choices": {"algo": "trpo", "env": "cartpole", "hydra/launcher": "basic"}},
-              "overrides": {"task": ["algo=trpo", *overrides]}}  # fmt: skip
+    record = {
+        "runtime": {"choices": {"algo": "trpo", "env": "cartpole", "hydra/launcher": "basic"}},
+        "overrides": {"task": ["algo=trpo", *overrides]},
+    }
     (hydra / "hydra.yaml").write_text(yaml.safe_dump({"hydra": record}))
     return root
 
@@ -99,13 +101,19 @@ def test_a_prefix_of_8_or_more_hex_digits_names_the_one_run_it_starts(tmp_path: 
     run = LoggedRun.locate(RUN_ID[:8], store=lambda: store, wording=WORDING)
     assert (run.ref, run.run_id, run.run_dir) == (RUN_ID[:8], RUN_ID, tmp_path)  # the whole id from here on
     assert LoggedRun.locate(twin_b[:9], store=lambda: store, wording=WORDING).run_id == twin_b
-    with pytest.raises(ConfigError, match=f"^run id prefix 0123abcd matches 2 runs in postgresql://db.example/fake "
-                       rf"\({twin_a}, {twin_b}\); type more of the id$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=f"^run id prefix 0123abcd matches 2 runs in postgresql://db.example/fake "
+        rf"\({twin_a}, {twin_b}\); type more of the id$",
+    ):
         LoggedRun.locate("0123abcd", store=lambda: store, wording=WORDING)
     with pytest.raises(ConfigError, match=r"^no 89abcdef in postgresql://db\.example/fake$"):
         LoggedRun.locate("89abcdef", store=lambda: store, wording=WORDING)  # the prefix as typed
-    with pytest.raises(ConfigError, match=r"^'0123abc' is not a directory, and too short to name a run: a run id "
-                       r"prefix needs at least 8 hex digits \(pgcli runs shows 8\)$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^'0123abc' is not a directory, and too short to name a run: a run id "
+        r"prefix needs at least 8 hex digits \(pgcli runs shows 8\)$",
+    ):
         LoggedRun.locate("0123abc", store=lambda: store, wording=WORDING)
     with pytest.raises(ConfigError, match=r"^bad '0123ABCD'$"):  # run ids are lowercase, as pgcli runs shows them
         LoggedRun.locate("0123ABCD", store=lambda: store, wording=WORDING)
@@ -147,8 +155,9 @@ def test_the_logged_config_comes_back_typed_with_changes_on_top(tmp_path: Path) 
     assert (logged.algo, logged.env) == ("trpo", "cartpole") and "hydra/launcher" not in logged.choices
     assert logged.overrides == ["algo=trpo", "seed=3", "algo.target_kl=0.02"]
     cfg = logged.train_config(["total_steps=20000", "progress=false"])
-    assert cfg == compose_train_config(["algo=trpo", "seed=3", "algo.target_kl=0.02", "total_steps=20000",
-                                        "progress=false"])  # fmt: skip
+    assert cfg == compose_train_config(
+        ["algo=trpo", "seed=3", "algo.target_kl=0.02", "total_steps=20000", "progress=false"]
+    )
     with pytest.raises(ConfigError, match=r"^resume: total_steps: Value 'many'"):
         logged.train_config(["total_steps=many"], context="resume: ")
 

@@ -291,8 +291,9 @@ def test_the_best_evaluation_keeps_its_agent(tmp_path: Path):
             return path
 
     logger, agent = RecordingLogger(), Versioned()
-    monitor = make_monitor(logger, tmp_path, evaluator=ScriptedEvaluator([1.0, 3.0, 2.0, 3.0]),
-                           best_dir=tmp_path / "best_model")  # fmt: skip
+    monitor = make_monitor(
+        logger, tmp_path, evaluator=ScriptedEvaluator([1.0, 3.0, 2.0, 3.0]), best_dir=tmp_path / "best_model"
+    )
     for step in (100, 200, 300, 400):
         agent.version = step
         monitor.update(step, agent)
@@ -344,8 +345,14 @@ def test_a_resumed_monitor_continues_its_curves_exactly(tmp_path: Path):
     resumed.load_state(checkpoint, 160)
     drive(resumed, range(200, 401, 40))
 
-    for key in ("eval/return_mean", "eval/best_return_mean", "time/episodes", "rollout/ep_return_mean",
-                "rollout/ep_len_mean", "rollout/ep_return"):  # fmt: skip
+    for key in (
+        "eval/return_mean",
+        "eval/best_return_mean",
+        "time/episodes",
+        "rollout/ep_return_mean",
+        "rollout/ep_len_mean",
+        "rollout/ep_return",
+    ):
         assert first.steps_of(key) + second.steps_of(key) == straight.steps_of(key), key
         assert first.values_of(key) + second.values_of(key) == straight.values_of(key), key
     assert [a for _, a in first.artifacts + second.artifacts] == [a for _, a in straight.artifacts]
@@ -450,8 +457,9 @@ class SnapshotAgent:
 def eval_history(tmp_path: Path, *, background: bool) -> tuple[list[tuple[int, dict[str, float]]], str]:
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
     logger, agent = RecordingLogger(), SnapshotAgent()
-    evaluator = Evaluator(env_cfg, EvalConfig(episodes=3), seed=0, train_env=make_vec_env(env_cfg, seed=0),
-                          background=background)  # fmt: skip
+    evaluator = Evaluator(
+        env_cfg, EvalConfig(episodes=3), seed=0, train_env=make_vec_env(env_cfg, seed=0), background=background
+    )
     monitor = make_monitor(logger, tmp_path, evaluator=evaluator, checkpoint_every=250, best_dir=tmp_path / "best")
     for update, step in enumerate(range(40, 401, 40)):
         agent.perturb(update)
@@ -479,8 +487,9 @@ def test_a_dead_evaluation_process_is_a_one_line_error(tmp_path: Path):
     from pgcli.envs.split import EnvWorkerError
 
     env_cfg = EnvConfig(id="CartPole-v1", n_envs=1)
-    evaluator = Evaluator(env_cfg, EvalConfig(episodes=2), seed=0, train_env=make_vec_env(env_cfg, seed=0),
-                          background=True)  # fmt: skip
+    evaluator = Evaluator(
+        env_cfg, EvalConfig(episodes=2), seed=0, train_env=make_vec_env(env_cfg, seed=0), background=True
+    )
     agent = SnapshotAgent()
     evaluator.submit(agent.snapshot())
     assert evaluator._process is not None

@@ -236,8 +236,10 @@ def test_kl_estimators_expected_gradients_as_a_loss_term():
     def grad(objective) -> torch.Tensor:  # d objective(log pi) / d theta
         return torch.autograd.grad(objective(torch.log_softmax(theta, 0)), theta)[0]
 
-    expected = {name: grad(lambda logp, est=est: (logp.exp().detach() * est(logp, ref)).sum())
-                for name, est in KL_ESTIMATORS.items()}  # fmt: skip
+    expected = {
+        name: grad(lambda logp, est=est: (logp.exp().detach() * est(logp, ref)).sum())
+        for name, est in KL_ESTIMATORS.items()
+    }
     torch.testing.assert_close(expected["k1"], torch.zeros(3, dtype=torch.float64))
     torch.testing.assert_close(expected["k2"], grad(lambda logp: (logp.exp() * (logp - ref)).sum()))
     torch.testing.assert_close(expected["k3"], grad(lambda logp: (ref.exp() * (ref - logp)).sum()))

@@ -205,8 +205,12 @@ def whitened(values: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
     real = [v for row, m in zip(values, mask.tolist(), strict=True) for v, k in zip(row, m, strict=True) if k]
     mean = sum(real) / len(real)
     std = math.sqrt(sum((v - mean) ** 2 for v in real) / len(real))
-    return T([[(v - mean) / std if k else 0.0 for v, k in zip(row, m, strict=True)]
-              for row, m in zip(values, mask.tolist(), strict=True)])  # fmt: skip
+    return T(
+        [
+            [(v - mean) / std if k else 0.0 for v, k in zip(row, m, strict=True)]
+            for row, m in zip(values, mask.tolist(), strict=True)
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -268,8 +272,9 @@ def test_gspo_equals_the_token_loss_on_one_token_completions_and_wants_one_advan
     assert sequence.loss.item() == pytest.approx(token.loss.item())
     assert sequence.clip_fraction == token.clip_fraction
     with pytest.raises(ValueError, match="one value per completion"):
-        sequence_clipped_policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), T([[1.0, 2.0]]), torch.ones(1, 2),
-                                     **kwargs | {"max_len": 2})  # fmt: skip
+        sequence_clipped_policy_loss(
+            torch.zeros(1, 2), torch.zeros(1, 2), T([[1.0, 2.0]]), torch.ones(1, 2), **kwargs | {"max_len": 2}
+        )
 
 
 def ragged_batch():
@@ -297,8 +302,10 @@ def test_micro_batch_shares_sum_to_the_minibatch_loss_and_gradient(loss, loss_ag
     totals = batch_totals(mask)
     assert totals == BatchTotals(n_rows=8, n_real=24)
     chunked_logp = logp.clone().requires_grad_()
-    parts = [loss(chunked_logp[rows], old[rows], adv[rows], mask[rows], **kwargs, totals=totals)
-             for rows in micro_batches(torch.arange(8), 3)]  # fmt: skip
+    parts = [
+        loss(chunked_logp[rows], old[rows], adv[rows], mask[rows], **kwargs, totals=totals)
+        for rows in micro_batches(torch.arange(8), 3)
+    ]
     sum(part.loss for part in parts).backward()
     assert sum(part.loss.item() for part in parts) == pytest.approx(whole.loss.item(), rel=1e-6)
     for key in ("clip_fraction", "clip_fraction_low", "clip_fraction_high"):
@@ -314,8 +321,17 @@ def test_masked_mean_shares_sum_to_the_mean_and_totals_must_cover_the_chunk():
     with pytest.raises(ValueError, match="must cover"):
         masked_mean(logp, mask, totals=BatchTotals(n_rows=8, n_real=10))
     with pytest.raises(ValueError, match="must cover"):
-        clipped_policy_loss(logp, logp, logp, mask, low=0.8, high=1.2, loss_agg="token_mean", max_len=5,
-                            totals=BatchTotals(n_rows=4, n_real=24))  # fmt: skip
+        clipped_policy_loss(
+            logp,
+            logp,
+            logp,
+            mask,
+            low=0.8,
+            high=1.2,
+            loss_agg="token_mean",
+            max_len=5,
+            totals=BatchTotals(n_rows=4, n_real=24),
+        )
 
 
 def test_micro_batches_split_the_rows_in_order():

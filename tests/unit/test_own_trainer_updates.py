@@ -158,8 +158,9 @@ def test_linear_schedule_hand_values():
 
 
 def test_trpo_linear_trust_region_shrinks_per_update_and_bounds_each_step():
-    cfg = TRPOConfig(n_steps=128, target_kl=0.01, target_kl_schedule="linear", target_kl_final=0.002,
-                     n_critic_updates=1)  # fmt: skip
+    cfg = TRPOConfig(
+        n_steps=128, target_kl=0.01, target_kl_schedule="linear", target_kl_final=0.002, n_critic_updates=1
+    )
     trpo = make(TRPO, cfg)
     monitor = RecordingMonitor()
     trpo.learn(4 * 256, monitor)
@@ -176,8 +177,14 @@ def test_trpo_npg_step_follows_the_scheduled_radius():
     # NPG takes the full step: its size is sqrt(2 delta / s^T F s) |s|, so it scales with sqrt(delta) of the update
     steps = {}
     for final in (0.01, 0.0025):
-        cfg = TRPOConfig(n_steps=128, npg=True, target_kl=0.01, target_kl_schedule="linear", target_kl_final=final,
-                         n_critic_updates=1)  # fmt: skip
+        cfg = TRPOConfig(
+            n_steps=128,
+            npg=True,
+            target_kl=0.01,
+            target_kl_schedule="linear",
+            target_kl_final=final,
+            n_critic_updates=1,
+        )
         monitor = RecordingMonitor()
         make(TRPO, cfg).learn(2 * 256, monitor)
         steps[final] = [u["train/step_size"] for u in monitor.updates]

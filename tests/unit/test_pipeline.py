@@ -49,8 +49,9 @@ def test_an_init_run_carries_over_the_same_settings_both_ways(sft_run, tmp_path,
     assert cli == job == [*typed, "model.d_model=32", "model.d_ff=64", "model=tiny_gpt"]
     note = f"pgcli: note: init={sft_run} sets model.d_model=32 model.d_ff=64 (the init run's model and task settings"
     assert job_err.startswith(note) and cli_err.startswith(note)
-    assert cli_err.splitlines()[1:] == ["pgcli: note: preset grpo_addition applied (conf/preset/grpo_addition.yaml; "
-                                        "~preset trains without it)"]  # fmt: skip
+    assert cli_err.splitlines()[1:] == [
+        "pgcli: note: preset grpo_addition applied (conf/preset/grpo_addition.yaml; ~preset trains without it)"
+    ]
     assert job_err.count("\n") == 1  # a script's run records its preset; pgcli train says it
 
 
@@ -71,8 +72,14 @@ def test_a_bad_value_stops_both_ways_with_the_same_line(tmp_path, monkeypatch):
 
 def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypatch):
     assert [p.__name__ for p in (*REWRITES, *CHECKS)] == [
-        "carry_init", "imply_groups", "drop_stale_preset", "check_jobs", "check_sweep", "check_store",
-        "check_init_source", "announce",
-    ]  # fmt: skip
+        "carry_init",
+        "imply_groups",
+        "drop_stale_preset",
+        "check_jobs",
+        "check_sweep",
+        "check_store",
+        "check_init_source",
+        "announce",
+    ]
     job = prepare_job(["env=addition", "env.n_envs=0"], mode=Preflight(checks=False))  # --info: Hydra judges it
     assert job.overrides == ["env=addition", "env.n_envs=0", "model=tiny_gpt", "algo=grpo"] and job.cfg is None

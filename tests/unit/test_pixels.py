@@ -291,8 +291,13 @@ def test_share_features_gives_one_torso_or_one_each(share: bool):
     from pgcli.algo.ppo_kl import PPOKL
     from pgcli.config import PPOKLConfig
 
-    trainer = PPOKL(PPOKLConfig(n_steps=8, batch_size=8), env=minatar_env(), model=CNNModelConfig(share_features=share),
-                    seed=0, device=torch.device("cpu"))  # fmt: skip
+    trainer = PPOKL(
+        PPOKLConfig(n_steps=8, batch_size=8),
+        env=minatar_env(),
+        model=CNNModelConfig(share_features=share),
+        seed=0,
+        device=torch.device("cpu"),
+    )
     policy, value = trainer.policy, trainer.value
     assert (policy.net.torso is value.net.torso) == share == shares_parameters(policy, value)  # type: ignore[attr-defined]
     n_torso = sum(1 for _ in policy.net.torso.parameters())  # type: ignore[attr-defined]
@@ -335,21 +340,33 @@ def test_every_control_algo_composes_on_image_envs(algo: str, env: str):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env=pong", "model=mlp"], r"^env.id 'ale_py:PongNoFrameskip-v4' is an image env \(env.pixels is set\): "
-         r"it needs model=cnn \(got an MLP model option\)$"),
-        (["env=cartpole", "model=cnn"], r"^model=cnn needs an image env .*; env.id 'CartPole-v1' has none: use "
-         r"model=mlp$"),
-        (["algo=trpo", "env=minatar_breakout", "algo.critic_process=true"], r"^algo.critic_process=true needs "
-         r"model.share_features=false: the critic process fits the value network while the policy step moves the "
-         r"torso they share$"),
-        (["env=minatar_breakout", "model.arch=nature"], r"^model.arch=nature needs frames of 36x36 px or more; "
-         r"env.id 'MinAtar/Breakout-v1' gives Box\(4, 10, 10\) uint8; use model.arch=auto \(MinAtar's "
-         r"network for frames under 36 px\) or model.arch=impala$"),
+        (
+            ["env=pong", "model=mlp"],
+            r"^env.id 'ale_py:PongNoFrameskip-v4' is an image env \(env.pixels is set\): "
+            r"it needs model=cnn \(got an MLP model option\)$",
+        ),
+        (
+            ["env=cartpole", "model=cnn"],
+            r"^model=cnn needs an image env .*; env.id 'CartPole-v1' has none: use "
+            r"model=mlp$",
+        ),
+        (
+            ["algo=trpo", "env=minatar_breakout", "algo.critic_process=true"],
+            r"^algo.critic_process=true needs "
+            r"model.share_features=false: the critic process fits the value network while the policy step moves the "
+            r"torso they share$",
+        ),
+        (
+            ["env=minatar_breakout", "model.arch=nature"],
+            r"^model.arch=nature needs frames of 36x36 px or more; "
+            r"env.id 'MinAtar/Breakout-v1' gives Box\(4, 10, 10\) uint8; use model.arch=auto \(MinAtar's "
+            r"network for frames under 36 px\) or model.arch=impala$",
+        ),
         (["env=pong", "env.normalize_obs=true"], r"^env.normalize_obs must be false on an image env"),
         (["env=pong", "env.pixels.frame_stack=0"], r"^env.pixels.frame_stack must be >= 1 \(got 0\)"),
         (["env=pong", "model.arch=resnet"], r"^model.arch must be one of auto, nature, minatar, impala"),
     ],
-)  # fmt: skip
+)
 def test_image_run_mistakes_are_one_line_errors(overrides: list[str], message: str):
     with pytest.raises(ConfigError, match=message):
         train_config(overrides)

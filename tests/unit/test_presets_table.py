@@ -25,15 +25,34 @@ def load_script() -> ModuleType:
 table = load_script()
 
 
-def log_run(store: Store, *, algo: str, env: str, env_id: str, seed: int, budget: int, evals: list[float],
-            start_s: float, wall_s: float, status: str = "FINISHED", cpu: str = "") -> str:  # fmt: skip
+def log_run(
+    store: Store,
+    *,
+    algo: str,
+    env: str,
+    env_id: str,
+    seed: int,
+    budget: int,
+    evals: list[float],
+    start_s: float,
+    wall_s: float,
+    status: str = "FINISHED",
+    cpu: str = "",
+) -> str:
     from mlflow.entities import Metric, Param
 
     client = store.client()
     exp = client.get_experiment_by_name("presets")
     exp_id = exp.experiment_id if exp else client.create_experiment("presets")
-    tags = {"algo": algo, "env": env, "env_id": env_id, "seed": str(seed), "git_commit": "abcdef0123",
-            "git_dirty": "false", **({"cpu": cpu} if cpu else {})}  # fmt: skip
+    tags = {
+        "algo": algo,
+        "env": env,
+        "env_id": env_id,
+        "seed": str(seed),
+        "git_commit": "abcdef0123",
+        "git_dirty": "false",
+        **({"cpu": cpu} if cpu else {}),
+    }
     run = client.create_run(exp_id, start_time=int(start_s * 1000), tags=tags)
     every = budget // len(evals)
     metrics = [Metric("eval/return_mean", v, int(start_s * 1000), (i + 1) * every) for i, v in enumerate(evals)]
@@ -48,14 +67,43 @@ def test_rows_per_preset_and_budget_with_final_last5_best_over_seeds(store: Stor
     t0 = 1_790_000_000.0
     curves = {0: [10, 20, 30, 40, 50, 60], 1: [0, 100, 80, 70, 60, 40], 2: [5, 5, 5, 5, 5, 5]}
     for seed, evals in curves.items():
-        log_run(store, algo="ppo", env="cartpole", env_id="CartPole-v1", seed=seed, budget=60_000, evals=evals,
-                start_s=t0, wall_s=120.0, cpu="CPU B" if seed else "")  # fmt: skip
+        log_run(
+            store,
+            algo="ppo",
+            env="cartpole",
+            env_id="CartPole-v1",
+            seed=seed,
+            budget=60_000,
+            evals=evals,
+            start_s=t0,
+            wall_s=120.0,
+            cpu="CPU B" if seed else "",
+        )
     # the same preset at another budget: its own row, never averaged in
-    log_run(store, algo="ppo", env="cartpole", env_id="CartPole-v1", seed=0, budget=6_000, evals=[1.0, 3.0],
-            start_s=t0, wall_s=12.0)  # fmt: skip
+    log_run(
+        store,
+        algo="ppo",
+        env="cartpole",
+        env_id="CartPole-v1",
+        seed=0,
+        budget=6_000,
+        evals=[1.0, 3.0],
+        start_s=t0,
+        wall_s=12.0,
+    )
     # a failed run is not a result
-    log_run(store, algo="ppo", env="cartpole", env_id="CartPole-v1", seed=3, budget=60_000, evals=[999.0],
-            start_s=t0, wall_s=1.0, status="FAILED")  # fmt: skip
+    log_run(
+        store,
+        algo="ppo",
+        env="cartpole",
+        env_id="CartPole-v1",
+        seed=3,
+        budget=60_000,
+        evals=[999.0],
+        start_s=t0,
+        wall_s=1.0,
+        status="FAILED",
+    )
 
     results = table.stored_results(store.uri)
     assert len(results) == 4
@@ -83,10 +131,20 @@ def test_rows_per_preset_and_budget_with_final_last5_best_over_seeds(store: Stor
 
 def test_a_seed_measured_twice_counts_once_and_json_round_trip(store: Store, tmp_path: Path) -> None:
     t0 = 1_790_000_000.0
-    log_run(store, algo="trpo", env="hopper", env_id="Hopper-v5", seed=0, budget=1000, evals=[1.0], start_s=t0,
-            wall_s=1)  # fmt: skip
-    log_run(store, algo="trpo", env="hopper", env_id="Hopper-v5", seed=0, budget=1000, evals=[3.0],
-            start_s=t0 + 86_400, wall_s=1)  # fmt: skip
+    log_run(
+        store, algo="trpo", env="hopper", env_id="Hopper-v5", seed=0, budget=1000, evals=[1.0], start_s=t0, wall_s=1
+    )
+    log_run(
+        store,
+        algo="trpo",
+        env="hopper",
+        env_id="Hopper-v5",
+        seed=0,
+        budget=1000,
+        evals=[3.0],
+        start_s=t0 + 86_400,
+        wall_s=1,
+    )
     results = table.stored_results(store.uri)
     (row,) = table.summarise(results)
     assert row["n"] == 1 and row["final"][0] == 3.0  # the later run of seed 0

@@ -27,8 +27,13 @@ def test_secret_named_assignments_in_command_lines_are_masked():
 
 
 def test_params_and_tags_mask_secret_keys_and_uri_credentials():
-    params = {"tracking.uri": "http://u:p@h:1", "env.kwargs.password": "hunter2", "env.kwargs.secret_key": 3,
-              "algo.learning_rate": 0.001, "hydra_overrides": "seed=1 tracking.uri=https://t@h"}  # fmt: skip
+    params = {
+        "tracking.uri": "http://u:p@h:1",
+        "env.kwargs.password": "hunter2",
+        "env.kwargs.secret_key": 3,
+        "algo.learning_rate": 0.001,
+        "hydra_overrides": "seed=1 tracking.uri=https://t@h",
+    }
     assert redact_mapping(params) == {
         "tracking.uri": "http://***@h:1",
         "env.kwargs.password": "***",
@@ -42,8 +47,9 @@ def test_hydra_files_are_rewritten_only_when_they_hold_a_secret(tmp_path: Path):
     hydra = tmp_path / ".hydra"
     hydra.mkdir()
     (hydra / "overrides.yaml").write_text(yaml.safe_dump(["seed=1", "tracking.uri=http://u:p@h:5000"]))
-    (hydra / "config.yaml").write_text(yaml.safe_dump({"seed": 1, "tracking": {"uri": "http://u:p@h:5000"},
-                                                       "env": {"kwargs": {"api_token": "abc"}}}))  # fmt: skip
+    (hydra / "config.yaml").write_text(
+        yaml.safe_dump({"seed": 1, "tracking": {"uri": "http://u:p@h:5000"}, "env": {"kwargs": {"api_token": "abc"}}})
+    )
     clean = {"seed": 1, "run": {"dir": "outputs/${now:%H}"}}
     (hydra / "hydra.yaml").write_text(yaml.safe_dump(clean))
     before = (hydra / "hydra.yaml").read_text()

@@ -24,8 +24,9 @@ CPU = torch.device("cpu")
 
 def tiny_gpt(task: Task, seed: int) -> TinyGPT:
     torch.manual_seed(seed)
-    return TinyGPT(TinyGPTSizes(vocab_size=task.vocab.size, max_len=16, n_layers=1, n_heads=2, d_model=16, d_ff=32,
-                                init_std=0.3))  # fmt: skip
+    return TinyGPT(
+        TinyGPTSizes(vocab_size=task.vocab.size, max_len=16, n_layers=1, n_heads=2, d_model=16, d_ff=32, init_std=0.3)
+    )
 
 
 @pytest.fixture
@@ -47,8 +48,16 @@ def scorer(model: RewardModel, task: Task):
 def test_sampled_rewards_are_the_reward_models_scores_of_those_strings(task, reward_model):
     scored = task.with_learned_reward(scorer(reward_model, task))
     problems = task.sample(np.random.default_rng(0), 3)
-    batch = sample_completions(scored, tiny_gpt(task, seed=0), problems, group_size=4, temperature=1.0, top_p=1.0,
-                               generator=torch.Generator().manual_seed(0), device=CPU)  # fmt: skip
+    batch = sample_completions(
+        scored,
+        tiny_gpt(task, seed=0),
+        problems,
+        group_size=4,
+        temperature=1.0,
+        top_p=1.0,
+        generator=torch.Generator().manual_seed(0),
+        device=CPU,
+    )
     texts = [task.vocab.decode(row) for row in batch.tokens.tolist()]
     prompts = [p.prompt for p in problems for _ in range(4)]
     expected = score_texts(reward_model, task.vocab, prompts, texts, CPU)
@@ -62,8 +71,9 @@ def test_the_learned_reward_leaves_the_task_it_came_from_alone(task, reward_mode
     scored = task.with_learned_reward(scorer(reward_model, task))
     problem = Problem("12+30=", "42")
     assert task.reward(problem, "42") == 1.0 and task.learned_reward is None  # the checker
-    assert scored.reward(problem, "42") == pytest.approx(float(score_texts(reward_model, task.vocab, ["12+30="],
-                                                                           ["42"], CPU)[0]), abs=1e-6)  # fmt: skip
+    assert scored.reward(problem, "42") == pytest.approx(
+        float(score_texts(reward_model, task.vocab, ["12+30="], ["42"], CPU)[0]), abs=1e-6
+    )
     assert scored.correct(problem, "42") and not scored.correct(problem, "41")
 
 
@@ -85,8 +95,9 @@ def test_evaluation_logs_the_proxy_reward_and_the_kl_to_the_reference(task, rewa
     problems = task.eval_problems()
     learned = scorer(reward_model, task)
     plain = evaluate_text(task, policy, problems, settings, seed=1, device=CPU)
-    same = evaluate_text(task, policy, problems, settings, seed=1, device=CPU, reference=tiny_gpt(task, seed=0),
-                         learned_reward=learned)  # fmt: skip
+    same = evaluate_text(
+        task, policy, problems, settings, seed=1, device=CPU, reference=tiny_gpt(task, seed=0), learned_reward=learned
+    )
     assert "eval/kl_ref" not in plain.extra and "eval/proxy_reward_mean" not in plain.extra
     assert same.extra["eval/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the reference is the policy
     assert {k: v for k, v in same.extra.items() if k in plain.extra} == plain.extra  # the gold metrics do not move
@@ -99,8 +110,9 @@ def test_the_proxy_reward_mean_is_the_mean_score_of_the_greedy_completions(task,
     settings = TextEvalSettings(pass_k=2, temperature=1.0, top_p=1.0, n_table_rows=10, batch_size=16)
     problems = task.eval_problems()
     learned = scorer(reward_model, task)
-    result = evaluate_text(task.with_learned_reward(learned), policy, problems, settings, seed=1, device=CPU,
-                           learned_reward=learned)  # fmt: skip
+    result = evaluate_text(
+        task.with_learned_reward(learned), policy, problems, settings, seed=1, device=CPU, learned_reward=learned
+    )
     rows = result.samples or []
     scores = score_texts(reward_model, task.vocab, [p.prompt for p in problems], [r["greedy"] for r in rows], CPU)
     sampled = [c for r in rows for c in r["sampled"]]

@@ -139,8 +139,14 @@ def test_fit_value_takes_the_same_steps_as_backward_and_adam_step(activation):
 def test_fit_value_rejects_an_optimizer_it_cannot_reproduce():
     value = ValueNetwork(4, ModelConfig())
     with pytest.raises(ValueError, match="plain Adam"):
-        fit_value(value, torch.optim.Adam(value.parameters(), weight_decay=0.1), torch.zeros(4, 4), torch.zeros(4),
-                  n_epochs=1, batch_size=2)  # fmt: skip
+        fit_value(
+            value,
+            torch.optim.Adam(value.parameters(), weight_decay=0.1),
+            torch.zeros(4, 4),
+            torch.zeros(4),
+            n_epochs=1,
+            batch_size=2,
+        )
 
 
 def test_critic_process_fits_exactly_as_fit_value_in_process():

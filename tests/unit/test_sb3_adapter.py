@@ -115,8 +115,13 @@ def test_the_monitor_sees_each_update_after_it_is_applied():
             pass
 
     env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
-    trainer = SB3Trainer(PPOConfig(n_steps=32, batch_size=32, n_epochs=1), env=env, model=ModelConfig(), seed=0,
-                         device=torch.device("cpu"))  # fmt: skip
+    trainer = SB3Trainer(
+        PPOConfig(n_steps=32, batch_size=32, n_epochs=1),
+        env=env,
+        model=ModelConfig(),
+        seed=0,
+        device=torch.device("cpu"),
+    )
     recorder = Recorder()
     assert trainer.learn(192, recorder) == 192  # type: ignore[arg-type]
     assert recorder.seen == [(64, 1), (128, 2), (192, 3)]  # (env steps, updates applied) at each call
@@ -157,8 +162,11 @@ def test_ppo_clip_range_vf_reaches_sb3_on_the_clip_ranges_schedule():
     from pgcli.algo.sb3 import SB3Trainer
     from pgcli.config import PPOConfig
 
-    for cfg, at_half in ((PPOConfig(n_steps=32), None), (PPOConfig(n_steps=32, clip_range_vf=0.2), 0.2),
-                         (PPOConfig(n_steps=32, clip_range_vf=0.2, clip_range_schedule="linear"), 0.1)):  # fmt: skip
+    for cfg, at_half in (
+        (PPOConfig(n_steps=32), None),
+        (PPOConfig(n_steps=32, clip_range_vf=0.2), 0.2),
+        (PPOConfig(n_steps=32, clip_range_vf=0.2, clip_range_schedule="linear"), 0.1),
+    ):
         env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0)
         trainer = SB3Trainer(cfg, env=env, model=ModelConfig(), seed=0, device=torch.device("cpu"))
         clip_vf = trainer.model.clip_range_vf  # SB3 makes a schedule of it: progress remaining (1 -> 0) -> value

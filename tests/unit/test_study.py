@@ -24,9 +24,14 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 def test_hydra_sweep_syntax_becomes_optuna_distributions() -> None:
     space = SearchSpace.parse(
         {"algo.learning_rate": "tag(log, interval(1e-4, 3e-3))", "algo.gamma": "choice(0.9, 0.95)"},
-        ["algo.n_steps=range(32,129,32)", "algo.n_epochs=int(interval(1,10))", "algo.clip_range=interval(0.1,0.3)",
-         "total_steps=500", "env=pendulum"],
-    )  # fmt: skip
+        [
+            "algo.n_steps=range(32,129,32)",
+            "algo.n_epochs=int(interval(1,10))",
+            "algo.clip_range=interval(0.1,0.3)",
+            "total_steps=500",
+            "env=pendulum",
+        ],
+    )
     d = space.distributions
     assert d["algo.learning_rate"] == FloatDistribution(1e-4, 3e-3, log=True)
     assert d["algo.gamma"] == CategoricalDistribution([0.9, 0.95])

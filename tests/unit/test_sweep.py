@@ -17,8 +17,15 @@ from pgcli.sweeps.tree import (
 
 
 def row(job: str, overrides: str, status: str = "FINISHED", error: str = "") -> dict[str, str]:
-    return {"job": job, "run_name": f"ppo-s{job}", "status": status, "seed": job, "overrides": overrides,
-            "final_return": "1.00" if status == "FINISHED" else "", "error": error}  # fmt: skip
+    return {
+        "job": job,
+        "run_name": f"ppo-s{job}",
+        "status": status,
+        "seed": job,
+        "overrides": overrides,
+        "final_return": "1.00" if status == "FINISHED" else "",
+        "error": error,
+    }
 
 
 def test_summary_keeps_only_the_overrides_that_vary() -> None:
@@ -59,8 +66,9 @@ def test_optuna_trials_show_their_number_pruned_status_and_rounded_values() -> N
         if pruned:
             tags["pruned"] = "true"
         status = "KILLED" if pruned else "FINISHED"
-        return SimpleNamespace(tags=tags, name=f"ppo-pendulum-t{trial}-s0", status=status,
-                               metrics={"eval/return_mean": -170.123456})  # fmt: skip
+        return SimpleNamespace(
+            tags=tags, name=f"ppo-pendulum-t{trial}-s0", status=status, metrics={"eval/return_mean": -170.123456}
+        )
 
     children = [child("0", "4", "0.000312345678", False), child("1", "6", "1.234567e-05", True)]
     rows = drop_common_overrides([child_row(c) for c in children])

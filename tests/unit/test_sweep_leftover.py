@@ -30,8 +30,11 @@ def grid(*task: str) -> SweepPlan:
 def test_a_stopped_grid_resumes_its_checkpointed_job_and_reruns_the_rest_in_few_commands(tmp_path: Path):
     plan = grid("tracking.uri=sqlite:///x.db", "algo=ppo,a2c", "seed=0,1,2")  # jobs 0-5: ppo s0-2, a2c s0-2
     checkpoint(tmp_path / "j1")
-    children = [child(0, "FINISHED", tmp_path / "j0"), child(1, "KILLED", tmp_path / "j1"),
-                child(2, "KILLED", tmp_path / "j2")]  # fmt: skip
+    children = [
+        child(0, "FINISHED", tmp_path / "j0"),
+        child(1, "KILLED", tmp_path / "j1"),
+        child(2, "KILLED", tmp_path / "j2"),
+    ]
     left = leftover(plan, children, no_run=[])
     assert (left.interrupted, left.not_started) == (2, 3)
     assert left.commands == [

@@ -39,8 +39,13 @@ def test_best_so_far_follows_the_direction() -> None:
 
 
 def trial(number: int, state: object, value: float | None = None, **kwargs: object) -> object:
-    t = optuna.trial.create_trial(state=state, value=value, params={"x": 0.1 * number},
-                                  distributions={"x": FloatDistribution(0.0, 10.0)}, **kwargs)  # fmt: skip
+    t = optuna.trial.create_trial(
+        state=state,
+        value=value,
+        params={"x": 0.1 * number},
+        distributions={"x": FloatDistribution(0.0, 10.0)},
+        **kwargs,
+    )
     t.number = number
     return t
 
@@ -58,8 +63,10 @@ def test_history_points_mark_pruned_trials_and_skip_what_has_no_value() -> None:
     fig = history_figure(trial_points(trials), maximize=True, title="Optuna study 's'")
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "complete trial", "best so far (max)", "pruned (last evaluation reported)"
-    ]  # fmt: skip
+        "complete trial",
+        "best so far (max)",
+        "pruned (last evaluation reported)",
+    ]
     assert ax.get_title() == "optimization history" and fig.get_suptitle() == "Optuna study 's'"
 
 
@@ -85,8 +92,11 @@ def study_of(n_complete: int) -> object:
     distributions = {"x": FloatDistribution(0.0, 1.0), "y": CategoricalDistribution([1, 2])}
     for i in range(n_complete):
         x, y = float(rng.uniform()), int(rng.integers(1, 3))
-        study.add_trial(optuna.trial.create_trial(params={"x": x, "y": y}, distributions=distributions,
-                                                  value=10 * x, user_attrs={BASE_ATTR: ["algo=ppo"]}))  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": x, "y": y}, distributions=distributions, value=10 * x, user_attrs={BASE_ATTR: ["algo=ppo"]}
+            )
+        )
         if i == 0:
             study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL))
     return study
@@ -139,8 +149,11 @@ def run(trial_number: str, seed: int, **params: str) -> RunCurve:
 
 
 def test_compare_names_each_trials_sampled_values_and_orders_trials_by_number() -> None:
-    runs = [run(str(n), seed, **{"algo.gamma": g, "algo.learning_rate": lr, "algo.n_epochs": "10"})
-            for n, g, lr in ((2, "0.99", "0.000312345678"), (10, "0.9", "0.001")) for seed in (0, 1)]  # fmt: skip
+    runs = [
+        run(str(n), seed, **{"algo.gamma": g, "algo.learning_rate": lr, "algo.n_epochs": "10"})
+        for n, g, lr in ((2, "0.99", "0.000312345678"), (10, "0.9", "0.001"))
+        for seed in (0, 1)
+    ]
     groups, notes = make_groups(runs, ["algo", "env_id", "trial"])
     assert not notes
     assert [(g.key[2], g.setting, len(g.runs)) for g in groups] == [

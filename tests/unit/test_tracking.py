@@ -86,8 +86,11 @@ def test_run_logger_writes_csv_and_learning_curve(tmp_path: Path):
 
 
 def test_a_control_curve_logs_its_series(tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    history = {"rollout/ep_return_mean": [(100, 1.0), (200, 2.0)], "eval/return_mean": [(200, 3.0)],
-               "eval/return_std": [(200, 0.5)]}  # fmt: skip
+    history = {
+        "rollout/ep_return_mean": [(100, 1.0), (200, 2.0)],
+        "eval/return_mean": [(200, 3.0)],
+        "eval/return_std": [(200, 0.5)],
+    }
     with caplog.at_level(logging.INFO, logger="pgcli"):
         assert plot_learning_curve(history, tmp_path / "c.png") == tmp_path / "c.png"
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
@@ -100,9 +103,15 @@ def test_a_sft_curve_shows_accuracy_on_0_1_and_the_loss_against_demonstrations(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
     # one evaluation, returns whose std band would pass 1.0: the curve is still accuracy and loss, not a dot
-    history = {"train/loss": [(32, 2.0), (64, 1.5)], "train/teacher_forced_exact": [(32, 0.0), (64, 0.1)],
-               "eval/accuracy": [(64, 0.5)], "eval/pass_at_10": [(64, 0.9)], "eval/pass_at_2": [(64, 0.7)],
-               "eval/return_mean": [(64, 0.5)], "eval/return_std": [(64, 0.5)]}  # fmt: skip
+    history = {
+        "train/loss": [(32, 2.0), (64, 1.5)],
+        "train/teacher_forced_exact": [(32, 0.0), (64, 0.1)],
+        "eval/accuracy": [(64, 0.5)],
+        "eval/pass_at_10": [(64, 0.9)],
+        "eval/pass_at_2": [(64, 0.7)],
+        "eval/return_mean": [(64, 0.5)],
+        "eval/return_std": [(64, 0.5)],
+    }
     assert step_unit(history) == "demonstrations"
     assert text_panels(history) == [
         Panel("held-out accuracy", ("eval/accuracy", "eval/pass_at_2", "eval/pass_at_10"), unit_interval=True),
@@ -118,8 +127,12 @@ def test_a_sft_curve_shows_accuracy_on_0_1_and_the_loss_against_demonstrations(
 
 
 def test_an_rl_text_curve_shows_reward_and_kl_against_sampled_completions(tmp_path: Path):
-    history = {"rollout/reward_mean": [(16, 0.2), (32, 0.4)], "train/loss": [(16, 0.1), (32, 0.0)],
-               "train/kl_ref": [(16, 0.0), (32, 0.01)], "eval/accuracy": [(0, 0.3), (32, 0.4)]}  # fmt: skip
+    history = {
+        "rollout/reward_mean": [(16, 0.2), (32, 0.4)],
+        "train/loss": [(16, 0.1), (32, 0.0)],
+        "train/kl_ref": [(16, 0.0), (32, 0.01)],
+        "eval/accuracy": [(0, 0.3), (32, 0.4)],
+    }
     assert step_unit(history) == "sampled completions"
     assert [p.keys for p in text_panels(history)] == [("eval/accuracy",), ("rollout/reward_mean",), ("train/kl_ref",)]
     assert plot_learning_curve(history, tmp_path / "rl.png") == tmp_path / "rl.png"
@@ -129,22 +142,34 @@ def test_an_rl_text_curve_shows_reward_and_kl_against_sampled_completions(tmp_pa
 def test_a_multi_turn_curve_counts_sampled_turns_and_says_trajectories_are_solved():
     from pgcli.tracking.reports import _label
 
-    history = {"rollout/reward_mean": [(40, 0.2)], "rollout/turns_mean": [(40, 2.5)], "eval/turns_mean": [(0, 2.9)],
-               "eval/accuracy": [(0, 0.2)], "eval/pass_at_4": [(0, 0.4)]}  # fmt: skip
+    history = {
+        "rollout/reward_mean": [(40, 0.2)],
+        "rollout/turns_mean": [(40, 2.5)],
+        "eval/turns_mean": [(0, 2.9)],
+        "eval/accuracy": [(0, 0.2)],
+        "eval/pass_at_4": [(0, 0.4)],
+    }
     assert step_unit(history) == "sampled turns"
     assert _label("eval/accuracy", history) == "greedy trajectory solved (eval/accuracy)"
     assert _label("eval/pass_at_4", history) == "pass@4: one of 4 trajectories solved (eval/pass_at_4)"
     single = {k: v for k, v in history.items() if "turns" not in k}
     assert (step_unit(single), _label("eval/accuracy", single)) == (
-        "sampled completions", "greedy completion correct (eval/accuracy)")  # fmt: skip
+        "sampled completions",
+        "greedy completion correct (eval/accuracy)",
+    )
 
 
 def test_a_reward_model_curve_shows_pairwise_accuracy_and_its_losses_against_pairs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
-    history = {"train/loss": [(32, 0.69), (64, 0.5)], "train/pairwise_accuracy": [(32, 0.5), (64, 0.7)],
-               "eval/pairwise_accuracy": [(64, 0.8)], "eval/loss": [(64, 0.45)], "eval/return_mean": [(64, 0.8)],
-               "eval/reward_margin": [(64, 1.2)]}  # fmt: skip
+    history = {
+        "train/loss": [(32, 0.69), (64, 0.5)],
+        "train/pairwise_accuracy": [(32, 0.5), (64, 0.7)],
+        "eval/pairwise_accuracy": [(64, 0.8)],
+        "eval/loss": [(64, 0.45)],
+        "eval/return_mean": [(64, 0.8)],
+        "eval/reward_margin": [(64, 1.2)],
+    }
     assert step_unit(history) == "preference pairs"
     assert text_panels(history) == [
         Panel("held-out accuracy", ("eval/pairwise_accuracy",), unit_interval=True),
@@ -309,9 +334,10 @@ def test_the_curve_is_titled_with_algo_env_and_seed(tmp_path: Path, caplog: pyte
     assert learning_curve_figure({}, "x") is None
     with caplog.at_level(logging.INFO, logger="pgcli"):
         plot_learning_curve(control, tmp_path / "c.png", title="trpo on Hopper-v5, seed 1")
-    assert caplog.messages[:2] == ["learning_curve.png title: trpo on Hopper-v5, seed 1",
-                                   "learning_curve.png: x environment steps; episode return: rollout/ep_return_mean, "
-                                   "eval/return_mean"]  # fmt: skip
+    assert caplog.messages[:2] == [
+        "learning_curve.png title: trpo on Hopper-v5, seed 1",
+        "learning_curve.png: x environment steps; episode return: rollout/ep_return_mean, eval/return_mean",
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------------

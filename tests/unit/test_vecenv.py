@@ -31,8 +31,19 @@ def rollout(env, n_steps: int, seed: int) -> list[tuple]:
         actions = rng.uniform(-1.0, 1.0, size=(env.num_envs, *env.single_action_space.shape)).astype(np.float32)
         obs, rewards, terminated, truncated, info = env.step(actions)
         eps = finished_episodes(info)
-        out.append((obs, rewards, terminated, truncated, final_observations(obs, info), info.get("_final_obs"),
-                    eps.returns, eps.lengths, flat_info(info)))  # fmt: skip
+        out.append(
+            (
+                obs,
+                rewards,
+                terminated,
+                truncated,
+                final_observations(obs, info),
+                info.get("_final_obs"),
+                eps.returns,
+                eps.lengths,
+                flat_info(info),
+            )
+        )
     return out
 
 

@@ -104,15 +104,22 @@ def test_training_videos_every_n_steps_are_logged_as_artifacts(tmp_path: Path):
         env_cfg, EvalConfig(episodes=1, video_every=200), seed=0, train_env=make_vec_env(env_cfg, seed=0)
     )
     logger = RecordingLogger()
-    monitor = TrainingMonitor(logger, Schedule(400, eval_every=100), evaluator=evaluator,
-                              outputs=Outputs(videos=tmp_path / "videos"), progress=False)  # fmt: skip
+    monitor = TrainingMonitor(
+        logger,
+        Schedule(400, eval_every=100),
+        evaluator=evaluator,
+        outputs=Outputs(videos=tmp_path / "videos"),
+        progress=False,
+    )
     for step in (100, 200, 300, 400):
         monitor.update(step, RowPolicy())
     monitor.close()
     assert logger.steps_of("eval/return_mean") == [100, 200, 300, 400]
     suffix = ".mp4" if importlib.util.find_spec("imageio_ffmpeg") else ".gif"
-    assert [(p.name, where) for p, where in logger.artifacts] == [(f"step_200{suffix}", "videos"),
-                                                                   (f"step_400{suffix}", "videos")]  # fmt: skip
+    assert [(p.name, where) for p, where in logger.artifacts] == [
+        (f"step_200{suffix}", "videos"),
+        (f"step_400{suffix}", "videos"),
+    ]
     assert len(frames(tmp_path / "videos" / f"step_200{suffix}")) > 1
 
 
