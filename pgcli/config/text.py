@@ -100,7 +100,7 @@ class TextEnvConfig:
             "env.id",
             self.id,
             f"'{self.name}' for env={self.name}",
-            "choose the task with env=addition|sort|countdown|countdown_tool",
+            "choose the task with env=addition|sort|countdown|countdown_tool|dataset",
         )
         require(self.n_eval >= 1, "env.n_eval", self.n_eval, ">= 1")
         require(0 <= self.eval_seed <= MAX_SEED, "env.eval_seed", self.eval_seed, f"in [0, {MAX_SEED}]")
@@ -218,8 +218,102 @@ class CountdownToolEnvConfig(TextEnvConfig):
         super().__post_init__()
 
 
+DATASET_REWARDS = ("exact", "math", "choice")
+"""The built-in verifiers of ``env=dataset`` (``pgcli.lm.verifiers``)."""
+
+
+@dataclass
+class DatasetEnvConfig(TextEnvConfig):
+    """Your own rows (docs/lm.md, "Your data"): prompts with answers for RL, prompt/completion or message rows for
+    SFT, chosen/rejected pairs for a reward model; read through the ``datasets`` library (memory-mapped Arrow)."""
+
+    name: ClassVar[str] = "dataset"
+
+    id: str = "dataset"
+    """The task: dataset (your rows); labels the run as a gymnasium id does."""
+    path: str = MISSING
+    """A .jsonl, .json, .csv or .parquet file, a directory written by datasets' save_to_disk, or a hub dataset id
+    already in the local cache (nothing is downloaded)."""
+    split: str = "train"
+    """The split to train on (a file has one split: train)."""
+    prompt_key: str = "prompt"
+    """The prompt column: a string, or a list of {role, content} messages rendered with the model's chat template."""
+    answer_key: str = "answer"
+    """The reference answer column (what reward=exact|math|choice and eval/accuracy check against)."""
+    completion_key: str = "completion"
+    """pgcli sft: the demonstration column beside the prompt."""
+    messages_key: str = "messages"
+    """pgcli sft: a conversation column (a list of {role, content}); the loss is on the assistant turns only."""
+    chosen_key: str = "chosen"
+    """pgcli rm: the preferred response (or whole conversation) of a preference row."""
+    rejected_key: str = "rejected"
+    """pgcli rm: the other response of a preference row."""
+    system_prompt: str | None = None
+    """A system message put before every prompt (rendered with the chat template)."""
+    eval_path: str | None = None
+    """Held-out rows from a second file or directory (never trained on)."""
+    eval_split: str | None = None
+    """Held-out rows from another split of env.path (e.g. test)."""
+    eval_size: int = 256
+    """Without eval_path or eval_split: this many rows taken out of the training rows by a split seeded with
+    env.eval_seed, never trained on."""
+    format_pattern: str | None = None
+    """A regular expression the whole completion must match to earn env.format_reward (e.g.
+    '<think>.*</think>\\s*<answer>.*</answer>'); logged apart as rollout/reward/format."""
+    shuffle: bool = True
+    """Visit the training rows in a seeded random order, reshuffled each epoch (false: file order)."""
+
+    def __post_init__(self) -> None:
+        self._check_dataset()
+        reward, self.reward = self.reward, {}  # the base class knows only {} and rm:
+        try:
+            super().__post_init__()
+        finally:
+            self.reward = reward
+
+    def _check_dataset(self) -> None:
+        require(
+            isinstance(self.path, str) and bool(self.path.strip()),
+            "env.path",
+            self.path,
+            "a file, a directory or a cached hub dataset id",
+            "e.g. env.path=data/train.jsonl",
+        )
+        require(bool(self.split), "env.split", self.split, "a split name", "a file has one split: train")
+        for key in ("prompt_key", "answer_key", "completion_key", "messages_key", "chosen_key", "rejected_key"):
+            value = getattr(self, key)
+            require(isinstance(value, str) and bool(value), f"env.{key}", value, "a column name")
+        require(
+            self.eval_path is None or self.eval_split is None,
+            "env.eval_split",
+            self.eval_split,
+            "unset when env.eval_path is set",
+            "the held-out rows come from one place",
+        )
+        require(self.eval_size >= 1, "env.eval_size", self.eval_size, ">= 1", "rows held out of training")
+        rewards = (
+            self.reward if isinstance(self.reward, list | tuple) or _is_list_config(self.reward) else [self.reward]
+        )
+        for entry in rewards:
+            ok = isinstance(entry, Mapping) or (
+                isinstance(entry, str) and (entry in DATASET_REWARDS or entry.startswith(REWARD_MODEL_PREFIX))
+            )
+            require(
+                ok,
+                "env.reward",
+                entry,
+                f"{'|'.join(DATASET_REWARDS)}, rm:<run>, {{_target_: module.function, ...}} or a list of them",
+                'docs/lm.md, "Rewards and verifiers for your data"',
+            )
+
+
+def _is_list_config(value: Any) -> bool:
+    """An OmegaConf list (a typed config holds env.reward: [...] as one)."""
+    return type(value).__name__ == "ListConfig"
+
+
 TEXT_ENV_CONFIGS: dict[str, type] = {
-    c.name: c for c in (AdditionEnvConfig, SortEnvConfig, CountdownEnvConfig, CountdownToolEnvConfig)
+    c.name: c for c in (AdditionEnvConfig, SortEnvConfig, CountdownEnvConfig, CountdownToolEnvConfig, DatasetEnvConfig)
 }
 AGENT_ENV_CONFIGS: tuple[type, ...] = (CountdownToolEnvConfig,)
 """Multi-turn text tasks: the policy acts over turns and the environment answers (``pgcli.lm.agent``)."""

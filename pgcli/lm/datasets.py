@@ -1,0 +1,205 @@
+"""Your own rows (``env=dataset``; docs/lm.md, "Your data"): the one place that reads a user's dataset.
+
+``env.path`` names a ``.jsonl``, ``.json``, ``.csv`` or ``.parquet`` file, a directory written by ``datasets``'
+``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``), or a hub dataset id already in the local cache. Everything is
+read through the ``datasets`` library, so a file of millions of rows is a memory-mapped Arrow table, not a Python list;
+nothing is downloaded (the hub is switched offline before the first read).
+
+The held-out rows come from ``env.eval_path`` (a second source), or ``env.eval_split`` (another split of the same
+source), or else ``env.eval_size`` rows taken out of the training split by a split seeded with ``env.eval_seed``: the
+same rows for every run, never trained on.
+
+Every problem with the data is a one-line :class:`pgcli.errors.ConfigError` naming the key and what is there, raised
+before any MLflow run exists (``pgcli.training.checks`` loads the rows in the preflight).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgcli.config import DatasetEnvConfig
+from pgcli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+"""Suffix -> the ``datasets`` builder that reads it."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    """The training rows and the held-out rows of an ``env=dataset`` config."""
+
+    train: Dataset
+    held_out: Dataset
+    source: str
+    """Where the rows came from, for messages: the path and the split."""
+
+    @property
+    def columns(self) -> list[str]:
+        """The training rows' column names, in file order."""
+        return list(self.train.column_names)
+
+
+def load_splits(cfg: DatasetEnvConfig) -> Splits:
+    """The training and held-out rows of ``cfg`` (module docstring).
+
+    Raises:
+        ConfigError: a missing source, an unknown format, a split that is not there or is empty, an empty held-out
+            set, or held-out rows that do not have the training rows' columns.
+    """
+    train = read_rows(cfg.path, cfg.split, key="env.path")
+    source = f"{cfg.path} (split {cfg.split})"
+    if cfg.eval_path is not None:
+        held_out = read_rows(
+            cfg.eval_path, cfg.split if cfg.eval_split is None else cfg.eval_split, key="env.eval_path"
+        )
+    elif cfg.eval_split is not None:
+        held_out = read_rows(cfg.path, cfg.eval_split, key=f"env.eval_split={cfg.eval_split} of env.path")
+    else:
+        if cfg.eval_size > len(train) // 2:
+            raise ConfigError(
+                f"env.eval_size must be <= half of the {len(train)} rows of {source} (got {cfg.eval_size}); lower it, "
+                "or give the held-out rows with env.eval_path or env.eval_split"
+            )
+        parts = train.train_test_split(test_size=cfg.eval_size, seed=cfg.eval_seed, shuffle=True)
+        train, held_out = parts["train"], parts["test"]
+    if len(held_out) == 0:
+        raise ConfigError(f"the held-out rows are empty ({_held_out_source(cfg)}); the evaluation needs at least one")
+    missing = [c for c in train.column_names if c not in held_out.column_names]
+    if missing:
+        raise ConfigError(
+            f"the held-out rows ({_held_out_source(cfg)}) lack the column(s) {', '.join(missing)} of the training rows "
+            f"(they have: {', '.join(held_out.column_names)})"
+        )
+    return Splits(train, held_out, source)
+
+
+def read_rows(path: str, split: str, *, key: str) -> Dataset:
+    """One split of one source (a file, a ``save_to_disk`` directory or a cached hub id); ``key`` names the option
+    in errors (``env.path``: the message reads ``env.path=<path>: ...``).
+
+    Raises:
+        ConfigError: the source is not there, its format is unknown, or the split is missing or empty.
+    """
+    datasets = _quiet_datasets()
+    where = Path(path).expanduser()
+    if where.is_file():
+        if where.stat().st_size == 0:
+            raise ConfigError(f"{key}={path}: the file is empty")
+        builder = FILE_BUILDERS.get(_suffix(where))
+        if builder is None:
+            known = ", ".join(FILE_BUILDERS)
+            raise ConfigError(f"{key}={path}: unknown format {where.suffix or '(no suffix)'!r}; pgcli reads {known}")
+        rows = _read_file(datasets, builder, where, key=key, split=split)
+    elif where.is_dir():
+        rows = _read_directory(datasets, where, split, key=key)
+    elif _looks_like_hub_id(path):
+        rows = _read_cached_hub(datasets, path, split, key=key)
+    else:
+        raise ConfigError(f"{key}={path}: no such file or directory")
+    if len(rows) == 0:
+        raise ConfigError(f"{key}={path}: split {split!r} has no rows")
+    return rows
+
+
+def require_columns(rows: Dataset, keys: Sequence[tuple[str, str]], *, source: str) -> None:
+    """Each ``(option, column)`` of ``keys`` is a column of ``rows``, or a one-line error naming the columns there
+    are."""
+    for option, column in keys:
+        if column not in rows.column_names:
+            raise ConfigError(
+                f"{option}={column}: {source} has no column {column!r} (it has: {', '.join(rows.column_names)})"
+            )
+
+
+def _suffix(path: Path) -> str:
+    """``.jsonl`` of ``data.jsonl``; ``.jsonl`` of ``data.jsonl.gz`` too (datasets decompresses it)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in (".gz", ".bz2", ".xz", ".zst") and len(suffixes) > 1:
+        return suffixes[-2]
+    return suffixes[-1] if suffixes else ""
+
+
+def _read_file(datasets: Any, builder: str, path: Path, *, key: str, split: str) -> Dataset:
+    if split != "train":
+        raise ConfigError(f"{key}={path}: a single file has one split, 'train' (got split {split!r})")
+    try:
+        rows = datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as exc:  # the library raises many types for a damaged file; all are bad input here
+        raise ConfigError(f"{key}={path}: cannot read it as {builder}: {_first_line(exc)}") from None
+    return rows
+
+
+def _read_directory(datasets: Any, path: Path, split: str, *, key: str) -> Dataset:
+    """A ``save_to_disk`` directory (a Dataset or a DatasetDict)."""
+    if not ((path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()):
+        raise ConfigError(
+            f"{key}={path}: a directory must be written by datasets' save_to_disk (no dataset_info.json or "
+            "dataset_dict.json there); or name a .jsonl, .json, .csv or .parquet file"
+        )
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise ConfigError(f"{key}={path}: cannot load the saved dataset: {_first_line(exc)}") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise ConfigError(f"{key}={path}: no split {split!r} (it has: {', '.join(loaded)})")
+        return loaded[split]
+    if split != "train":
+        raise ConfigError(f"{key}={path}: a saved Dataset has one split, 'train' (got split {split!r})")
+    return loaded
+
+
+def _looks_like_hub_id(path: str) -> bool:
+    """``name`` or ``owner/name``: no suffix the file readers know and at most one slash."""
+    return path.count("/") <= 1 and not path.startswith((".", "/", "~")) and _suffix(Path(path)) not in FILE_BUILDERS
+
+
+def _read_cached_hub(datasets: Any, name: str, split: str, *, key: str) -> Dataset:
+    """A hub dataset from the local cache only (``HF_DATASETS_OFFLINE``): pgcli downloads nothing."""
+    try:
+        return datasets.load_dataset(name, split=split)
+    except ValueError as exc:  # an unknown split: the message names the ones there are
+        raise ConfigError(f"{key}={name}: {_first_line(exc)}") from None
+    except Exception:
+        raise ConfigError(
+            f"{key}={name}: not a file or a directory here, and not a hub dataset in the local cache "
+            f"({datasets.config.HF_DATASETS_CACHE}); pgcli downloads nothing: fetch it once with datasets and "
+            "save_to_disk, or name a file"
+        ) from None
+
+
+def _held_out_source(cfg: DatasetEnvConfig) -> str:
+    if cfg.eval_path is not None:
+        return f"env.eval_path={cfg.eval_path}"
+    if cfg.eval_split is not None:
+        return f"env.eval_split={cfg.eval_split}"
+    return f"env.eval_size={cfg.eval_size}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _quiet_datasets() -> Any:
+    """The ``datasets`` module, offline and without its progress bars and info logs (pgcli prints its own)."""
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("env=dataset needs the datasets package: pip install 'pgcli[lm]' (or make install)") from None
+    datasets.config.HF_DATASETS_OFFLINE = True
+    datasets.config.HF_HUB_OFFLINE = True
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    logging.getLogger("datasets").setLevel(logging.ERROR)
+    return datasets
