@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pgcli.config import DatasetEnvConfig
 from pgcli.errors import ConfigError
 
@@ -45,6 +47,50 @@ class Splits:
     def columns(self) -> list[str]:
         """The training rows' column names, in file order."""
         return list(self.train.column_names)
+
+
+class RowOrder:
+    """The order in which training visits ``n`` rows: epochs of a permutation seeded by ``(seed, epoch)`` (file
+    order without ``shuffle``), read ``take(k)`` rows at a time across epoch ends. Its state is two integers
+    (:meth:`state_dict`), saved with a checkpoint, so a resumed run reads exactly the rows a straight run reads."""
+
+    def __init__(self, n: int, *, seed: int, shuffle: bool = True) -> None:
+        if n < 1:
+            raise ValueError(f"RowOrder needs at least one row (got {n})")
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.epoch, self.position = 0, 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.n)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def take(self, k: int) -> list[int]:
+        """The next ``k`` row indices (an epoch ends when every row has been visited once; the next one reshuffles)."""
+        out: list[int] = []
+        while len(out) < k:
+            if self.position == self.n:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+            step = min(k - len(out), self.n - self.position)
+            out += self._order[self.position : self.position + step].tolist()
+            self.position += step
+        return out
+
+    @property
+    def rows_seen(self) -> int:
+        """Rows handed out so far, over all epochs."""
+        return self.epoch * self.n + self.position
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the order stands: epoch and position in it."""
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from :meth:`state_dict`'s values (the permutation is recomputed from the seed)."""
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._permutation(self.epoch)
 
 
 def load_splits(cfg: DatasetEnvConfig) -> Splits:
