@@ -8,8 +8,9 @@ Every run logs its final agent as ``model`` (and its best one as ``best_model``)
 - a gymnasium agent (:class:`AgentPyfunc`): ``predict`` maps raw observations (a numpy array, a list, or a pandas
   DataFrame with one column per observation dimension; an image env's uint8 frames, channels first) to the actions
   the env takes, normalisation (or the frames' 1/255) inside, deterministic;
-- a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown``): ``predict`` maps prompts as the task writes
-  them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column) to greedy completions;
+- a text policy (:class:`TextPyfunc`, ``env=addition|sort|countdown|dataset``): ``predict`` maps prompts as the task
+  writes them (``"12+34="``; a string, a list of strings, or a DataFrame with a ``prompt`` column; a dataset run's
+  also a list of ``{role, content}`` messages, rendered as in training) to greedy completions;
 - a reward model (:class:`RewardModelPyfunc`, ``pgcli rm``): ``predict`` maps (prompt, completion) pairs (a DataFrame
   with ``prompt`` and ``completion`` columns, or a list of pairs) to their rewards.
 
@@ -85,27 +86,45 @@ class TextPyfunc:
         from pgcli.config.saved_agent import agent_config, read_agent_spec
         from pgcli.lm.load import make_text_policy, make_text_task
 
-        cfg = agent_config(read_agent_spec(model_dir))
-        self.task = make_text_task(cfg.env, cfg.model)  # a text spec holds a text env and model
+        spec = read_agent_spec(model_dir)
+        cfg = agent_config(spec)
+        # a text spec holds a text env and model; a dataset run's task renders prompts without its rows
+        self.task = make_text_task(cfg.env, cfg.model, saved=spec, rows=False)
         self.policy = make_text_policy(self.task, cfg.model, torch.device("cpu"), model_dir)
         self.policy.eval()
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
-        """Greedy completions (EOS removed) of prompts written as the task writes them, e.g. ``"12+34="``."""
+        """Greedy completions (EOS removed) of prompts written as the task writes them, e.g. ``"12+34="``; a dataset
+        run's prompts as its rows hold them (a string, or a list of {role, content} messages), rendered as in
+        training (``env.system_prompt``, the chat template)."""
         import pandas as pd
 
+        from pgcli.lm.dataset_task import DatasetTask
         from pgcli.lm.tasks import Problem, decode_completions, generate_for_task
 
         if isinstance(model_input, pd.DataFrame):
             model_input = model_input["prompt"] if "prompt" in model_input else model_input.iloc[:, 0]
-        prompts = [model_input] if isinstance(model_input, str) else [str(p) for p in model_input]
+        dataset = isinstance(self.task, DatasetTask)
+        if isinstance(model_input, str) or (dataset and _is_messages(model_input)):
+            model_input = [model_input]
+        prompts = [p if dataset and not isinstance(p, str) else str(p) for p in model_input]
         if not prompts:
             return []
+        if isinstance(self.task, DatasetTask):
+            try:
+                prompts = [self.task.render(p) for p in prompts]
+            except ValueError as exc:
+                raise ValueError(f"a prompt is a string or a list of {{role, content}} messages (got {exc})") from None
         vocab = self.task.vocab
         _, _, gen = generate_for_task(
             self.task, self.policy, [Problem(prompt=p, answer="") for p in prompts], temperature=0.0
         )
         return decode_completions(vocab, gen.tokens)
+
+
+def _is_messages(value: Any) -> bool:
+    """One prompt as a message list (a list of mappings), not a batch of prompts."""
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) for m in value)
 
 
 class RewardModelPyfunc:
@@ -118,8 +137,9 @@ class RewardModelPyfunc:
         from pgcli.lm.load import make_text_task
         from pgcli.lm.reward_model import load_reward_model
 
-        cfg = agent_config(read_agent_spec(model_dir))
-        self.task = make_text_task(cfg.env, cfg.model)  # a reward model's spec holds a text env and model
+        spec = read_agent_spec(model_dir)
+        cfg = agent_config(spec)
+        self.task = make_text_task(cfg.env, cfg.model, saved=spec, rows=False)  # a text env and model
         self.device = torch.device("cpu")
         self.model = load_reward_model(self.task, cfg.model, self.device, model_dir)
 

@@ -28,11 +28,14 @@ from pgcli.algo.lm_rollout import (
     CompletionBatch,
     SamplingSettings,
     generator_state,
+    load_task_state,
     load_text_trainer,
     rollout_stats,
     sample_completions,
     save_text_trainer,
     set_generator_state,
+    task_state,
+    task_stats,
 )
 from pgcli.config import (
     FlowGRPOConfig,
@@ -170,7 +173,7 @@ class TextRLTrainer(Generic[Cfg]):
             generator=self.generator,
             device=self.device,
         )
-        return batch, rollout_stats(batch)
+        return batch, task_stats(self.task, rollout_stats(batch))
 
     def _update(self, batch: CompletionBatch) -> dict[str, float]:
         """2. and 3.: one update on ``batch``; its ``train/*`` metrics."""
@@ -214,13 +217,14 @@ class TextRLTrainer(Generic[Cfg]):
             "prompt_rng": self.prompt_rng.bit_generator.state,
             "generator": generator_state(self.generator),
         }
-        return save_text_trainer(path, self.policy, self._modules(), values)
+        return save_text_trainer(path, self.policy, self._modules(), values | task_state(self.task))
 
     def load(self, path: Path) -> None:
         values = load_text_trainer(path, self.device, self._modules())
         self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
         self.prompt_rng.bit_generator.state = values["prompt_rng"]
         set_generator_state(self.generator, values["generator"])
+        load_task_state(self.task, values)
 
     def _modules(self) -> dict[str, Stateful | None]:
         """The state dicts of ``model.pt``, by name."""

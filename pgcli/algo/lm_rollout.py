@@ -9,7 +9,8 @@ of a text run is one sampled completion, so every algorithm compares at the same
 
 A text trainer's checkpoint directory holds ``model.pt`` (its networks and optimizers as state dicts, as every
 trainer of ours), ``policy.pt`` (the policy alone, what ``init=<run>`` and ``pgcli eval`` load) and ``state.json``
-(counters, the prompt and sampling generators, the process RNGs); written atomically (`pgcli.algo.checkpoint`).
+(counters, the prompt and sampling generators, the process RNGs, and a task's own state where it has one: a dataset
+task's row order, `task_state`); written atomically (`pgcli.algo.checkpoint`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,34 @@ def generator_state(generator: torch.Generator) -> list[int]:
 
 def set_generator_state(generator: torch.Generator, state: list[int]) -> None:
     generator.set_state(torch.tensor(state, dtype=torch.uint8))
+
+
+TASK_STATE = "task"
+"""The key of a task's own state (:func:`task_state`) among a text trainer's saved values."""
+
+
+def task_state(task: object) -> dict[str, Any]:
+    """``{"task": state}`` for a task that keeps a state of its own (``state_dict``: a dataset task's row order), to
+    save with a trainer's values; nothing for a puzzle (its problems are drawn from the trainer's generator)."""
+    state = getattr(task, "state_dict", None)
+    return {} if state is None else {TASK_STATE: state()}
+
+
+def load_task_state(task: object, values: Mapping[str, Any]) -> None:
+    """Restore what :func:`task_state` saved into ``task`` (a checkpoint without it leaves the task as it is)."""
+    load = getattr(task, "load_state_dict", None)
+    if load is not None and values.get(TASK_STATE) is not None:
+        load(values[TASK_STATE])
+
+
+def task_stats(task: object, stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` with the task's own metrics (``data/epoch`` and ``data/rows_seen`` of a dataset task) and, for a task
+    without a verifier (``has_checker`` false), no ``rollout/accuracy``: there is none to report."""
+    own = getattr(task, "data_stats", None)
+    stats = stats | ({} if own is None else own())
+    if not getattr(task, "has_checker", True):
+        stats.pop("rollout/accuracy", None)
+    return stats
 
 
 def save_text_trainer(

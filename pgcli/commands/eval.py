@@ -291,7 +291,9 @@ def evaluate_text_target(
     if cfg.hardware.torch_threads > 0:  # the run's own, as its evaluations had it
         torch.set_num_threads(cfg.hardware.torch_threads)
     device = torch.device("cpu")
-    task = make_text_task(cfg.env, cfg.model)
+    from pgcli.config.saved_agent import read_agent_spec
+
+    task = make_text_task(cfg.env, cfg.model, saved=read_agent_spec(target.model_dir))  # a dataset run's characters
     reward_model, _ = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>: its proxy
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)

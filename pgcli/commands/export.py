@@ -44,6 +44,7 @@ def main(args: Sequence[str]) -> int:
 
     from pgcli.commands.eval import resolve_target
     from pgcli.config import HFModelConfig, TextEnvConfig
+    from pgcli.config.saved_agent import read_agent_spec
     from pgcli.lm.load import make_text_policy, make_text_task
     from pgcli.tracking.store import open_run_store
     from pgcli.training.checks import train_config
@@ -58,7 +59,7 @@ def main(args: Sequence[str]) -> int:
         out = ns.out or _default_out(target.run_dir, cfg.run_name or f"{target.algo}-{target.env}")
         if out.exists() and any(out.iterdir()):
             raise ConfigError(f"--out {out} exists and is not empty; pass another --out")
-        task = make_text_task(cfg.env, cfg.model)
+        task = make_text_task(cfg.env, cfg.model, saved=read_agent_spec(target.model_dir), rows=False)
         policy = make_text_policy(task, cfg.model, torch.device("cpu"), target.model_dir)
         if isinstance(cfg.model, HFModelConfig):
             from pgcli.lm.export import export_hf

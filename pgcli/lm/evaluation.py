@@ -3,7 +3,7 @@
 On the task's fixed held-out problems (never sampled for training):
 
 - ``eval/accuracy``: share of problems whose greedy completion (temperature 0) is correct (exact match; countdown:
-  verified);
+  verified; your rows, ``env=dataset``: the verifier's judgement on the answer column, not reported without one);
 - ``eval/pass_at_<k>``: share of problems with at least one correct completion among k sampled ones (the policy's
   sampling settings, ``model.temperature`` and ``model.top_p``); with n = k samples per problem this is the unbiased
   pass@k estimator of Chen et al. (2021). MLflow metric names cannot hold ``@``, hence ``pass_at``;
@@ -20,7 +20,8 @@ On the task's fixed held-out problems (never sampled for training):
 On a multi-turn task (``env=countdown_tool``) the held-out questions are played (:mod:`pgcli.lm.agent_eval`).
 
 The sampled completions use a generator seeded the same way at every evaluation, so curves compare like with like.
-The first ``env.eval_samples`` problems go into a samples table (prompt, reference, greedy and sampled completions).
+The first ``env.eval_samples`` problems go into a samples table (prompt, reference, greedy and sampled completions,
+whether each is correct).
 """
 
 from __future__ import annotations
@@ -161,6 +162,10 @@ def score_completions(
         "eval/reward_mean": float(sampled_rewards.mean()),
         "eval/completion_len": float(np.mean(greedy_lens)),
     }
+    if not getattr(task, "has_checker", True):  # no verifier (a dataset scored by a function or a reward model only)
+        del extra["eval/accuracy"], extra[f"eval/pass_at_{k}"]
+        for row in rows:
+            row["correct"] = row["sampled_correct"] = None
     return EvalResult(rewards, np.asarray(greedy_lens), extra=extra, samples=rows if n_table_rows else None)
 
 

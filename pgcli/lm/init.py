@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import HFModelConfig, TextEnvConfig, TrainConfig
+from pgcli.config import DatasetEnvConfig, HFModelConfig, TextEnvConfig, TrainConfig
 from pgcli.errors import ConfigError
 from pgcli.lm.load import TextModelConfig
 
@@ -74,12 +74,13 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
                 f"has model.path={model.path}; set model.path={src_model.get('path')}"
             )
         return
-    src_chars = make_puzzle(src_schema(**src_env)).chars
-    if src_chars != make_puzzle(env).chars:
-        raise ConfigError(
-            f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
-            f"from env={env.id}'s; SFT on env={env.id} first"
-        )
+    if not isinstance(env, DatasetEnvConfig):
+        src_chars = source.spec.get("vocab") or make_puzzle(src_schema(**src_env)).chars
+        if src_chars != make_puzzle(env).chars:
+            raise ConfigError(
+                f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
+                f"from env={env.id}'s; SFT on env={env.id} first"
+            )
     ours = asdict(model)
     for key in ARCHITECTURE:
         if src_model.get(key) != ours[key]:
@@ -87,6 +88,11 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
                 f"init={init}: the source has model.{key}={src_model.get(key)}, this run "
                 f"model.{key}={ours[key]}; set model.{key}={src_model.get(key)}"
             )
+    if isinstance(env, DatasetEnvConfig):  # the rows in the source's characters, their prompts within max_len
+        from pgcli.lm.load import make_text_task
+
+        make_text_task(env, model, saved=source.spec)
+        return
     puzzle = make_puzzle(env)
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
     if need > model.max_len:

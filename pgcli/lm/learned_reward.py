@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from pgcli.config import HFModelConfig, TextEnvConfig
+from pgcli.config import DatasetEnvConfig, HFModelConfig, TextEnvConfig
 from pgcli.config.text import REWARD_MODEL_PREFIX
 from pgcli.errors import ConfigError
 from pgcli.lm.init import InitSource
@@ -64,6 +64,9 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
             f"{option}: a model=tiny_gpt reward model reads only its task's characters and a model=hf "
             "policy writes any text; train the reward model with model=hf"
         )
+    if isinstance(env, DatasetEnvConfig):
+        _check_rows_for_reward_model(source, env, model, option)
+        return
     puzzle = make_puzzle(env)
     if source.spec.get("vocab") != puzzle.chars:
         raise ConfigError(
@@ -78,6 +81,30 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
         )
 
 
+def _check_rows_for_reward_model(source: InitSource, env: DatasetEnvConfig, model: TextModelConfig, option: str) -> None:
+    """A ``model=tiny_gpt`` reward model reads the characters of ``env``'s rows, and their prompts plus a completion
+    fit its ``max_len``."""
+    from pgcli.lm.dataset_task import DatasetTask
+    from pgcli.lm.load import make_text_task
+
+    task = make_text_task(env, model)
+    assert isinstance(task, DatasetTask)  # env=dataset
+    known = str(source.spec.get("vocab") or "")
+    outside = "".join(sorted(set(task.chars or "") - set(known)))
+    if outside:
+        raise ConfigError(
+            f"{option}: the rows of env.path={env.path} have {len(outside)} character(s) the reward model never read "
+            f"({outside[:10]!r}); train it on these rows, or with model=hf"
+        )
+    need = task.max_prompt_len + task.max_completion_len
+    rm_len = int(source.spec.get("config", {}).get("model", {}).get("max_len", 0))
+    if need > rm_len:
+        raise ConfigError(
+            f"{option}: the rows' prompts and completions need model.max_len >= {need} and the reward model has "
+            f"model.max_len={rm_len}; train it with model.max_len={need}"
+        )
+
+
 def load_learned_reward(source: InitSource, device: torch.device) -> LearnedReward:
     """The reward model in ``source`` as a :class:`~pgcli.lm.tasks.LearnedReward` on ``device``: its scores of
     (prompt, completion) strings, :data:`SCORE_BATCH` rows per forward pass, without gradient."""
@@ -87,6 +114,7 @@ def load_learned_reward(source: InitSource, device: torch.device) -> LearnedRewa
 
     cfg = agent_config(source.spec)
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # a text run's agent.json
-    rm_task = make_text_task(cfg.env, cfg.model)  # its vocabulary: the reward model's characters or tokenizer
+    # its vocabulary: the reward model's characters (as its agent.json records them) or tokenizer; no rows are read
+    rm_task = make_text_task(cfg.env, cfg.model, saved=source.spec, rows=False)
     model = load_reward_model(rm_task, cfg.model, device, source.model_dir).requires_grad_(False)
     return functools.partial(score_texts, model, rm_task.vocab, device=device, batch_size=SCORE_BATCH)

@@ -8,23 +8,38 @@ are loaded here too, so every caller gets the same policy from the same director
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pgcli.config import CountdownToolEnvConfig, HFModelConfig, LMModelConfig, TextEnvConfig
+from pgcli.config import CountdownToolEnvConfig, DatasetEnvConfig, HFModelConfig, LMModelConfig, TextEnvConfig
 
 if TYPE_CHECKING:
     import torch
 
+    from pgcli.lm.dataset_task import DatasetTask
     from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import Task, TextTask
 
 TextModelConfig = LMModelConfig | HFModelConfig
 
 
-def make_text_task(env: TextEnvConfig, model: TextModelConfig) -> Task:
+def make_text_task(
+    env: TextEnvConfig,
+    model: TextModelConfig,
+    *,
+    seed: int = 0,
+    saved: Mapping[str, Any] | None = None,
+    rows: bool = True,
+) -> Task | DatasetTask:
     """The task of ``env`` in the vocabulary of ``model`` (its tokenizer for ``model=hf``); a multi-turn one
-    (``env=countdown_tool``) is an :class:`pgcli.lm.agent.AgentTask`."""
+    (``env=countdown_tool``) is an :class:`pgcli.lm.agent.AgentTask`, your rows (``env=dataset``) a
+    :class:`pgcli.lm.dataset_task.DatasetTask` whose row order is seeded by ``seed``.
+
+    ``saved`` is the ``agent.json`` of the model directory whose weights the task will drive (``pgcli eval``,
+    ``init=``, the MLflow Model, a reward model): a dataset task takes TinyGPT's characters from it. ``rows=False``
+    reads no rows (a dataset task that renders and encodes prompts only, from what ``saved`` records)."""
     from pgcli.lm.agent import CountdownCalculator
     from pgcli.lm.tasks import make_task
 
@@ -32,7 +47,13 @@ def make_text_task(env: TextEnvConfig, model: TextModelConfig) -> Task:
     if isinstance(model, HFModelConfig):
         from pgcli.lm.hf import load_tokenizer
 
-        vocab, max_new_tokens = load_tokenizer(model), model.max_new_tokens
+        # a dataset task renders its prompts itself (chat template included): the tokenizer encodes them as they are
+        chat = model.chat_template and not isinstance(env, DatasetEnvConfig)
+        vocab, max_new_tokens = load_tokenizer(replace(model, chat_template=chat)), model.max_new_tokens
+    if isinstance(env, DatasetEnvConfig):
+        from pgcli.lm.dataset_task import Recorded, make_dataset_task
+
+        return make_dataset_task(env, model, vocab, seed=seed, recorded=Recorded.of(saved), rows=rows)
     if isinstance(env, CountdownToolEnvConfig):
         return CountdownCalculator(env, vocab, max_new_tokens)
     return make_task(env, vocab, max_new_tokens)

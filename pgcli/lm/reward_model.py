@@ -34,6 +34,7 @@ from pgcli.lm.pairs import Pair, PairGenerator, fallback_frac
 from pgcli.lm.tasks import (
     Problem,
     Task,
+    TextTask,
     Vocab,
     decode_completions,
     encode_completions,
@@ -111,7 +112,7 @@ def score_texts(
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def load_reward_model(task: Task, model: TextModelConfig, device: torch.device, model_dir: Path) -> RewardModel:
+def load_reward_model(task: TextTask, model: TextModelConfig, device: torch.device, model_dir: Path) -> RewardModel:
     """The reward model saved in ``model_dir`` (``policy.pt`` and ``reward_head.pt``) for ``task`` and ``model`` (the
     saved run's config), in eval mode on ``device``."""
     reward_model = RewardModel(make_text_policy(task, model, device, model_dir))

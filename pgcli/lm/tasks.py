@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -91,6 +91,8 @@ class Problem:
 
     prompt: str
     answer: str
+    columns: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """A dataset row's columns other than the prompt (``env=dataset``: what the rewards see); empty for a puzzle."""
 
 
 class Vocab(Protocol):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from pgcli.algo.lm_base import TextTrainerFactory
     from pgcli.contracts import EvalResult, Trainer
+    from pgcli.lm.dataset_task import DatasetTask
     from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import Task
     from pgcli.tracking.backend import MLflowBackend
@@ -325,21 +326,31 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.agent import write_text_agent_files
     from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
+    from pgcli.lm.dataset_task import recorded_fields, recorded_vocab
     from pgcli.lm.load import make_text_task
     from pgcli.training.references import init_source, learned_reward
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
-    task = make_text_task(cfg.env, cfg.model)
+    source = init_source(cfg)
+    # a dataset task in TinyGPT's characters takes the init model's (its ids); its rows come in the run's seeded order
+    task = make_text_task(cfg.env, cfg.model, seed=cfg.seed, saved=None if source is None else source.spec)
     reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)
-    policy, reference, init_tags = start_from_init(cfg, task, device, init_source(cfg))
+    policy, reference, init_tags = start_from_init(cfg, task, device, source)
     tags = run_tags(cfg, ctx, device) | init_tags | reward_tags
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:
-        write_text_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name)
+        write_text_agent_files(
+            model_dir,
+            cfg,
+            algo_name=ctx.algo_name,
+            env_name=ctx.env_name,
+            vocab=recorded_vocab(task),
+            task_fields=recorded_fields(task),
+        )
 
     multi_turn = isinstance(task, AgentTask)
     trainer_task = task.turn_task() if isinstance(task, AgentTask) and isinstance(cfg.algo, SFTConfig) else task
@@ -366,7 +377,7 @@ def text_monitor(
     cfg: TrainConfig,
     ctx: RunContext,
     run: Run,
-    task: Task,
+    task: Task | DatasetTask,
     policy: CausalLM,
     device: torch.device,
     *,
@@ -382,7 +393,9 @@ def text_monitor(
     evaluator: TextEvaluator | PairEvaluator
     if isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
         from pgcli.lm.reward_model import PairEvaluator, pair_generator
+        from pgcli.lm.tasks import Task
 
+        assert isinstance(task, Task)  # generated pairs are a puzzle's (a dataset's preference rows: pgcli rm's own)
         pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)  # policy pairs: samples of the init model
         evaluator = PairEvaluator(
             task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples, device=device

@@ -8,7 +8,8 @@ here and fits together (docs/configuration.md, "Validation"):
   continuous-only option on discrete actions; an image env's package is installed (``pgcli[pixels]``) and its
   frames fit ``model.arch``;
 - a text task: ``env.reward`` names a function, the held-out set is at most half of the task's distinct prompts, and
-  prompt + completion fit ``model.max_len``; ``model=hf``: ``model.path`` is a model directory or a hub id in the
+  prompt + completion fit ``model.max_len``; your rows (``env=dataset``): the source, its columns, its prompts and
+  their lengths, the reward against the columns (the rows are read here, once per process); ``model=hf``: ``model.path`` is a model directory or a hub id in the
   local cache, and its LoRA targets exist;
 - ``hardware=cuda``: a GPU is visible.
 
@@ -28,6 +29,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from pgcli.config import (
+    DatasetEnvConfig,
     EnvConfig,
     HFModelConfig,
     TextEnvConfig,
@@ -222,6 +224,9 @@ def check_text_task(cfg: TrainConfig) -> None:
     """``env.reward`` resolves (a function, or a finished reward-model run that reads this run's text), the held-out
     set leaves the task prompts to train on, and the longest prompt plus its completion fit ``model.max_len``."""
     env: TextEnvConfig = cfg.env
+    if isinstance(env, DatasetEnvConfig):
+        check_dataset_task(cfg, env)
+        return
     resolve_reward(env.reward)
     ref = reward_model_ref(env.reward)
     if ref is not None:  # env.reward=rm:<run> (docs/lm.md, "RL on a learned reward")
@@ -248,3 +253,21 @@ def check_text_task(cfg: TrainConfig) -> None:
         f">= {need} (env={env.id}: BOS + prompt + completion + EOS)",
         f"set model.max_len={need} or more",
     )
+
+
+def check_dataset_task(cfg: TrainConfig, env: DatasetEnvConfig) -> None:
+    """Your rows (``env=dataset``): the model exists (``model=hf``), the source and the split are there and not
+    empty, the prompt column exists and holds strings or message lists, ``env.reward`` fits the columns (``math``
+    needs the answer column), every prompt plus the completion budget fits the model's context, and a learned reward
+    reads them; all by building the task (:func:`pgcli.lm.load.make_text_task`), whose rows are then read once per
+    process."""
+    from pgcli.lm.load import make_text_task
+
+    if isinstance(cfg.model, HFModelConfig):  # imports torch and transformers: only for model=hf
+        from pgcli.lm.hf import check_hf_model
+
+        check_hf_model(cfg.model)
+    make_text_task(env, cfg.model)
+    ref = reward_model_ref(env.reward)
+    if ref is not None:  # env.reward=rm:<run> (docs/lm.md, "RL on a learned reward")
+        check_reward_model(locate_reward_model(ref, cfg.tracking), env, cfg.model, ref)
