@@ -257,6 +257,10 @@ class DatasetEnvConfig(TextEnvConfig):
     eval_size: int = 256
     """Without eval_path or eval_split: this many rows taken out of the training rows by a split seeded with
     env.eval_seed, never trained on."""
+    reward: Any = None
+    """exact | math | choice (a verifier of env.answer_key), rm:<run>, {_target_: module.fn, weight?, name?, **kwargs}
+    (fn(prompt, completion, **columns) -> float), or a list of them with weights; null: exact (docs/lm.md, "Rewards
+    and verifiers for your data"). Null by default so that a list or a mapping can be given on the command line."""
     format_pattern: str | None = None
     """A regular expression the whole completion must match to earn env.format_reward (e.g.
     '<think>.*</think>\\s*<answer>.*</answer>'); logged apart as rollout/reward/format."""
@@ -295,7 +299,7 @@ class DatasetEnvConfig(TextEnvConfig):
             self.reward if isinstance(self.reward, list | tuple) or _is_list_config(self.reward) else [self.reward]
         )
         for entry in rewards:
-            ok = isinstance(entry, Mapping) or (
+            ok = entry is None or isinstance(entry, Mapping) or (
                 isinstance(entry, str) and (entry in DATASET_REWARDS or entry.startswith(REWARD_MODEL_PREFIX))
             )
             require(

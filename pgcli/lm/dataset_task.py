@@ -350,12 +350,15 @@ class DatasetTask:
     def score(self, problems: Sequence[Problem], completions: Sequence[str]) -> tuple[list[float], dict[str, list[float]]]:
         """The reward of ``completions[i]`` given ``problems[i]`` and each term's values by name: a learned reward's
         scores (``env.reward=rm:<run>``), else ``env.reward``'s terms (:mod:`pgcli.lm.verifiers`)."""
-        if self.learned_reward is not None:
-            scores = [float(r) for r in self.learned_reward([p.prompt for p in problems], list(completions))]
-            return scores, {"learned": scores}
         if self.reward_set is None:
             raise PgcliError("this dataset task has no reward (it renders prompts only)")
-        return self.reward_set.score([p.prompt for p in problems], list(completions), [p.columns for p in problems])
+        prompts = [p.prompt for p in problems]
+        totals, parts = self.reward_set.score(prompts, list(completions), [p.columns for p in problems])
+        if self.learned_reward is not None:  # its terms (rm:<run>: the format term only) add to the learned score
+            learned = [float(r) for r in self.learned_reward(prompts, list(completions))]
+            totals = [t + r for t, r in zip(totals, learned, strict=True)]
+            parts = {"learned": learned, **parts}
+        return totals, parts
 
     def rewards(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
         return self.score(problems, completions)[0]
@@ -468,16 +471,12 @@ def _serving_lengths(model: LMModelConfig | HFModelConfig, recorded: Recorded) -
 
 
 def reward_set_of(env: DatasetEnvConfig, columns: Sequence[str]) -> RewardSet:
-    """``env.reward`` as a :class:`~pgcli.lm.verifiers.RewardSet` over ``columns``; a learned reward
-    (``rm:<run>``) is attached later (it needs the device), its verifier is ``env.answer_key``'s exact match when the
-    rows have that column."""
+    """``env.reward`` as a :class:`~pgcli.lm.verifiers.RewardSet` over ``columns`` (a learned reward, ``rm:<run>``,
+    is attached later: it needs the device; its checker is ``exact`` on ``env.answer_key`` when the rows have it)."""
     from pgcli.lm.verifiers import build_rewards
 
-    spec: Any = env.reward
-    if isinstance(spec, str) and spec.startswith("rm:"):
-        spec = {} if env.answer_key in columns else []
     return build_rewards(
-        spec,
+        env.reward,
         answer_key=env.answer_key,
         columns=list(columns),
         format_pattern=env.format_pattern,

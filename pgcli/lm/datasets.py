@@ -179,6 +179,8 @@ def _read_file(datasets: Any, builder: str, path: Path, *, key: str, split: str)
     try:
         rows = datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as exc:  # the library raises many types for a damaged file; all are bad input here
+        if "corresponds to no data" in str(exc):  # a csv of a header only: no rows, said in the library's words
+            raise ConfigError(f"{key}={path}: split {split!r} has no rows") from None
         raise ConfigError(f"{key}={path}: cannot read it as {builder}: {_first_line(exc)}") from None
     return rows
 
