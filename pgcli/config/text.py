@@ -257,10 +257,11 @@ class DatasetEnvConfig(TextEnvConfig):
     eval_size: int = 256
     """Without eval_path or eval_split: this many rows taken out of the training rows by a split seeded with
     env.eval_seed, never trained on."""
+    # null, not {}: Hydra merges a list or a mapping from the command line onto null, never a list onto a mapping
     reward: Any = None
-    """exact | math | choice (a verifier of env.answer_key), rm:<run>, {_target_: module.fn, weight?, name?, **kwargs}
-    (fn(prompt, completion, **columns) -> float), or a list of them with weights; null: exact (docs/lm.md, "Rewards
-    and verifiers for your data"). Null by default so that a list or a mapping can be given on the command line."""
+    """A verifier of env.answer_key (exact, math or choice), rm:<run>, {_target_: module.fn, **kwargs} with
+    fn(prompt, completion, **columns) -> float, or a list of them with weights; null: exact (docs/lm.md, "Rewards and
+    verifiers for your data")."""
     format_pattern: str | None = None
     """A regular expression the whole completion must match to earn env.format_reward (e.g.
     '<think>.*</think>\\s*<answer>.*</answer>'); logged apart as rollout/reward/format."""
