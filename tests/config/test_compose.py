@@ -81,7 +81,8 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
 
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if trains_on(*p)])
 def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
-    cfg = composed(f"algo={algo}", f"env={env}")  # model=tiny_gpt is implied by a text env
+    path = ["env.path=rows.jsonl"] if env == "dataset" else []  # composing reads no file: the preflight does
+    cfg = composed(f"algo={algo}", f"env={env}", *path)  # model=tiny_gpt is implied by a text env
     assert type(cfg.algo) is ALGOS[algo].schema
     assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
     assert isinstance(cfg.model, LMModelConfig)
@@ -89,8 +90,9 @@ def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: st
 
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if not trains_on(*p)])
 def test_a_single_turn_algo_on_a_multi_turn_task_and_back_is_one_line(algo: str, env: str):
+    path = ["env.path=rows.jsonl"] if env == "dataset" else []
     with pytest.raises(ConfigError, match="multi-turn task") as err:
-        composed(f"algo={algo}", f"env={env}")
+        composed(f"algo={algo}", f"env={env}", *path)
     assert "\n" not in str(err.value)
 
 
