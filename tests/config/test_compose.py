@@ -50,6 +50,10 @@ def trains_on(algo: str, env: str) -> bool:
     return schema in AGENT_ALGOS if multi_turn else schema is not FlowGRPOConfig
 
 
+DATASET = [f"env.path={Path(__file__).parent.parent / 'data' / 'sums.jsonl'}", "env.eval_size=4", "env.n_eval=4"]
+"""env=dataset's rows: twelve sums with an answer, a completion and a chosen/rejected pair (tests/data/sums.jsonl)."""
+
+
 @functools.cache
 def composed(*overrides: str) -> Any:
     """train_config (compose + the world's checks), memoised: a Hydra compose costs ~0.25 s and the pair matrix is
@@ -81,7 +85,7 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
 
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if trains_on(*p)])
 def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
-    path = ["env.path=rows.jsonl"] if env == "dataset" else []  # composing reads no file: the preflight does
+    path = DATASET if env == "dataset" else []
     cfg = composed(f"algo={algo}", f"env={env}", *path)  # model=tiny_gpt is implied by a text env
     assert type(cfg.algo) is ALGOS[algo].schema
     assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
@@ -90,7 +94,7 @@ def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: st
 
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if not trains_on(*p)])
 def test_a_single_turn_algo_on_a_multi_turn_task_and_back_is_one_line(algo: str, env: str):
-    path = ["env.path=rows.jsonl"] if env == "dataset" else []
+    path = DATASET if env == "dataset" else []
     with pytest.raises(ConfigError, match="multi-turn task") as err:
         composed(f"algo={algo}", f"env={env}", *path)
     assert "\n" not in str(err.value)
