@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -70,6 +71,8 @@ class CompletionBatch(NamedTuple):
     trajectory: Tensor | None = None
     """[B] long, on a multi-turn task: the trajectory (0..T-1) each row, a turn, belongs to; its reward and group are
     the trajectory's. None: each row is a whole completion."""
+    reward_parts: Mapping[str, Tensor] = MappingProxyType({})
+    """Each term of a reward of several (``TextTask.score``): [B] float unweighted values by name; empty for one."""
 
     @property
     def n_tokens(self) -> int:
@@ -113,7 +116,7 @@ def sample_completions(
     )
     policy.train(training)
     texts = decode_completions(task.vocab, out.tokens)  # synchronises with the device
-    rewards = task.rewards(repeated, texts)  # env.reward=rm:<run>: the reward model's scores, one batched pass
+    rewards, parts = task.score(repeated, texts)  # env.reward=rm:<run>: the reward model's scores, one batched pass
     correct = [task.correct(p, text) for p, text in zip(repeated, texts, strict=True)]
     seconds = time.perf_counter() - start
     return CompletionBatch(
@@ -125,18 +128,20 @@ def sample_completions(
         correct=torch.tensor(correct, dtype=torch.bool, device=device),
         group_ids=torch.arange(len(problems), device=device).repeat_interleave(group_size),
         sample_seconds=seconds,
+        reward_parts={name: torch.tensor(v, dtype=torch.float32, device=device) for name, v in parts.items()},
     )
 
 
 def rollout_stats(batch: CompletionBatch) -> dict[str, float]:
     """The sampled batch's `rollout/*` metrics and `time/tokens_per_s`: generated tokens per second of the sampling
-    phase (encoding, generation, decoding, scoring; benchmarks/lm_grpo.py compares it with a bare generation loop)."""
+    phase (encoding, generation, decoding, scoring; benchmarks/lm_grpo.py compares it with a bare generation loop),
+    and with a reward of several terms each term's mean as `rollout/reward/<name>`."""
     return {
         "rollout/reward_mean": float(batch.rewards.mean()),
         "rollout/accuracy": float(batch.correct.float().mean()),
         "rollout/completion_len": float(batch.mask.sum(1).mean()),
         "time/tokens_per_s": batch.n_tokens / max(batch.sample_seconds, 1e-9),
-    }
+    } | {f"rollout/reward/{name}": float(values.mean()) for name, values in batch.reward_parts.items()}
 
 
 def generator_state(generator: torch.Generator) -> list[int]:

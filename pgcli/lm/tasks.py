@@ -18,7 +18,8 @@ Reward = ``reward_fn(problem, completion)`` + ``format_reward`` * [the completio
 ``reward_fn`` is 1.0 for a correct completion and 0.0 otherwise unless ``env.reward`` names another function
 ``(problem, completion) -> float`` with ``_target_`` (extra keys are passed to it as keyword arguments), or a reward
 model's score (``env.reward=rm:<run>``: a :class:`LearnedReward` scores a batch of strings, docs/lm.md, "RL on a
-learned reward"). ``correct`` stays the task's checker: the gold beside any learned reward.
+learned reward"). ``correct`` stays the task's checker: the gold beside any learned reward. With a format reward the
+two terms are logged apart (``score``: ``rollout/reward/task`` and ``rollout/reward/format``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ class TextTask(Protocol):
     def reward(self, problem: Problem, completion: str) -> float: ...
 
     def rewards(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]: ...
+
+    def score(
+        self, problems: Sequence[Problem], completions: Sequence[str]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """The rewards and, for a reward of several terms, each term's unweighted values by name (empty for one)."""
+        ...
 
     def correct(self, problem: Problem, completion: str) -> bool: ...
 
@@ -335,6 +342,13 @@ class Task:
     def rewards(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
         """The reward of ``completions[i]`` given ``problems[i]`` (module docstring); a learned reward scores them all
         in one call (batched on its device)."""
+        return self.score(problems, completions)[0]
+
+    def score(
+        self, problems: Sequence[Problem], completions: Sequence[str]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """:meth:`rewards` and its terms: with ``format_reward`` > 0, ``task`` (the checker, function or learned
+        reward) and ``format`` (1.0 when well formed), unweighted; no terms otherwise."""
         pairs = list(zip(problems, completions, strict=True))
         if self.learned_reward is not None:
             base = [float(r) for r in self.learned_reward([p.prompt for p, _ in pairs], [c for _, c in pairs])]
@@ -342,11 +356,11 @@ class Task:
             base = [self.reward_fn(p, c) for p, c in pairs]
         else:
             base = [float(self.correct(p, c)) for p, c in pairs]
-        if self.format_reward:
-            base = [
-                b + self.format_reward * float(self.well_formed(p, c)) for b, (p, c) in zip(base, pairs, strict=True)
-            ]
-        return [float(b) for b in base]
+        if not self.format_reward:
+            return [float(b) for b in base], {}
+        formed = [float(self.well_formed(p, c)) for p, c in pairs]
+        totals = [float(b + self.format_reward * f) for b, f in zip(base, formed, strict=True)]
+        return totals, {"task": [float(b) for b in base], "format": formed}
 
     def with_learned_reward(self, learned_reward: LearnedReward) -> Task:
         """This task with ``learned_reward`` as its reward (the checker stays ``correct``); ``self`` is unchanged."""
