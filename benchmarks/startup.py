@@ -57,7 +57,7 @@ sys.exit(main(sys.argv[1:]))
 # What each process on the way to a first answer imports or does before it can go on.
 UI_PHASES = {
     "pgcli process: compose + validate the config, check the store": (
-        "from pgcli.training.checks import train_config; from pgcli.tracking.store import check_readable_store; "
+        "from pgcli.training.checks import train_config; from pgcli.tracking.checks import check_readable_store; "
         "train_config([]); import pgcli.commands.ui"
     ),
     "`python -m mlflow ui` process: import mlflow's CLI": "import mlflow.cli",

@@ -34,6 +34,7 @@ commands:
   runs       list runs; mark crashed ones KILLED          pgcli runs --stale
   sync       deliver a run's writes spooled in an outage  pgcli sync <run dir>
   export     a text run as a Hugging Face model dir       pgcli export <run id | run dir>
+  data       a text task's rows as the model sees them   pgcli data show env=dataset env.path=rows.jsonl
   completion print the bash completion script            eval "$(pgcli completion bash)"
 
 examples:
@@ -99,6 +100,7 @@ def _commands() -> dict[str, Callable[[list[str]], int]]:
         "runs": _runs,
         "sync": _sync,
         "export": _export,
+        "data": _data,
         "completion": _completion,
     }
 
@@ -160,6 +162,12 @@ def _export(args: list[str]) -> int:
     from pgcli.commands import export
 
     return export.main(args)
+
+
+def _data(args: list[str]) -> int:
+    from pgcli.commands import data
+
+    return data.main(args)
 
 
 def _completion(args: list[str]) -> int:

@@ -136,7 +136,8 @@ def open_store(overrides: list[str]) -> Any:
     """The run store the tracking ``overrides`` point at, checked to exist before MLflow opens (and would create)
     it."""
     from pgcli.config.compose import compose_train_config
-    from pgcli.tracking.store import RunStore, check_store
+    from pgcli.tracking.checks import check_store
+    from pgcli.tracking.store import RunStore
     from pgcli.tracking.uri import resolve_tracking_target
 
     run_cfg = compose_train_config(overrides)

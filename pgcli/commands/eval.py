@@ -108,7 +108,8 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str]) -> int:
     """Entry point of ``pgcli eval``."""
     ns = parse_args(args)
-    from pgcli.tracking.store import check_store, open_run_store
+    from pgcli.tracking.checks import check_store
+    from pgcli.tracking.store import open_run_store
     from pgcli.training.checks import train_config
 
     tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them

@@ -83,7 +83,8 @@ def main(args: list[str]) -> int:
     run_cfg = compose_train_config(ns.overrides)
     if run_cfg.tracking.backend != "mlflow":
         raise ConfigError("tracking=off has no run store; drop the tracking override")
-    from pgcli.tracking.store import RunStore, check_store
+    from pgcli.tracking.checks import check_store
+    from pgcli.tracking.store import RunStore
     from pgcli.tracking.uri import resolve_tracking_target
 
     uri = resolve_tracking_target(run_cfg.tracking).uri

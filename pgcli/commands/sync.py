@@ -31,7 +31,7 @@ def main(args: list[str]) -> int:
     )
     ns = parser.parse_args(args)
     if ns.uri is not None:  # the checks of pgcli train (docs/tracking.md), before MLflow touches the store
-        from pgcli.training.preflight import check_tracking_uri
+        from pgcli.tracking.checks import check_tracking_uri
 
         check_tracking_uri(ns.uri, reach=False)  # an unreachable server: sync_run_dir says the spool stays
     from pgcli.tracking.sync import sync_run_dir

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from pgcli.errors import CommandParser, ConfigError, PgcliError
 from pgcli.redact import redact_uri
-from pgcli.tracking.store import check_store
+from pgcli.tracking.checks import check_store
 from pgcli.tracking.uri import TrackingTarget, probe_health, resolve_tracking_target, sqlite_path
 
 ML_VIEW = "workflowType=machine_learning"

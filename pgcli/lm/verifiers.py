@@ -265,6 +265,22 @@ class RewardTerm:
     fn: Callable[..., float]
 
 
+@dataclass(frozen=True)
+class VerifierReward:
+    """A built-in verifier as a reward term: 1.0 when ``verifier(completion, row[answer_key])`` holds, else 0.0."""
+
+    verifier: Callable[[str, str], bool]
+    answer_key: str
+
+    def __call__(self, prompt: str, completion: str, **columns: Any) -> float:
+        return self.judge(completion, columns)
+
+    def judge(self, completion: str, row: Mapping[str, Any]) -> float:
+        """1.0 or 0.0 for ``completion`` against ``row[answer_key]`` (0.0 when the row has no answer)."""
+        answer = row.get(self.answer_key)
+        return float(answer is not None and self.verifier(completion, str(answer)))
+
+
 class RewardSet:
     """The weighted reward terms of ``env.reward`` and the checker behind ``eval/accuracy``."""
 
@@ -304,6 +320,8 @@ class RewardSet:
 
 def _call(term: RewardTerm, prompt: str, completion: str, row: Mapping[str, Any]) -> float:
     """``term.fn`` on one completion; a user function's exception goes on, named."""
+    if isinstance(term.fn, VerifierReward):  # the whole row: the answers may be a column named "completion"
+        return term.fn.judge(completion, row)
     columns = {k: v for k, v in row.items() if k not in SKIPPED_COLUMNS}
     try:
         value = term.fn(prompt, completion, **columns)
@@ -315,18 +333,6 @@ def _call(term: RewardTerm, prompt: str, completion: str, row: Mapping[str, Any]
         return float(value)
     except (TypeError, ValueError):
         raise PgcliError(f"reward function {term.name!r} returned {value!r}, not a number") from None
-
-
-@dataclass(frozen=True)
-class VerifierReward:
-    """A built-in verifier as a reward term: 1.0 when ``verifier(completion, row[answer_key])`` holds, else 0.0."""
-
-    verifier: Callable[[str, str], bool]
-    answer_key: str
-
-    def __call__(self, prompt: str, completion: str, **columns: Any) -> float:
-        answer = columns.get(self.answer_key)
-        return float(answer is not None and self.verifier(completion, str(answer)))
 
 
 def _resolve_function(target: Any, key: str) -> Callable[..., Any]:

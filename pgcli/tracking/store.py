@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.redact import redact_mapping, redact_uri
+from pgcli.redact import redact_mapping
 from pgcli.tracking.client import (
     PARAM_BATCH_LIMIT,
     get_or_create_experiment,
@@ -33,11 +33,8 @@ from pgcli.tracking.client import (
 )
 from pgcli.tracking.status import RUN_STATUSES
 from pgcli.tracking.uri import (
-    MLFLOW_TABLES,
     SQLITE_PREFIX,
     TrackingSettings,
-    file_store_path,
-    probe_health,
     resolve_tracking_target,
     sqlite_path,
     sqlite_tables,
@@ -299,104 +296,3 @@ def _create_schema(uri: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # before a reading command opens a store
 # --------------------------------------------------------------------------------------------------------------------
-
-
-StoreIntent = Literal["read", "write"]
-"""What a command will do with a store it did not create: read its runs (``pgcli runs``, ``compare``, ``ui``, a
-resume's lookup) or write to it (``pgcli eval`` logging its run, ``pgcli runs --stale`` ending runs). A training run's
-store is checked by ``pgcli.training.preflight.check_tracking_uri``, which may create it."""
-
-
-def check_store(uri: str, intent: StoreIntent, *, doing: str, fix: str = "", timeout_s: float = 10.0) -> None:
-    """The one check before a command opens the store at ``uri`` for ``intent``: a one-line error (nothing written)
-    when it cannot (:func:`check_readable_store` for reading, :func:`check_writable_store` for writing).
-
-    Args:
-        uri: the tracking URI the command would open.
-        intent: ``read`` or ``write`` (:data:`StoreIntent`).
-        doing: what the command does with the runs, for the message ("compare", "log the evaluation").
-        fix: for writing, what the user can do instead, for the message.
-        timeout_s: for reading, how long a tracking server may take to answer its health check.
-    """
-    if intent == "read":
-        check_readable_store(uri, doing=doing, timeout_s=timeout_s)
-    else:
-        check_writable_store(uri, doing=doing, fix=fix)
-
-
-def check_readable_store(uri: str, *, doing: str, timeout_s: float = 10.0) -> None:
-    """Raise a one-line error unless ``uri`` is an existing MLflow store (a SQLite file) or an answering server.
-
-    Args:
-        uri: the tracking URI the command would open.
-        doing: what the command does with the runs, for the message ("compare", "show").
-        timeout_s: how long a tracking server may take to answer its health check.
-
-    Raises:
-        ConfigError: (exit 2) no store where the URI points, or an empty one: wrong folder or ``tracking.uri``.
-        PgcliError: (exit 1) the file is not an MLflow store, or the server does not answer.
-    """
-    if uri.startswith(("http://", "https://")):
-        _check_server(uri, timeout_s)
-        return
-    fix = "run `pgcli train` first, run pgcli in the folder that holds outputs/, or set tracking.uri=sqlite:///<file>"
-    folder = file_store_path(uri)
-    if folder is not None and not folder.exists():
-        raise ConfigError(f"no run store at {folder}: nothing to {doing}; {fix}")
-    path = sqlite_path(uri)
-    if path is None:
-        return  # another database, or an existing folder store: MLflow checks it when it opens it
-    path = path.resolve()
-    if not path.is_file():
-        what = "a directory, not a store file" if path.is_dir() else "no run store"
-        raise ConfigError(f"{what} at {path}: nothing to {doing}; {fix}")
-    try:
-        tables = sqlite_tables(path)
-    except sqlite3.Error as exc:
-        raise PgcliError(
-            f"cannot read the run store {path} ({exc}); point tracking.uri at an MLflow store or move the file aside"
-        ) from None
-    if not tables:
-        raise ConfigError(f"the run store {path} is empty: nothing to {doing}; {fix}")
-    if not MLFLOW_TABLES.issubset(tables):
-        raise PgcliError(
-            f"{path} is a SQLite database but not an MLflow store (no {', '.join(sorted(MLFLOW_TABLES - tables))} "
-            "table); point tracking.uri at an MLflow store"
-        )
-
-
-def check_writable_store(uri: str, *, doing: str, fix: str) -> None:
-    """Raise a one-line PgcliError (exit 1) when the SQLite store at ``uri`` cannot take writes, before a command
-    that writes to a store it did not create (``pgcli eval`` logging its run, ``pgcli runs --stale``) starts: MLflow
-    would fail at its first write with a SQLAlchemy traceback. Writes nothing.
-
-    SQLite writes a journal beside the file, so the file and its folder must both be writable (or, with no store yet,
-    the folder it would be created in). ``os.access`` answers for a read-only mount as for permissions, root
-    included. A server or another database answers for itself.
-
-    Args:
-        uri: the tracking URI the command writes to.
-        doing: what the command would write, for the message ("log the evaluation").
-        fix: what the user can do instead, for the message.
-    """
-    path = sqlite_path(uri)
-    if path is None:
-        return
-    path = Path(os.path.abspath(path.expanduser()))
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    for where in (path, folder) if path.exists() else (folder,):
-        if os.access(where, os.W_OK):
-            continue
-        why = "read-only file system" if os.statvfs(where).f_flag & os.ST_RDONLY else f"no write permission on {where}"
-        what = f"the run store {path} is read-only" if path.exists() else f"the run store {path} cannot be created"
-        raise PgcliError(f"cannot {doing}: {what} ({why}); {fix}")
-
-
-def _check_server(uri: str, timeout_s: float) -> None:
-    health, shown = probe_health(uri, timeout_s), redact_uri(uri, keep_user=True)
-    if health.status is None:
-        raise PgcliError(f"tracking server {shown} is not reachable ({health.failure}); start it or fix tracking.uri")
-    if health.status >= 400:
-        raise PgcliError(f"tracking server {shown} answered {health.status} to its health check; is it MLflow?")

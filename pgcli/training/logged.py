@@ -95,7 +95,7 @@ class Wording:
     """A run id (or prefix) the store does not have; ``{ref}`` is the prefix as typed."""
     doing: str = "look up"
     """What the command would do with the run, for a run id and no store there to look it up in: ``no run store at
-    <file>: nothing to <doing>; ...`` (:func:`pgcli.tracking.store.check_store`)."""
+    <file>: nothing to <doing>; ...`` (:func:`pgcli.tracking.checks.check_store`)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class LoggedRun:
         directory needs no store). Its run directory is its ``output_dir`` tag when that directory exists here. Raises
         a one-line ConfigError in ``wording``; a store that is not there, or is no MLflow store, is a one-line error
         before MLflow opens (and would create) it."""
-        from pgcli.tracking.store import check_store
+        from pgcli.tracking.checks import check_store
 
         path = Path(ref).expanduser()
         if path.is_dir():

@@ -183,7 +183,8 @@ def locate_run(target: str, lookup: list[str]) -> LoggedRun:
 
 def _with_own_record(run: LoggedRun) -> LoggedRun:
     """A run directory's run: the one its ``run.json`` names, in the store ``run.json`` names."""
-    from pgcli.tracking.store import RunStore, check_store
+    from pgcli.tracking.checks import check_store
+    from pgcli.tracking.store import RunStore
 
     info = run.run_file()
     if info is None:

@@ -50,6 +50,10 @@ def trains_on(algo: str, env: str) -> bool:
     return schema in AGENT_ALGOS if multi_turn else schema is not FlowGRPOConfig
 
 
+DATASET = [f"env.path={Path(__file__).parent.parent / 'data' / 'sums.jsonl'}", "env.eval_size=4", "env.n_eval=4"]
+"""env=dataset's rows: twelve sums with an answer, a completion and a chosen/rejected pair (tests/data/sums.jsonl)."""
+
+
 @functools.cache
 def composed(*overrides: str) -> Any:
     """train_config (compose + the world's checks), memoised: a Hydra compose costs ~0.25 s and the pair matrix is
@@ -79,35 +83,20 @@ def test_every_algo_env_pair_composes_to_typed_config(algo: str, env: str):
     assert cfg.total_steps >= 1 and cfg.env.n_envs >= 1
 
 
-@pytest.fixture(scope="module")
-def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Rows every text command reads (env=dataset): prompt, answer, completion, chosen and rejected columns."""
-    import json
-
-    path = tmp_path_factory.mktemp("rows") / "rows.jsonl"
-    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "completion": str(i + 1), "chosen": str(i + 1),
-             "rejected": str(i)} for i in range(40)]  # fmt: skip
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def task_options(env: str, rows: Path) -> list[str]:
-    """What a text task needs besides its option: env=dataset its rows."""
-    return [f"env.path={rows}", "env.eval_size=8"] if env == "dataset" else []
-
-
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if trains_on(*p)])
-def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str, rows_file: Path):
-    cfg = composed(f"algo={algo}", f"env={env}", *task_options(env, rows_file))  # model=tiny_gpt implied by a text env
+def test_every_text_algo_task_pair_composes_with_the_lm_model(algo: str, env: str):
+    path = DATASET if env == "dataset" else []
+    cfg = composed(f"algo={algo}", f"env={env}", *path)  # model=tiny_gpt is implied by a text env
     assert type(cfg.algo) is ALGOS[algo].schema
     assert type(cfg.env) is TEXT_ENV_CONFIGS[env] and cfg.env.id == env
     assert isinstance(cfg.model, LMModelConfig)
 
 
 @pytest.mark.parametrize(("algo", "env"), [p for p in itertools.product(TEXT, TEXT_ENVS) if not trains_on(*p)])
-def test_a_single_turn_algo_on_a_multi_turn_task_and_back_is_one_line(algo: str, env: str, rows_file: Path):
+def test_a_single_turn_algo_on_a_multi_turn_task_and_back_is_one_line(algo: str, env: str):
+    path = DATASET if env == "dataset" else []
     with pytest.raises(ConfigError, match="multi-turn task") as err:
-        composed(f"algo={algo}", f"env={env}", *task_options(env, rows_file))
+        composed(f"algo={algo}", f"env={env}", *path)
     assert "\n" not in str(err.value)
 
 

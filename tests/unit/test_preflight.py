@@ -1,5 +1,5 @@
-"""pgcli.training.preflight: what makes a tracking store or an output directory unusable, found before anything is
-created."""
+"""pgcli.tracking.checks and pgcli.training.preflight: what makes a tracking store or an output directory
+unusable, found before anything is created."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.training.preflight import (
-    check_experiment_name,
+from pgcli.tracking.checks import (
     check_sqlite_store,
     check_tracking_uri,
     check_writable_dir,
     existing_ancestor,
 )
+from pgcli.training.preflight import check_experiment_name
 
 
 def test_a_new_or_empty_sqlite_file_is_accepted_and_not_created(tmp_path: Path):

@@ -208,6 +208,15 @@ def test_a_builtin_name_is_one_term_and_the_checker():
     assert rewards.correct("#### 1,234", {"answer": "1234"}) and not rewards.correct("#### 7", {"answer": 8})
 
 
+def test_a_verifier_reads_its_answer_column_even_when_it_is_named_completion():
+    rewards = build_rewards("exact", answer_key="completion", columns=("prompt", "completion"))
+    assert rewards.score(["q", "q"], ["Paris", "Lyon"], [{"completion": "paris"}] * 2) == (
+        [1.0, 0.0],
+        {"exact": [1.0, 0.0]},
+    )
+    assert rewards.correct("Paris.", {"completion": "paris"})
+
+
 def test_an_empty_reward_is_exact_on_the_answer_column():
     rewards = build_rewards({}, answer_key="answer", columns=COLUMNS)
     assert rewards.names == ["exact"] and rewards.checker is verify_exact
