@@ -300,8 +300,10 @@ class DatasetEnvConfig(TextEnvConfig):
             self.reward if isinstance(self.reward, list | tuple) or _is_list_config(self.reward) else [self.reward]
         )
         for entry in rewards:
-            ok = entry is None or isinstance(entry, Mapping) or (
-                isinstance(entry, str) and (entry in DATASET_REWARDS or entry.startswith(REWARD_MODEL_PREFIX))
+            ok = (
+                entry is None
+                or isinstance(entry, Mapping)
+                or (isinstance(entry, str) and (entry in DATASET_REWARDS or entry.startswith(REWARD_MODEL_PREFIX)))
             )
             require(
                 ok,

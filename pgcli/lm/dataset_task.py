@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ def _is_message(value: Any) -> bool:
 
 def _describe(value: Any) -> str:
     if isinstance(value, Sequence) and not isinstance(value, str):
-        return "an empty list" if not value else f"a list whose items are not all {{role, content}} strings"
+        return "an empty list" if not value else "a list whose items are not all {role, content} strings"
     return f"a {type(value).__name__} ({str(value)[:40]!r})"
 
 
@@ -191,7 +191,9 @@ def profile_rows(env: DatasetEnvConfig, splits: Splits, vocab: Vocab | None, ren
     for name, rows in (("train", splits.train), ("held-out", splits.held_out)):
         counts: list[int] = []
         for start, batch in _batches(rows, [env.prompt_key, *text_keys]):
-            prompts = [_render_row(env, render, p, name, start + i, splits) for i, p in enumerate(batch[env.prompt_key])]
+            prompts = [
+                _render_row(env, render, p, name, start + i, splits) for i, p in enumerate(batch[env.prompt_key])
+            ]
             counts += _token_counts(vocab, prompts)
             for i, text in enumerate(prompts):
                 _note_chars(seen, text, (name, start + i))
@@ -285,9 +287,27 @@ class DatasetTask:
         self.order = None if splits is None else RowOrder(len(splits.train), seed=seed, shuffle=env.shuffle)
 
     @property
+    def checker(self) -> Callable[[str, str], bool] | None:
+        """The verifier behind ``correct`` (``(completion, answer) -> bool``), or None: no verifier."""
+        return None if self.reward_set is None else self.reward_set.checker
+
+    @property
     def has_checker(self) -> bool:
         """Whether a verifier judges completions (no verifier: no ``eval/accuracy`` to report)."""
-        return self.reward_set is not None and self.reward_set.checker is not None
+        return self.checker is not None
+
+    def describe(self) -> list[str]:
+        """What ``pgcli data show`` prints first: the rows, their columns, the budgets and the vocabulary."""
+        splits = self._rows()
+        vocabulary = f"{len(self.chars)} characters (TinyGPT)" if self.chars is not None else "the model's tokenizer"
+        reward = ", ".join(self.reward_set.names) if self.reward_set is not None and self.reward_set.names else "none"
+        return [
+            f"rows: {len(splits.train)} to train on, {len(splits.held_out)} held out ({splits.source})",
+            f"columns: {', '.join(splits.columns)} (prompt: {self.env.prompt_key}, answer: {self.env.answer_key})",
+            f"tokens: prompts up to {self.max_prompt_len} (BOS included), completions up to "
+            f"{self.max_completion_len} (EOS included); vocabulary: {vocabulary}",
+            f"reward terms: {reward}",
+        ]
 
     # -- rows -> problems ------------------------------------------------------------------------------------------
     def _problems(self, batch: Mapping[str, list[Any]]) -> list[Problem]:
@@ -347,7 +367,9 @@ class DatasetTask:
             self.order.load_state_dict(state["order"])
 
     # -- rewards ---------------------------------------------------------------------------------------------------
-    def score(self, problems: Sequence[Problem], completions: Sequence[str]) -> tuple[list[float], dict[str, list[float]]]:
+    def score(
+        self, problems: Sequence[Problem], completions: Sequence[str]
+    ) -> tuple[list[float], dict[str, list[float]]]:
         """The reward of ``completions[i]`` given ``problems[i]`` and each term's values by name: a learned reward's
         scores (``env.reward=rm:<run>``), else ``env.reward``'s terms (:mod:`pgcli.lm.verifiers`)."""
         if self.reward_set is None:
@@ -419,9 +441,7 @@ def recorded_fields(task: object) -> dict[str, Any]:
     puzzle), for the tasks that read no rows (:func:`make_dataset_task` with ``rows=False``)."""
     if not isinstance(task, DatasetTask):
         return {}
-    return {
-        "dataset_task": {"max_prompt_len": task.max_prompt_len, "max_completion_len": task.max_completion_len}
-    }
+    return {"dataset_task": {"max_prompt_len": task.max_prompt_len, "max_completion_len": task.max_completion_len}}
 
 
 def make_dataset_task(
@@ -518,7 +538,11 @@ def check_lengths(
                 f"model.max_new_tokens: the rows of {splits.source} have no {env.answer_key!r} or "
                 f"{env.completion_key!r} column to bound a completion; set model.max_new_tokens"
             )
-        context, option, fix = _hf_context(model), f"the context of model.path={model.path}", "lower model.max_new_tokens"
+        context, option, fix = (
+            _hf_context(model),
+            f"the context of model.path={model.path}",
+            "lower model.max_new_tokens",
+        )
     else:
         budget = reference or max(1, model.max_len - longest_prompt)
         context, option = model.max_len, f"model.max_len={model.max_len}"

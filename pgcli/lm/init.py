@@ -75,12 +75,7 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
             )
         return
     if not isinstance(env, DatasetEnvConfig):
-        src_chars = source.spec.get("vocab") or make_puzzle(src_schema(**src_env)).chars
-        if src_chars != make_puzzle(env).chars:
-            raise ConfigError(
-                f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
-                f"from env={env.id}'s; SFT on env={env.id} first"
-            )
+        _check_characters(source, env, init)
     ours = asdict(model)
     for key in ARCHITECTURE:
         if src_model.get(key) != ours[key]:
@@ -100,6 +95,20 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
         raise ConfigError(
             f"init={init}: env={env.id} with {sizes} needs model.max_len >= {need}; the weights of the "
             f"init run have model.max_len={model.max_len}"
+        )
+
+
+def _check_characters(source: InitSource, env: TextEnvConfig, init: str) -> None:
+    """A TinyGPT source reads the characters of ``env`` (a puzzle's) in the same order: the same token ids."""
+    from pgcli.config import TEXT_ENV_CONFIGS
+    from pgcli.lm.tasks import make_puzzle
+
+    src_env = source.spec.get("config", {}).get("env", {})
+    src_chars = source.spec.get("vocab") or make_puzzle(TEXT_ENV_CONFIGS[str(src_env.get("id"))](**src_env)).chars
+    if src_chars != make_puzzle(env).chars:
+        raise ConfigError(
+            f"init={init}: the source was trained on env={src_env.get('id')}, whose characters differ "
+            f"from env={env.id}'s; SFT on env={env.id} first"
         )
 
 

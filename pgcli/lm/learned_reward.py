@@ -81,7 +81,9 @@ def check_reward_model(source: InitSource, env: TextEnvConfig, model: TextModelC
         )
 
 
-def _check_rows_for_reward_model(source: InitSource, env: DatasetEnvConfig, model: TextModelConfig, option: str) -> None:
+def _check_rows_for_reward_model(
+    source: InitSource, env: DatasetEnvConfig, model: TextModelConfig, option: str
+) -> None:
     """A ``model=tiny_gpt`` reward model reads the characters of ``env``'s rows, and their prompts plus a completion
     fit its ``max_len``."""
     from pgcli.lm.dataset_task import DatasetTask

@@ -9,8 +9,8 @@ here and fits together (docs/configuration.md, "Validation"):
   frames fit ``model.arch``;
 - a text task: ``env.reward`` names a function, the held-out set is at most half of the task's distinct prompts, and
   prompt + completion fit ``model.max_len``; your rows (``env=dataset``): the source, its columns, its prompts and
-  their lengths, the reward against the columns (the rows are read here, once per process); ``model=hf``: ``model.path`` is a model directory or a hub id in the
-  local cache, and its LoRA targets exist;
+  their lengths, the reward against the columns (the rows are read here, once per process); ``model=hf``:
+  ``model.path`` is a model directory or a hub id in the local cache, and its LoRA targets exist;
 - ``hardware=cuda``: a GPU is visible.
 
 Every run takes its config through here: :func:`train_config` (overrides), :func:`job_config` (a composed

@@ -16,6 +16,7 @@ import pytest
 
 from pgcli.cli import main
 from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.integration.conftest import LM_SMALL, SFTRun
 
 pytest.importorskip("datasets")
 
@@ -179,6 +180,45 @@ def test_the_tiny_hf_model_trains_on_message_prompts(tiny_hf_model: Path, tmp_pa
     assert model.predict(messages) == [row["greedy"] for row in table]
 
 
+def test_data_show_prints_the_rows_as_the_model_reads_them(data_dir: Path, workdir: Path):
+    path = data_dir / "problems.jsonl"
+    args = ["data", "show", "env=dataset", f"env.path={path}", "env.eval_size=20", "env.reward=math"]
+    proc = run_pgcli([*args, "model.max_len=96", "env.system_prompt=Count."], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "rows: 130 to train on, 20 held out" in proc.stdout and "columns: prompt, answer, id, level" in proc.stdout
+    assert proc.stdout.count("--- prompt ") == 2 and "system: Count.\nuser: " in proc.stdout
+    assert "verifier on the reference answers of 20 held-out problems: 20 accepted (100.0%)" in proc.stdout
+
+
+def test_from_an_sft_run_on_a_learned_reward(lm_sft_run: SFTRun, tmp_path: Path):
+    """GRPO on addition rows from the session's addition SFT run (TinyGPT keeps its characters, in its order) with a
+    reward model trained on addition as the reward; the verifier on the answer column stays the gold."""
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(0, 100, 7) for b in range(0, 100, 9)]
+    data = write_jsonl(tmp_path / "sums.jsonl", rows)
+    store, workdir = Store(tmp_path / "store"), tmp_path / "work"
+    workdir.mkdir()
+    rm = ["rm", "env=addition", f"tracking.uri={store.uri}", "total_steps=64", "eval.every=64", "algo.batch_size=32"]
+    proc = run_pgcli([*rm, *LM_SMALL], cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rm_run,) = store.runs("addition")
+    sft = lm_sft_run.store.client().get_run(lm_sft_run.run_id)
+    args = ["train", "algo=grpo", "env=dataset", f"env.path={data}", "env.eval_size=20", "env.n_eval=20",
+            f"init={Path(sft.data.tags['output_dir'])}", f"env.reward=rm:{rm_run.info.run_id}", "total_steps=32",
+            "eval.every=16", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04",
+            "env.eval_pass_k=2", "progress=false", f"tracking.uri={store.uri}"]  # fmt: skip
+    proc = run_pgcli(args, cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = store.runs("dataset")
+    assert run.info.status == "FINISHED" and run.data.tags["reward_model_run_id"] == rm_run.info.run_id
+    assert {"eval/accuracy", "eval/proxy_reward_mean", "rollout/reward/learned", "train/kl_ref"} <= set(
+        run.data.metrics
+    )
+    history = store.client().get_metric_history(run.info.run_id, "eval/accuracy")
+    assert [m.step for m in history] == [0, 16, 32]  # step 0: the SFT model it starts from
+    agent = json.loads((Path(run.data.tags["output_dir"]) / "model" / "agent.json").read_text())
+    assert agent["vocab"] == "0123456789+="  # the SFT model's characters in its order, not the rows' sorted ones
+
+
 def start_pgcli(args: list[str], cwd: Path, stderr: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).parent / "pgcli"
     with stderr.open("w") as err:
@@ -296,7 +336,9 @@ def test_bad_input_is_one_line_exit_2_and_no_run(
     overrides = bad_sources(data)[case]
     monkeypatch.chdir(work)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    code = main(["train", "algo=grpo", "env=dataset", "env.eval_size=10", "env.reward=math", "model.max_len=64", *overrides])
+    code = main(
+        ["train", "algo=grpo", "env=dataset", "env.eval_size=10", "env.reward=math", "model.max_len=64", *overrides]
+    )
     captured = capsys.readouterr()
     assert code == 2, captured.err
     assert captured.err.startswith("pgcli: error: ") and captured.err.count("\n") == 1, captured.err

@@ -57,7 +57,11 @@ def dataset_task(path: Path, *, model: Any = None, seed: int = 0, **env: Any) ->
 def test_a_string_prompt_is_itself_and_messages_get_the_plain_rendering() -> None:
     assert render_prompt("12+34=") == "12+34="
     assert render_prompt("12+34=", system_prompt="Add.") == "system: Add.\nuser: 12+34=\nassistant: "
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "2+2="}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "2+2="},
+    ]
     assert render_prompt(messages) == "user: hi\nassistant: yo\nuser: 2+2=\nassistant: "
 
 
