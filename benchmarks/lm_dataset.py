@@ -13,8 +13,9 @@ directories under benchmarks/results/lm_dataset/runs/, ignored by git), every st
   the worked solutions, then ``algo=grpo env.reward=math`` from the SFT model; the held-out accuracy gain over SFT
   (target >= +0.10), final / last-5 / best.
 - ``loading``: rows/s and peak RSS of reading a jsonl of N rows through ``pgcli.lm.datasets`` (load, the held-out
-  split, a full epoch of ``RowOrder`` batches) against ``datasets`` alone (load and the same batches), each in a fresh
-  process, side by side in one run, at two sizes (RSS flat in the row count: memory-mapped Arrow).
+  split, a shuffled epoch of ``RowOrder`` batches of 256) against ``datasets`` alone (load, the same split, the same
+  permutation in batches of 256), each in a fresh process with an empty Arrow cache, side by side in one run, at two
+  sizes (RSS flat in the row count: memory-mapped Arrow).
 
     nice -n 5 .venv/bin/python benchmarks/lm_dataset.py loading --rows 100000 1000000
     nice -n 5 .venv/bin/python benchmarks/lm_dataset.py fidelity --seeds 0 1 2
@@ -211,12 +212,13 @@ print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).r
 READ_DATASETS = """
 import resource, sys, time
 import datasets
+import numpy as np
 datasets.disable_progress_bars()
 start = time.perf_counter()
 rows = datasets.load_dataset("json", data_files=sys.argv[1], split="train")
 parts = rows.train_test_split(test_size=256, seed=1234)
 train = parts["train"]
-order = list(range(len(train)))
+order = np.random.default_rng([0, 0]).permutation(len(train)).tolist()  # a shuffled epoch, as training reads one
 n = 0
 for i in range(0, len(order), 256):
     n += len(train[order[i : i + 256]]["prompt"])
