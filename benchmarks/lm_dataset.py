@@ -247,7 +247,8 @@ def loading(args: argparse.Namespace) -> None:
                 for i in range(n_rows):
                     f.write(json.dumps({"prompt": f"What is {i} plus {i % 97}?", "answer": str(i + i % 97)}) + "\n")
             for rnd in range(args.rounds):
-                for label, script in (("pgcli", READ_PGCLI), ("datasets", READ_DATASETS)):
+                pair = [("pgcli", READ_PGCLI), ("datasets", READ_DATASETS)]
+                for label, script in pair if rnd % 2 == 0 else pair[::-1]:  # alternate who goes first
                     cache = Path(tmp) / f"cache_{label}_{rnd}"
                     n, seconds, rss = _read(script, path, cache)
                     shutil.rmtree(cache, ignore_errors=True)
@@ -267,14 +268,17 @@ def report(args: argparse.Namespace) -> None:
     loads = RESULTS / "loading.json"
     if loads.exists():
         rows = json.loads(loads.read_text())
-        print("| rows | pgcli rows/s | datasets rows/s | ratio | pgcli peak RSS | datasets peak RSS |")
+        print(
+            "| rows | pgcli rows/s | datasets rows/s | ratio (median per round) | pgcli peak RSS | datasets peak RSS |"
+        )
         print("|---:|---:|---:|---:|---:|---:|")
         for n in sorted({r["rows"] for r in rows}):
             pg = [r for r in rows if r["rows"] == n and r["reader"] == "pgcli"]
             ds = [r for r in rows if r["rows"] == n and r["reader"] == "datasets"]
             speed = {k: statistics.median(r["read"] / r["seconds"] for r in v) for k, v in (("pg", pg), ("ds", ds))}
+            ratio = statistics.median(d["seconds"] / p["seconds"] for p, d in zip(pg, ds, strict=True))  # per round
             print(
-                f"| {n:,} | {speed['pg']:,.0f} | {speed['ds']:,.0f} | {speed['pg'] / speed['ds']:.2f} | "
+                f"| {n:,} | {speed['pg']:,.0f} | {speed['ds']:,.0f} | {ratio:.2f} | "
                 f"{max(r['rss_mib'] for r in pg):.0f} MiB | {max(r['rss_mib'] for r in ds):.0f} MiB |"
             )
     for prefix in ("fidelity_builtin", "fidelity_dataset", "words"):
