@@ -238,7 +238,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
             n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
             recorder = EpisodeRecorder(env, out, n_episodes=n_video)
         source = _source_run(target, store) if store is not None else target.run
-        playing = f"evaluating {episodes} episodes of {target.env}, {target.which} model"
+        playing = f"evaluating {episodes} episode{'s' * (episodes != 1)} of {target.env}, {target.which} model"
         with eval_run(store, target, source, artifact_root) as run, episode_progress(episodes, playing) as played:
             start = time.perf_counter()
             result = run_episodes(

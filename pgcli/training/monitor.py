@@ -409,7 +409,8 @@ class TrainingMonitor:
         episodes played so far on the progress bar as each one ends."""
         evaluator = self.evaluator
         assert evaluator is not None
-        episodes = f"{evaluator.cfg.episodes} episodes" if isinstance(evaluator, Evaluator) else "the held-out set"
+        n = evaluator.cfg.episodes
+        episodes = f"{n} episode{'s' * (n != 1)}" if isinstance(evaluator, Evaluator) else "the held-out set"
         self._say(f"pgcli: final evaluation at step {step:,}: {episodes}...")
         if isinstance(evaluator, Evaluator) and self._bar is not None:
             bar, total = self._bar, evaluator.cfg.episodes
