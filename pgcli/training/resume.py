@@ -131,10 +131,9 @@ def resume_changes(overrides: list[str]) -> list[str]:
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
     """Where the run continues: its newest checkpoint that passes :func:`~pgcli.training.checkpoints.checkpoint_fault`
-    (:func:`~pgcli.training.checkpoints.newest_resumable`), which must be short of ``cfg.total_steps`` unless the run did
-    not end FINISHED (:func:`ended_finished`: then the resume is its ending). The newer ones
-    that do not pass are named in :attr:`ResumePoint.skipped`; when none passes, a one-line PgcliError names the newest
-    and why."""
+    (:func:`~pgcli.training.checkpoints.newest_resumable`), which must be short of ``cfg.total_steps`` unless the run
+    did not end FINISHED (:func:`ended_finished`: then the resume is its ending). The newer ones that do not pass are
+    named in :attr:`ResumePoint.skipped`; when none passes, a one-line PgcliError names the newest and why."""
     assert run.run_dir is not None
     found = newest_resumable(run.run_dir)
     if found is None:
