@@ -102,6 +102,10 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
         raise ConfigError(f"--video-episodes must be >= 1 (got {ns.video_episodes})")
     if ns.seed is not None and ns.seed < 0:
         raise ConfigError(f"--seed must be >= 0 (got {ns.seed})")
+    if ns.out is not None:
+        from pgcli.training.preflight import check_out_dir
+
+        ns.out = check_out_dir(ns.out, "--out")
     return ns
 
 

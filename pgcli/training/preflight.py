@@ -237,6 +237,23 @@ def existing_ancestor(path: Path) -> Path:
     return path
 
 
+def check_out_dir(path: Path, option: str, *, empty: bool = False) -> Path:
+    """``path``, typed as a command's output directory ``option`` (``--out``): a directory, or one that can be created
+    where it is (the nearest existing parent a directory), and with ``empty`` one that holds nothing yet; else a
+    one-line ConfigError naming the option, before the command does any work. Nothing is created; a directory that
+    cannot be written or is full is :func:`check_writable_dir`'s fault (exit 1)."""
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file, not a directory; pass a directory (made if missing)")
+    where = existing_ancestor(path)
+    if not where.is_dir():
+        raise ConfigError(f"{option} {path}: {where} is a file, not a directory; pass another {option}")
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise ConfigError(f"{option} {path} exists and is not empty; pass another {option}")
+    check_writable_dir(path, what=option)
+    return path
+
+
 def check_writable_dir(path: Path, *, what: str, min_free: int = MIN_FREE_BYTES) -> None:
     """``path`` (or the directory it would be created in) is a directory this process can write with free space.
 
