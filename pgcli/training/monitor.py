@@ -204,7 +204,7 @@ class TrainingMonitor:
             self.watch_worker = None  # the worker is gone; evaluations due from now on run here
             if self.evaluator is not None and (concurrent := self.evaluator.concurrent) is not None:
                 concurrent.leave_worker()
-            self._say(note)
+            self.say(note)
         if self._next_eval is not None and step >= self._next_eval:
             # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
             # steps (other n_steps) report comparable steps to on_eval.
@@ -217,7 +217,7 @@ class TrainingMonitor:
             self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
 
-    def _say(self, note: str) -> None:
+    def say(self, note: str) -> None:
         """A one-line note on stderr (above the progress bar, which stays) and in train.log."""
         log.info(note.removeprefix("pgcli: note: ").removeprefix("pgcli: "))
         if self._bar is not None:
@@ -411,7 +411,7 @@ class TrainingMonitor:
         assert evaluator is not None
         n = evaluator.cfg.episodes
         episodes = f"{n} episode{'s' * (n != 1)}" if isinstance(evaluator, Evaluator) else "the held-out set"
-        self._say(f"pgcli: final evaluation at step {step:,}: {episodes}...")
+        self.say(f"pgcli: final evaluation at step {step:,}: {episodes}...")
         if isinstance(evaluator, Evaluator) and self._bar is not None:
             bar, total = self._bar, evaluator.cfg.episodes
 
