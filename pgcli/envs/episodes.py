@@ -42,11 +42,12 @@ def run_episodes(
     display) is called with the number of episodes played each time one is counted. torch acts on one thread
     meanwhile (:func:`one_torch_thread`).
     """
-    steps = episode_steps(
-        env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder, on_episode=on_episode
-    )
     with one_torch_thread():
-        return play_out(steps)
+        return play_out(
+            episode_steps(
+                env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder, on_episode=on_episode
+            )
+        )
 
 
 @contextmanager

@@ -409,8 +409,10 @@ class TrainingMonitor:
         episodes played so far on the progress bar as each one ends."""
         evaluator = self.evaluator
         assert evaluator is not None
-        n = evaluator.cfg.episodes
-        episodes = f"{n} episode{'s' * (n != 1)}" if isinstance(evaluator, Evaluator) else "the held-out set"
+        episodes = "the held-out set"  # a text evaluator's
+        if isinstance(evaluator, Evaluator):
+            n = evaluator.cfg.episodes
+            episodes = f"{n} episode{'s' * (n != 1)}"
         self.say(f"pgcli: final evaluation at step {step:,}: {episodes}...")
         if isinstance(evaluator, Evaluator) and self._bar is not None:
             bar, total = self._bar, evaluator.cfg.episodes
