@@ -13,8 +13,9 @@ directories under benchmarks/results/lm_dataset/runs/, ignored by git), every st
   the worked solutions, then ``algo=grpo env.reward=math`` from the SFT model; the held-out accuracy gain over SFT
   (target >= +0.10), final / last-5 / best.
 - ``loading``: rows/s and peak RSS of reading a jsonl of N rows through ``pgcli.lm.datasets`` (load, the held-out
-  split, a full epoch of ``RowOrder`` batches) against ``datasets`` alone (load and the same batches), each in a fresh
-  process, side by side in one run, at two sizes (RSS flat in the row count: memory-mapped Arrow).
+  split, a shuffled epoch of ``RowOrder`` batches of 256) against ``datasets`` alone (load, the same split, the same
+  permutation in batches of 256), each in a fresh process with an empty Arrow cache, side by side in one run, at two
+  sizes (RSS flat in the row count: memory-mapped Arrow).
 
     nice -n 5 .venv/bin/python benchmarks/lm_dataset.py loading --rows 100000 1000000
     nice -n 5 .venv/bin/python benchmarks/lm_dataset.py fidelity --seeds 0 1 2
@@ -211,12 +212,13 @@ print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).r
 READ_DATASETS = """
 import resource, sys, time
 import datasets
+import numpy as np
 datasets.disable_progress_bars()
 start = time.perf_counter()
 rows = datasets.load_dataset("json", data_files=sys.argv[1], split="train")
 parts = rows.train_test_split(test_size=256, seed=1234)
 train = parts["train"]
-order = list(range(len(train)))
+order = np.random.default_rng([0, 0]).permutation(len(train)).tolist()  # a shuffled epoch, as training reads one
 n = 0
 for i in range(0, len(order), 256):
     n += len(train[order[i : i + 256]]["prompt"])
@@ -245,7 +247,8 @@ def loading(args: argparse.Namespace) -> None:
                 for i in range(n_rows):
                     f.write(json.dumps({"prompt": f"What is {i} plus {i % 97}?", "answer": str(i + i % 97)}) + "\n")
             for rnd in range(args.rounds):
-                for label, script in (("pgcli", READ_PGCLI), ("datasets", READ_DATASETS)):
+                pair = [("pgcli", READ_PGCLI), ("datasets", READ_DATASETS)]
+                for label, script in pair if rnd % 2 == 0 else pair[::-1]:  # alternate who goes first
                     cache = Path(tmp) / f"cache_{label}_{rnd}"
                     n, seconds, rss = _read(script, path, cache)
                     shutil.rmtree(cache, ignore_errors=True)
@@ -265,14 +268,17 @@ def report(args: argparse.Namespace) -> None:
     loads = RESULTS / "loading.json"
     if loads.exists():
         rows = json.loads(loads.read_text())
-        print("| rows | pgcli rows/s | datasets rows/s | ratio | pgcli peak RSS | datasets peak RSS |")
+        print(
+            "| rows | pgcli rows/s | datasets rows/s | ratio (median per round) | pgcli peak RSS | datasets peak RSS |"
+        )
         print("|---:|---:|---:|---:|---:|---:|")
         for n in sorted({r["rows"] for r in rows}):
             pg = [r for r in rows if r["rows"] == n and r["reader"] == "pgcli"]
             ds = [r for r in rows if r["rows"] == n and r["reader"] == "datasets"]
             speed = {k: statistics.median(r["read"] / r["seconds"] for r in v) for k, v in (("pg", pg), ("ds", ds))}
+            ratio = statistics.median(d["seconds"] / p["seconds"] for p, d in zip(pg, ds, strict=True))  # per round
             print(
-                f"| {n:,} | {speed['pg']:,.0f} | {speed['ds']:,.0f} | {speed['pg'] / speed['ds']:.2f} | "
+                f"| {n:,} | {speed['pg']:,.0f} | {speed['ds']:,.0f} | {ratio:.2f} | "
                 f"{max(r['rss_mib'] for r in pg):.0f} MiB | {max(r['rss_mib'] for r in ds):.0f} MiB |"
             )
     for prefix in ("fidelity_builtin", "fidelity_dataset", "words"):

@@ -80,7 +80,12 @@ def parse_args(args: list[str]) -> argparse.Namespace:
     parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default: 2000)")
     parser.add_argument("--include-unfinished", action="store_true", help="also use FAILED/KILLED/RUNNING runs")
     parser.add_argument("overrides", nargs="*", help="tracking overrides, e.g. tracking.uri=... (as for pgcli ui)")
-    return parser.parse_args(args)
+    ns = parser.parse_args(args)
+    if ns.out is not None:
+        from pgcli.training.preflight import check_out_dir
+
+        ns.out = check_out_dir(ns.out, "--out")
+    return ns
 
 
 def main(args: list[str]) -> int:

@@ -102,6 +102,10 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
         raise ConfigError(f"--video-episodes must be >= 1 (got {ns.video_episodes})")
     if ns.seed is not None and ns.seed < 0:
         raise ConfigError(f"--seed must be >= 0 (got {ns.seed})")
+    if ns.out is not None:
+        from pgcli.training.preflight import check_out_dir
+
+        ns.out = check_out_dir(ns.out, "--out")
     return ns
 
 
@@ -219,6 +223,7 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
     from pgcli.envs.episodes import run_episodes
     from pgcli.envs.make import EVAL_SEED_OFFSET
     from pgcli.envs.normalize import load_saved_normalizer
+    from pgcli.training.progress import episode_progress
     from pgcli.video import EpisodeRecorder
 
     cfg = target.cfg
@@ -238,9 +243,12 @@ def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | No
             n_video = min(ns.video_episodes, episodes // env.num_envs)  # sub-env 0 plays this many
             recorder = EpisodeRecorder(env, out, n_episodes=n_video)
         source = _source_run(target, store) if store is not None else target.run
-        with eval_run(store, target, source, artifact_root) as run:
+        playing = f"evaluating {episodes} episode{'s' * (episodes != 1)} of {target.env}, {target.which} model"
+        with eval_run(store, target, source, artifact_root) as run, episode_progress(episodes, playing) as played:
             start = time.perf_counter()
-            result = run_episodes(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder)
+            result = run_episodes(
+                env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder, on_episode=played
+            )
             videos = recorder.close() if recorder is not None else []
             elapsed = time.perf_counter() - start
             if run is not None:

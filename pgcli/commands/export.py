@@ -34,6 +34,10 @@ def parse_args(args: Sequence[str]) -> argparse.Namespace:
     bad = [o for o in ns.overrides if not override_key(o).startswith("tracking")]
     if bad:
         raise ConfigError(f"pgcli export takes tracking overrides only (got {bad[0]!r})")
+    if ns.out is not None:
+        from pgcli.training.preflight import check_out_dir
+
+        ns.out = check_out_dir(ns.out, "--out", empty=True)
     return ns
 
 
@@ -48,6 +52,7 @@ def main(args: Sequence[str]) -> int:
     from pgcli.lm.load import make_text_policy, make_text_task
     from pgcli.tracking.store import open_run_store
     from pgcli.training.checks import train_config
+    from pgcli.training.preflight import check_out_dir
 
     store = open_run_store(train_config(ns.overrides).tracking)
     with resolve_target(ns.target, best=ns.best, store=store) as target:
@@ -56,9 +61,9 @@ def main(args: Sequence[str]) -> int:
             raise ConfigError(
                 f"{ns.target} is a {target.env} run; pgcli export writes text policies (env=addition, sort, countdown)"
             )
-        out = ns.out or _default_out(target.run_dir, cfg.run_name or f"{target.algo}-{target.env}")
-        if out.exists() and any(out.iterdir()):
-            raise ConfigError(f"--out {out} exists and is not empty; pass another --out")
+        out = ns.out or check_out_dir(
+            _default_out(target.run_dir, cfg.run_name or f"{target.algo}-{target.env}"), "--out", empty=True
+        )
         task = make_text_task(cfg.env, cfg.model, saved=read_agent_spec(target.model_dir), rows=False)
         policy = make_text_policy(task, cfg.model, torch.device("cpu"), target.model_dir)
         if isinstance(cfg.model, HFModelConfig):

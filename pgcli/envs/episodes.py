@@ -33,15 +33,21 @@ def run_episodes(
     deterministic: bool,
     seed: int,
     recorder: Recorder | None = None,
+    on_episode: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Play ``episodes`` episodes on ``env`` (reset with ``seed``); raw returns and lengths, in the order they end.
 
     Episodes per sub-env are fixed up front (as SB3's evaluate_policy) so short episodes are not over-counted.
-    ``recorder`` (video) is told after each step whether sub-env 0's episode ended. torch acts on one thread meanwhile
-    (:func:`one_torch_thread`).
+    ``recorder`` (video) is told after each step whether sub-env 0's episode ended; ``on_episode`` (a progress
+    display) is called with the number of episodes played each time one is counted. torch acts on one thread
+    meanwhile (:func:`one_torch_thread`).
     """
     with one_torch_thread():
-        return play_out(episode_steps(env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder))
+        return play_out(
+            episode_steps(
+                env, agent, episodes, deterministic=deterministic, seed=seed, recorder=recorder, on_episode=on_episode
+            )
+        )
 
 
 @contextmanager
@@ -68,6 +74,7 @@ def episode_steps(
     deterministic: bool,
     seed: int,
     recorder: Recorder | None = None,
+    on_episode: Callable[[int], None] | None = None,
 ) -> Generator[None, None, EvalResult]:
     """:func:`run_episodes` one vector step at a time: it yields after each step and returns the :class:`EvalResult`
     (the env worker plays evaluations this way in its idle time, a step per poll)."""
@@ -91,6 +98,8 @@ def episode_steps(
                     returns.append(float(final["episode"]["r"][i]))
                     lengths.append(int(final["episode"]["l"][i]))
                     counts[i] += 1
+                    if on_episode is not None:
+                        on_episode(len(returns))
     return EvalResult(np.asarray(returns), np.asarray(lengths))
 
 

@@ -8,6 +8,7 @@ With ``env.pixels`` set, each sub-env is (``pgcli.envs.make.wrap_env``; innermos
     -> RecordEpisodeStatistics   pgcli's monitor: whole games, the raw score, lengths in env steps
     -> EpisodicLife              training only: a lost life ends the learner's episode, not the game
     -> FireReset                 FIRE after each reset, where the game has a FIRE action
+    -> FireOnLifeLoss            evaluation only: FIRE after each lost life, where the game has a FIRE action
     -> ImageObservation          uint8 [0, 255], channels first; grey and resized to screen_size
     -> SignReward                training only: the learner sees sign(reward)
     -> FrameStack                the last frame_stack frames along the channel axis: (4, 84, 84) for Atari
@@ -225,6 +226,8 @@ def wrap_above_monitor(env: gym.Env, cfg: PixelsConfig, *, training: bool) -> gy
         env = EpisodicLife(env)
     if cfg.fire_reset and "FIRE" in _action_meanings(env):
         env = FireReset(env)
+        if not training and hasattr(env.unwrapped, "ale"):
+            env = FireOnLifeLoss(env)  # whole games: a lost life is no reset
     env = ImageObservation(env, screen_size=cfg.screen_size, grayscale=cfg.grayscale)
     if training and cfg.clip_reward:
         env = SignReward(env)
@@ -331,6 +334,25 @@ class FireReset(gym.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
         return obs, info
+
+
+class FireOnLifeLoss(gym.Wrapper):
+    """Press FIRE after each lost life that does not end the game, as :class:`FireReset` does after each reset.
+
+    Training meets each new life through :class:`EpisodicLife`'s reset, so FireReset serves it; an evaluation plays
+    whole games, where a deterministic policy that never learnt to press FIRE would wait (Breakout) until the ALE's
+    108,000-frame limit ends the game (issue 34). SB3's and CleanRL's evaluations keep the life handling and FIRE
+    reset and count whole games from the monitor; rl-algo-impls' ``FireOnLifeStarttEnv`` presses FIRE as here. The
+    lives are read from the emulator before and after each step: no state of its own (checkpoints need none)."""
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        ale = self.unwrapped.ale  # type: ignore[attr-defined]
+        lives = ale.lives()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if 0 < ale.lives() < lives and not (terminated or truncated):
+            obs, fire_reward, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(fire_reward)
+        return obs, reward, terminated, truncated, info
 
 
 class ImageObservation(gym.ObservationWrapper):

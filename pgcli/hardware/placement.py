@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pgcli.config import (
     HardwareConfig,
+    HFModelConfig,
     TextEnvConfig,
     TrainConfig,
 )
@@ -127,6 +128,36 @@ def workload_of(cfg: TrainConfig) -> str:
     if isinstance(cfg.env, TextEnvConfig):
         return "text"
     return "image" if isinstance(cfg.model, CNNModelConfig) else "control"
+
+
+SLOW_ON_CPU_DTYPES = ("bfloat16", "float16")
+"""``model.dtype`` values a CPU computes slower than float32 (bfloat16 about twice as slow: measured on TinyGPT-sized
+``model=hf`` runs here; CPUs without bfloat16 matrix units emulate it)."""
+
+
+def compute_of(cfg: TrainConfig, device: torch.device) -> tuple[str, list[str]]:
+    """Where and in what precision a run computes, as its start line and summary name it (``cpu, float32``,
+    ``cuda (NVIDIA H200), bfloat16``), and a note for each choice known to be slow: ``hardware=auto`` that found no GPU
+    for a workload that gains from one, a half-precision ``model.dtype`` on the CPU."""
+    dtype = cfg.model.dtype if isinstance(cfg.model, HFModelConfig) else "float32"  # other models are float32
+    where = str(device)
+    if device.type == "cuda":
+        import torch
+
+        where = f"{device} ({torch.cuda.get_device_name(device)})"
+    notes = []
+    workload = workload_of(cfg)
+    if cfg.hardware.device == "auto" and device.type == "cpu" and workload in AUTO_GPU_WORKLOADS:
+        notes.append(
+            f"pgcli: note: hardware=auto found no CUDA GPU (torch.cuda.is_available() is False): this {workload} run "
+            "trains on the CPU, slower than on a GPU"
+        )
+    if device.type == "cpu" and dtype in SLOW_ON_CPU_DTYPES:
+        notes.append(
+            f"pgcli: note: model.dtype={dtype} on the CPU is slower than float32 (bfloat16 about twice as slow); "
+            "model.dtype=float32 trains faster here"
+        )
+    return f"{where}, {dtype}", notes
 
 
 def select_device(hw: HardwareConfig, workload: str = "control") -> torch.device:

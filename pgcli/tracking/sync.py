@@ -112,6 +112,10 @@ def sync_run_dir(run_dir: Path, uri: str | None = None) -> tuple[str, int, str |
     from mlflow.tracking import MlflowClient
 
     spool = Spool(run_dir / SPOOL_FILE)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(
+            f"{run_dir} is a file, not a run directory; pass the run directory named in the run's warning"
+        )
     if not run_dir.is_dir():
         raise ConfigError(f"no such run directory: {run_dir}")
     if not spool.path.is_file():

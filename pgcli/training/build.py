@@ -13,7 +13,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,7 +24,7 @@ import pgcli
 from pgcli.config import ModelConfig, RMConfig, SFTConfig, TextEnvConfig, TrainConfig
 from pgcli.config.algos import algo_entry
 from pgcli.errors import ConfigError
-from pgcli.hardware.placement import extra_processes, select_device, workload_of
+from pgcli.hardware.placement import compute_of, extra_processes, select_device, workload_of
 from pgcli.lm.init import start_from_init
 from pgcli.lm.load import TextModelConfig
 from pgcli.training.summary import TrainSummary, summarize
@@ -197,6 +197,7 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
         return train_text(cfg, ctx, resume)
     device = prepare_process(cfg)
     tags = run_tags(cfg, ctx, device)
+    compute, notes = compute_of(cfg, device)
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:  # agent.json: what `pgcli eval` and the MLflow Model load it from
@@ -210,9 +211,10 @@ def train(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) 
         trainer = run.closing(trainer_cls(cfg.algo, env=env, model=cfg.model, seed=cfg.seed, device=device))
         monitor = run.closing(control_monitor(cfg, ctx, run, env))
         fit_start, queued_start = time.perf_counter(), run_queue_total(env)
-        steps, final = fit(run, trainer, monitor, cfg.total_steps)
+        steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
         note_busy_cores(env, monitor, fit_start, queued_start)
-    return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=reward_threshold(cfg.env))
+    summary = summarize(run, monitor, cfg.tracking, steps, final, start, threshold=reward_threshold(cfg.env))
+    return replace(summary, compute=compute)
 
 
 def prepare_process(cfg: TrainConfig) -> torch.device:
@@ -340,6 +342,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
         task = task.with_learned_reward(reward_model)
     policy, reference, init_tags = start_from_init(cfg, task, device, source)
     tags = run_tags(cfg, ctx, device) | init_tags | reward_tags
+    compute, notes = compute_of(cfg, device)
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:
@@ -367,10 +370,11 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
             )
         )
         monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device, reference=reference))
-        steps, final = fit(run, trainer, monitor, cfg.total_steps)
+        steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
     unit = {SFTConfig: "demonstrations", RMConfig: "preference pairs"}.get(type(cfg.algo), "sampled completions")
     unit = "sampled turns" if multi_turn and unit == "sampled completions" else unit
-    return summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
+    summary = summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
+    return replace(summary, compute=compute)
 
 
 def text_monitor(
@@ -427,10 +431,20 @@ def text_monitor(
     )
 
 
-def fit(run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int) -> tuple[int, EvalResult | None]:
+def start_line(cfg: TrainConfig, ctx: RunContext, compute: str) -> str:
+    """What a run says as its training begins: ``pgcli: ppo on cartpole (seed 0): cpu, float32``."""
+    return f"pgcli: {ctx.algo_name} on {ctx.env_name} (seed {cfg.seed}): {compute}"
+
+
+def fit(
+    run: Run, trainer: Any, monitor: TrainingMonitor, total_steps: int, *, says: Sequence[str] = ()
+) -> tuple[int, EvalResult | None]:
     """Train inside ``run`` (control or text alike): the step-0 evaluation where the schedule asks for one, learn,
-    the final evaluation, then the model."""
+    the final evaluation, then the model. ``says``: lines for stderr and train.log once the run has started (its
+    :func:`start_line` and notes), above the progress bar."""
     run.start(trainer, monitor)
+    for line in says:
+        monitor.say(line)
     monitor.begin(trainer)
     steps = trainer.learn(total_steps, monitor)
     run.finishing()  # a stop signal in the final evaluation ends the run KILLED, as one during training does

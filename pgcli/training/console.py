@@ -50,6 +50,8 @@ def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> N
         saved = summary.output_dir / "best_model"
         where = f" ({_relative(saved)})" if saved.is_dir() else ""  # eval.save_best=false saves none
         lines.append(f"  best eval return   {summary.best_return:.1f} at step {summary.best_step:,}{where}")
+    if summary.compute:
+        lines.append(f"  device             {summary.compute}")
     if summary.run_id:
         lines.append(f"  MLflow run         {summary.run_id}  ({redact_text(summary.tracking_uri or '')})")
     lines.append(f"  output dir         {_relative(summary.output_dir)}")

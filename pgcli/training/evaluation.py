@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -83,6 +84,9 @@ class Evaluator:
         """Evaluate agents that can ``snapshot`` their policy concurrently, in an :class:`EvalProcess` or the worker."""
         self._env: VectorEnv | None = None
         self._process: EvalProcess | WorkerEvaluation | None = None
+        self.on_episode: Callable[[int], None] | None = None
+        """Called with the number of episodes played as each one ends, in an evaluation played in this process (the
+        final evaluation's progress: ``pgcli.training.monitor``)."""
 
     @property
     def concurrent(self) -> Evaluator | None:
@@ -138,7 +142,13 @@ class Evaluator:
         recorder = EpisodeRecorder(env, video.parent, stem=video.name) if video is not None else None
         # the same start states at every evaluation: comparable over time
         result = run_episodes(
-            env, agent, self.cfg.episodes, deterministic=self.cfg.deterministic, seed=self.seed, recorder=recorder
+            env,
+            agent,
+            self.cfg.episodes,
+            deterministic=self.cfg.deterministic,
+            seed=self.seed,
+            recorder=recorder,
+            on_episode=self.on_episode,
         )
         return result, recorder.close() if recorder is not None else []
 

@@ -48,7 +48,7 @@ from pgcli.training.checkpoints import (
     staging_dir,
     step_name,
 )
-from pgcli.training.evaluation import EvaluatorLike
+from pgcli.training.evaluation import Evaluator, EvaluatorLike
 from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
 from pgcli.training.progress import progress_bar
 from pgcli.training.run import StopRequest
@@ -154,6 +154,7 @@ class TrainingMonitor:
         self._start_step = 0
         self._last_logged_step: int | None = None
         self._bar = _progress_bar(schedule.total_steps) if progress else None
+        self._postfix: dict[str, str] = {}
 
     @property
     def best_dir(self) -> Path | None:
@@ -203,7 +204,7 @@ class TrainingMonitor:
             self.watch_worker = None  # the worker is gone; evaluations due from now on run here
             if self.evaluator is not None and (concurrent := self.evaluator.concurrent) is not None:
                 concurrent.leave_worker()
-            self._say(note)
+            self.say(note)
         if self._next_eval is not None and step >= self._next_eval:
             # Scheduled step: the last multiple of eval.every reached, so runs whose updates end at different env
             # steps (other n_steps) report comparable steps to on_eval.
@@ -216,9 +217,9 @@ class TrainingMonitor:
             self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
 
-    def _say(self, note: str) -> None:
+    def say(self, note: str) -> None:
         """A one-line note on stderr (above the progress bar, which stays) and in train.log."""
-        log.info(note.removeprefix("pgcli: note: "))
+        log.info(note.removeprefix("pgcli: note: ").removeprefix("pgcli: "))
         if self._bar is not None:
             self._bar.write(note, file=sys.stderr)
         else:
@@ -395,12 +396,37 @@ class TrainingMonitor:
         self._stop_if_requested(step, agent)
         if self._last_logged_step != step:
             self._log_rollout_stats(step)
-        if self.evaluator is not None and self._last_eval_step != step:
-            self.evaluate(step, agent, scheduled=self.schedule.total_steps)
         self.collect_evaluation(wait=True)
+        # a run resumed into its ending holds no result of the evaluation at its last step: it is played again
+        if self.evaluator is not None and (self._last_eval_step != step or self.last_eval is None):
+            self._final_evaluation(step, agent)
         self._advance_bar(step, None)
         self.close()
         return self.last_eval
+
+    def _final_evaluation(self, step: int, agent: Agent) -> None:
+        """The evaluation at the end of training, said before it starts (an Atari game can take minutes), with the
+        episodes played so far on the progress bar as each one ends."""
+        evaluator = self.evaluator
+        assert evaluator is not None
+        episodes = "the held-out set"  # a text evaluator's
+        if isinstance(evaluator, Evaluator):
+            n = evaluator.cfg.episodes
+            episodes = f"{n} episode{'s' * (n != 1)}"
+        self.say(f"pgcli: final evaluation at step {step:,}: {episodes}...")
+        if isinstance(evaluator, Evaluator) and self._bar is not None:
+            bar, total = self._bar, evaluator.cfg.episodes
+
+            def played(n: int) -> None:
+                bar.set_postfix({**self._postfix, "eval": f"{n}/{total} episodes"}, refresh=True)
+
+            evaluator.on_episode = played
+        try:
+            self.evaluate(step, agent, scheduled=self.schedule.total_steps)
+            self.collect_evaluation(wait=True)
+        finally:
+            if isinstance(evaluator, Evaluator):
+                evaluator.on_episode = None
 
     def close(self) -> None:
         if self._bar is not None:
@@ -486,6 +512,7 @@ class TrainingMonitor:
             postfix["return"] = f"{np.mean(self.recent_returns):.1f}"
         if self.last_eval is not None:
             postfix["eval"] = f"{self.last_eval.mean:.1f}"
+        self._postfix = postfix
         self._bar.set_postfix(postfix, refresh=False)  # shown with this step's count by the update below
         self._bar.update(max(0, step - self._bar.n))
 

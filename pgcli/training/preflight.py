@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pgcli.config import TrackingConfig
 from pgcli.errors import ConfigError
-from pgcli.tracking.checks import check_store, check_writable_dir
+from pgcli.tracking.checks import check_store, check_writable_dir, existing_ancestor
 from pgcli.tracking.uri import (
     resolve_tracking_target,
 )
@@ -90,6 +90,23 @@ def check_no_writer(output_dir: Path) -> None:
     process writes keeps its files (docs/runs.md, "One writer per run"). Reads only."""
     for run_dir in [output_dir, *sorted(output_dir.glob("seed*"))]:
         check_one_writer(run_dir, f"the run in {run_dir}")
+
+
+def check_out_dir(path: Path, option: str, *, empty: bool = False) -> Path:
+    """``path``, typed as a command's output directory ``option`` (``--out``): a directory, or one that can be created
+    where it is (the nearest existing parent a directory), and with ``empty`` one that holds nothing yet; else a
+    one-line ConfigError naming the option, before the command does any work. Nothing is created; a directory that
+    cannot be written or is full is :func:`check_writable_dir`'s fault (exit 1)."""
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file, not a directory; pass a directory (made if missing)")
+    where = existing_ancestor(path)
+    if not where.is_dir():
+        raise ConfigError(f"{option} {path}: {where} is a file, not a directory; pass another {option}")
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise ConfigError(f"{option} {path} exists and is not empty; pass another {option}")
+    check_writable_dir(path, what=option)
+    return path
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 JOB_PROGRESS_EVERY_S = 30.0
@@ -43,6 +44,24 @@ def progress_bar(total: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, mininterval=0.5, leave=True)
+
+
+@contextmanager
+def episode_progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """Say ``what`` is played (``pgcli: evaluating 10 episodes ...``) on stderr, then a bar of the ``total`` episodes
+    (removed when done; none in a job of a parallel sweep); yields what ``run_episodes`` calls with the episodes
+    played so far."""
+    write_line(sys.stderr, f"pgcli: {what}...")
+    if parallel_job() is not None:
+        yield lambda n: None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, unit="episode", dynamic_ncols=True, leave=False)
+    try:
+        yield lambda n: bar.update(n - bar.n)
+    finally:
+        bar.close()
 
 
 class JobProgress:

@@ -24,11 +24,12 @@ from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.config.labels import applied_preset, env_label
 from pgcli.config.overrides import override_key
 from pgcli.errors import ConfigError
+from pgcli.tracking.status import FINISHED
 from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
 from pgcli.training.owner import check_one_writer, claim_run, release_run
-from pgcli.training.run import RUN_FILE, ResumePoint
+from pgcli.training.run import RUN_FILE, ResumePoint, read_run_file
 
 log = logging.getLogger("pgcli")
 
@@ -130,9 +131,9 @@ def resume_changes(overrides: list[str]) -> list[str]:
 
 def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
     """Where the run continues: its newest checkpoint that passes :func:`~pgcli.training.checkpoints.checkpoint_fault`
-    (:func:`~pgcli.training.checkpoints.newest_resumable`), which must be short of ``cfg.total_steps``. The newer ones
-    that do not pass are named in :attr:`ResumePoint.skipped`; when none passes, a one-line PgcliError names the newest
-    and why."""
+    (:func:`~pgcli.training.checkpoints.newest_resumable`), which must be short of ``cfg.total_steps`` unless the run
+    did not end FINISHED (:func:`ended_finished`: then the resume is its ending). The newer ones that do not pass are
+    named in :attr:`ResumePoint.skipped`; when none passes, a one-line PgcliError names the newest and why."""
     assert run.run_dir is not None
     found = newest_resumable(run.run_dir)
     if found is None:
@@ -142,13 +143,24 @@ def resume_point(run: LoggedRun, cfg: TrainConfig) -> ResumePoint:
             "nothing to continue from"
         )
     step, checkpoint, skipped = found
-    if step >= cfg.total_steps:
+    if step >= cfg.total_steps and ended_finished(run):
         raise ConfigError(
             f"resume: the last checkpoint is at step {step:,} and the run asks for total_steps={cfg.total_steps:,}; "
             f"pass total_steps=<more> to train further"
         )
     skipped_lines = tuple(f"{path}: {fault}" for path, fault in skipped)
     return ResumePoint(run_id=run.run_id, checkpoint=checkpoint, step=step, skipped=skipped_lines)
+
+
+def ended_finished(run: LoggedRun) -> bool:
+    """Whether the run ended FINISHED: its MLflow record says so, or for a ``tracking=off`` run its ``run.json``. A
+    run killed after its last checkpoint at the budget (SIGKILL in the final evaluation: still RUNNING, or KILLED by
+    ``pgcli runs --stale``) did not, and a resume takes it through its ending (issue 34)."""
+    if run.record is not None:
+        return run.record.status == FINISHED
+    assert run.run_dir is not None
+    info = read_run_file(run.run_dir) or {}
+    return info.get("status") == FINISHED
 
 
 def locate_run(target: str, lookup: list[str]) -> LoggedRun:
@@ -264,6 +276,8 @@ def resume_command(args: list[str]) -> int:
                 f"resuming {plan.point.run_id or plan.output_dir} from {plan.point.checkpoint} "
                 f"(step {plan.point.step:,} of {plan.cfg.total_steps:,})"
             )
+            if plan.point.step >= plan.cfg.total_steps:  # killed after its last update: only its ending is left
+                resuming += "; training is done, the run ends: the final evaluation, the model and the reports"
             print(f"pgcli: {resuming}", file=sys.stderr)
             log.info(resuming)
             summary = train(fall_back_when_busy(plan.cfg), ctx, resume=plan.point)

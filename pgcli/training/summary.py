@@ -35,6 +35,8 @@ class TrainSummary:
     """The final evaluation's further ``eval/*`` metrics (text tasks: ``eval/accuracy``, ...)."""
     step_unit: str = "env steps"
     """What a step counts: env steps, or on text tasks sampled completions (RL) or demonstrations (SFT)."""
+    compute: str = ""
+    """Where and in what precision the run computed: ``cpu, float32`` (``pgcli.hardware.placement.compute_of``)."""
 
 
 def summarize(

@@ -576,6 +576,44 @@ def test_a_run_id_prefix_under_8_hex_digits_is_one_line_and_creates_nothing(
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# a path argument that is wrong: one line, exit 2, before any work (issue 34: `export --out <file>` was a raw
+# NotADirectoryError, `eval --out <file>` a FileExistsError after the evaluation)
+# --------------------------------------------------------------------------------------------------------------------
+
+PATH_CASES = [
+    (["export", RUN_ID, "--out", "{file}"], "--out {file} is a file, not a directory; pass a directory"),
+    (
+        ["export", RUN_ID, "--out", "{file}/hf"],
+        "--out {file}/hf: {file} is a file, not a directory; pass another --out",
+    ),
+    (["export", RUN_ID, "--out", "{full}"], "--out {full} exists and is not empty; pass another --out"),
+    (["eval", RUN_ID, "--video", "--out", "{file}"], "--out {file} is a file, not a directory; pass a directory"),
+    (["eval", RUN_ID, "--out", "{file}/videos"], "{file} is a file, not a directory; pass another --out"),
+    (["compare", "--out", "{file}"], "--out {file} is a file, not a directory; pass a directory"),
+    (["compare", "--out", "{file}/a/b"], "--out {file}/a/b: {file} is a file, not a directory; pass another --out"),
+    (["sync", "{file}"], "{file} is a file, not a run directory"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"), PATH_CASES, ids=[" ".join(x for x in a if x != RUN_ID) for a, _ in PATH_CASES]
+)
+def test_a_wrong_path_argument_is_one_line_exit_2_and_touches_nothing(
+    argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "config.json").write_text("{}\n")
+    places = {"file": str(tmp_path / "notes.txt"), "full": str(tmp_path / "full")}
+    before = snapshot(tmp_path)
+    assert main([a.format(**places) for a in argv]) == 2
+    captured = capsys.readouterr()
+    one_error_line(captured.err, captured.out, fragment.format(**places))
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["full", "notes.txt"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # pgcli sync --uri: the URI checks of pgcli train, before anything is delivered
 # --------------------------------------------------------------------------------------------------------------------
 

@@ -115,6 +115,9 @@ def test_a_run_says_which_preset_it_starts_with_once(workdir: Path):
     assert preset_notes(proc.stderr) == [
         "pgcli: note: preset ppo_cartpole applied (conf/preset/ppo_cartpole.yaml; ~preset trains without it)"
     ]
+    # ...and where it computes, as its start line and its summary (issue 34: no run said which device it used)
+    assert "pgcli: ppo on cartpole (seed 0): cpu, float32\n" in proc.stderr
+    assert "  device             cpu, float32\n" in proc.stdout
     # a sweep says it once, with the jobs it applies to (vpg has no CartPole preset)
     proc = run_pgcli(["train", "-m", "algo=ppo,vpg", *TINY_RUN], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -62,6 +62,8 @@ def test_eval_by_run_id_scores_the_logged_return_and_logs_a_video(cartpole, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     logged = last(store, run.info.run_id, "eval/return_mean")
     assert f"return        {logged:.1f} ± " in proc.stdout
+    assert "pgcli: evaluating 3 episodes of cartpole, final model...\n" in proc.stderr  # said before it plays
+    assert "0/3 [" in proc.stderr and "episode/s" in proc.stderr  # the bar of the episodes
     assert f"logged        {logged:.1f} (eval/return_mean" in proc.stdout
 
     (ev,) = eval_runs(store, run)

@@ -117,6 +117,44 @@ def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, wor
     assert sum(r.startswith("time/sps,") for r in csv_rows) == len(after["time/sps"])  # the report has both halves
 
 
+def test_a_run_killed_in_its_final_evaluation_is_resumed_into_its_ending(store: Store, workdir: Path):
+    # Issue 34: SIGKILL after the checkpoint at the budget, in the final evaluation (long: many episodes), left the run
+    # RUNNING for good, without its final evaluation, model or reports, and resume refused it: "nothing to train".
+    run_dir = workdir / "run"
+    budget = ["total_steps=256", "checkpoint_every=256", "eval.every=0", "eval.episodes=1500"]
+    args = ["train", *CASES["trpo"], *COMMON, *budget, f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"]
+    proc = start_pgcli(args, workdir, workdir / "first.txt")
+    try:
+        wait_for_checkpoint(run_dir, proc, workdir / "first.txt", after=255)
+        proc.kill()  # in the final evaluation: the checkpoint at the budget is on disk, the run not ended
+        assert proc.wait(timeout=60) == -9, "pgcli finished before it could be killed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "final evaluation at step 256: 1500 episodes..." in (workdir / "first.txt").read_text()
+    (killed,) = store.runs("cartpole")
+    run_id = killed.info.run_id
+    assert killed.info.status == "RUNNING" and "eval/return_mean" not in killed.data.metrics
+    assert not (run_dir / "model").exists() and not (run_dir / "learning_curve.png").exists()
+
+    resumed = run_pgcli(["train", f"resume={run_id}", f"tracking.uri={store.uri}"], cwd=workdir, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(step 256 of 256); training is done, the run ends: the final evaluation" in resumed.stderr
+    assert "final evaluation at step 256: 1500 episodes..." in resumed.stderr
+    (run,) = store.runs("cartpole")  # the same run, ended
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    final = histories(store, run_id)["eval/return_mean"]
+    assert [s for s, _ in final] == [256]
+    assert f"final eval return  {final[0][1]:.1f} ± " in resumed.stdout
+    assert (run_dir / "model").is_dir() and (run_dir / "learning_curve.png").is_file()
+    assert (run_dir / "metrics.csv").is_file() and json.loads((run_dir / "run.json").read_text())[
+        "status"
+    ] == "FINISHED"
+
+    again = run_pgcli(["train", f"resume={run_id}", f"tracking.uri={store.uri}"], cwd=workdir)  # FINISHED: nothing left
+    assert again.returncode == 2 and "pass total_steps=<more> to train further" in again.stderr, again.stderr
+
+
 def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
     import shutil
 

@@ -360,6 +360,21 @@ def test_a_resumed_monitor_continues_its_curves_exactly(tmp_path: Path):
     assert resumed.best_step == 400 and resumed.best_eval is not None and resumed.best_eval.mean == 60.0
 
 
+def test_a_run_resumed_at_its_budget_plays_its_final_evaluation_again(tmp_path: Path):
+    # Issue 34: killed after the checkpoint at its budget (whose evaluation ran before it), a run is resumed into its
+    # ending; that evaluation's result is not in the checkpoint, so the final one is played again for the summary.
+    first = make_monitor(RecordingLogger(), tmp_path, checkpoint_every=200, total_steps=200)
+    for step in (100, 200):
+        first.update(step, RowPolicy())
+    checkpoint = tmp_path / "checkpoints" / "step_200"
+    logger, evaluator = RecordingLogger(), CountingEvaluator()
+    resumed = make_monitor(logger, tmp_path, evaluator=evaluator, checkpoint_every=200, total_steps=200)
+    resumed.load_state(checkpoint, 200)
+    final = resumed.finish(200, RowPolicy())
+    assert evaluator.calls == 1 and final is not None and final.mean == 15.0
+    assert logger.steps_of("eval/return_mean") == [200]
+
+
 def test_a_checkpoint_without_monitor_state_continues_from_its_step(tmp_path: Path):
     logger = RecordingLogger()
     monitor = make_monitor(logger, tmp_path, checkpoint_every=150)

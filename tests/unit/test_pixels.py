@@ -136,6 +136,31 @@ def test_fire_reset_serves_the_ball_in_breakout(fire_reset: bool):
     env.close()
 
 
+def test_an_evaluation_game_of_breakout_serves_each_life_so_a_still_paddle_loses_all_five():
+    # Issue 34: evaluation plays whole games (no life handling), so nothing reset the game at a lost life and only
+    # FireReset served the ball; a deterministic policy that never presses FIRE then sat out the ALE's 108,000-frame
+    # limit (27,000 steps). Each lost life is served now, as training's EpisodicLife + FireReset serve it.
+    evaluation = atari("Breakout", noop_max=0, training=False)
+    evaluation.reset(seed=0)
+    steps, lost, info = 0, [], {}
+    while "episode" not in info:
+        before = lives(evaluation)
+        _, _, terminated, truncated, info = evaluation.step(NOOP)
+        steps += 1
+        lost += [steps] if lives(evaluation) < before else []
+        assert steps < 2000, f"the game stalled: lives {lives(evaluation)} after {steps} NOOP steps"
+    assert terminated and not truncated and lives(evaluation) == 0 and len(lost) == 5
+    assert int(info["episode"]["l"]) == steps + 2 + 4  # the game's length counts FireReset's 2 and 4 served lives
+    evaluation.close()
+
+    training = atari("Breakout", noop_max=0, terminal_on_life_loss=False)  # training keeps the agent's own FIRE
+    training.reset(seed=0)
+    for _ in range(600):
+        training.step(NOOP)
+    assert lives(training) == 4
+    training.close()
+
+
 def test_pixels_on_an_env_without_frames_or_lives_are_one_line_errors():
     with pytest.raises(ConfigError, match=r"^env.pixels.noop_max=30 needs an env whose action 0 is NOOP"):
         make_env(EnvConfig(id="CartPole-v1", pixels=PixelsConfig()))
