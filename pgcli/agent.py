@@ -94,7 +94,9 @@ def write_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_
         write_sb3_vecnormalize(model_dir, cfg.env, gamma=cfg.algo.gamma, env=env)
 
 
-def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str) -> None:
+def write_text_agent_files(
+    model_dir: Path, cfg: TrainConfig, *, algo_name: str, env_name: str, vocab: str | None = None
+) -> None:
     """Write ``agent.json`` for a text policy (``policy.pt``): what ``init=<run>`` and ``pgcli eval`` read
     (docs/models.md, "Text policies").
 
@@ -103,6 +105,7 @@ def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str,
         cfg: the run's validated config (a text env, ``model=tiny_gpt``).
         algo_name: the algo option (``sft``, ``grpo``, ...).
         env_name: the env option (``addition``, ...).
+        vocab: TinyGPT's characters when they are not the task's (``env=dataset``: built from the rows).
     """
     from pgcli.lm.tasks import make_puzzle
 
@@ -111,7 +114,7 @@ def write_text_agent_files(model_dir: Path, cfg: TrainConfig, *, algo_name: str,
         "algo": algo_name,
         "env": env_name,
         "backend": "text",
-        "vocab": make_puzzle(cfg.env).chars,
+        "vocab": make_puzzle(cfg.env).chars if vocab is None else vocab,
         "config": redact_tree(asdict(cfg)),
     }
     (model_dir / AGENT_FILE).write_text(json.dumps(spec, indent=1) + "\n")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from pgcli.algo.lm_base import TextTrainerFactory
     from pgcli.contracts import EvalResult, Trainer
+    from pgcli.lm.dataset_rows import DemoRows, PreferenceRows
     from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import Task
     from pgcli.tracking.backend import MLflowBackend
@@ -325,12 +326,19 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.agent import write_text_agent_files
     from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
+    from pgcli.lm.dataset_rows import on_rows, supervised_rows
     from pgcli.lm.load import make_text_task
     from pgcli.training.references import init_source, learned_reward
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
-    task = make_text_task(cfg.env, cfg.model)
+    task: Any
+    if on_rows(cfg.env, cfg.algo):  # pgcli sft|rm env=dataset: rows, not an RL task (pgcli.lm.dataset_rows)
+        task = supervised_rows(cfg.env, cfg.model, cfg.algo)
+        print(f"pgcli: note: {task.describe()}", file=sys.stderr, flush=True)
+    else:
+        task = make_text_task(cfg.env, cfg.model)
+    recorded = getattr(task.vocab, "chars", "") if on_rows(cfg.env, cfg.algo) else None  # TinyGPT's, from the rows
     reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)
@@ -339,7 +347,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     start = time.perf_counter()
 
     def describe(model_dir: Path) -> None:
-        write_text_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name)
+        write_text_agent_files(model_dir, cfg, algo_name=ctx.algo_name, env_name=ctx.env_name, vocab=recorded)
 
     multi_turn = isinstance(task, AgentTask)
     trainer_task = task.turn_task() if isinstance(task, AgentTask) and isinstance(cfg.algo, SFTConfig) else task
@@ -366,7 +374,7 @@ def text_monitor(
     cfg: TrainConfig,
     ctx: RunContext,
     run: Run,
-    task: Task,
+    task: Task | DemoRows | PreferenceRows,
     policy: CausalLM,
     device: torch.device,
     *,
@@ -379,8 +387,14 @@ def text_monitor(
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
-    evaluator: TextEvaluator | PairEvaluator
-    if isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
+    from pgcli.lm.dataset_rows import DemoRows, PreferenceRows
+
+    evaluator: Any
+    if isinstance(task, DemoRows | PreferenceRows):  # pgcli sft|rm env=dataset (pgcli/lm/rows_eval.py)
+        from pgcli.lm.rows_eval import rows_evaluator
+
+        evaluator = rows_evaluator(task, policy, cfg.env, cfg.model, device)
+    elif isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
         from pgcli.lm.reward_model import PairEvaluator, pair_generator
 
         pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)  # policy pairs: samples of the init model
