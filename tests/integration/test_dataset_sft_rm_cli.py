@@ -60,7 +60,7 @@ def test_sft_on_prompt_completion_rows_learns_and_records_its_vocabulary(tmp_pat
     proc = run_pgcli([*args, "eval.every=512", *TINY], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "268 training rows (prompt + completion), 32 held out" in proc.stderr
-    run_id, metrics = final_metrics(store)
+    _, metrics = final_metrics(store)
     # 18 characters + PAD/BOS/EOS: uniform guessing costs ln(21) = 3.04 nats a token; the digits are learned
     assert metrics["eval/loss"] < 2.3 and metrics["eval/perplexity"] == pytest.approx(
         2.718281828 ** metrics["eval/loss"]

@@ -32,7 +32,9 @@ def test_the_loss_mask_covers_exactly_the_assistant_tokens_of_a_two_turn_convers
     expected = [bos, *enc("user: 1+2\n"), *enc("assistant: "), *enc("3"), eos]
     expected += [*enc("user: 4+5\n"), *enc("assistant: "), *enc("9"), eos]
     assert rendered.ids == expected
-    trained = [VOCAB.decode([i]) if i != eos else "<eos>" for i, t in zip(rendered.ids, rendered.trained) if t]
+    trained = [
+        VOCAB.decode([i]) if i != eos else "<eos>" for i, t in zip(rendered.ids, rendered.trained, strict=True) if t
+    ]
     assert trained == ["3", "<eos>", "9", "<eos>"]
     assert rendered.ids[: rendered.last_start] == expected[: len(expected) - 2]  # the prompt of the last answer
     example = Example.of(rendered)
@@ -49,7 +51,7 @@ def test_a_chat_template_is_rendered_prefix_by_prefix_and_only_the_answers_are_t
     tokenizer = vocab.tokenizer
     whole = tokenizer.apply_chat_template(TWO_TURNS, tokenize=False)
     assert tokenizer.decode(rendered.ids) == whole  # the segments end to end are the template's text
-    answers = [tokenizer.decode([i for i, t in zip(rendered.ids, rendered.trained) if t])]
+    answers = [tokenizer.decode([i for i, t in zip(rendered.ids, rendered.trained, strict=True) if t])]
     assert answers == ["3\n9\n"]  # each answer with the template's end of turn, nothing of the user turns
     prompt = tokenizer.decode(rendered.ids[: rendered.last_start])
     assert prompt == tokenizer.apply_chat_template(TWO_TURNS[:3], tokenize=False, add_generation_prompt=True)
@@ -152,5 +154,5 @@ def test_rows_longer_than_the_context_are_counted(tmp_path: Path):
 
 def test_generated_pair_kinds_are_refused_on_rows(tmp_path: Path):
     env = _env(_write(tmp_path / "p.jsonl", [{"chosen": "a", "rejected": "b"}] * 6))
-    with pytest.raises(ConfigError, match="algo.pairs=partial"):
+    with pytest.raises(ConfigError, match=r"algo\.pairs=partial"):
         check_rows(env, LMModelConfig(), RMConfig(pairs="partial"))
