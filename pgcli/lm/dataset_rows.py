@@ -198,9 +198,15 @@ class DemoRows:
         return f"{self.n_train} training rows ({what}), {len(self.splits.held_out)} held out"
 
 
+def as_text(value: Any) -> Any:
+    """A number as its text (a csv column of numbers reads as ints or floats); anything else as it is."""
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
 def prompt_completion(vocab: Vocab, env: DatasetEnvConfig, prompt: Any, completion: Any, *, where: str) -> Example:
     """A prompt and its completion (strings: the built-in layout; messages: a conversation whose completion turns
     are trained)."""
+    prompt, completion = as_text(prompt), as_text(completion)
     if isinstance(prompt, str) and isinstance(completion, str):
         text = prompt if env.system_prompt is None else f"{env.system_prompt}\n{prompt}"
         return Example.plain(vocab.encode_prompt(text), [*vocab.encode(completion), vocab.eos_id])
@@ -292,6 +298,7 @@ class PreferenceRows:
         key = f"env.{which}_key={getattr(env, f'{which}_key')}, {where}"
         if prompt is not None:
             return prompt_completion(self.vocab, env, prompt, response, where=key).ids
+        response = as_text(response)
         if isinstance(response, str):
             text = response if env.system_prompt is None else f"{env.system_prompt}\n{response}"
             return [*self.vocab.encode_prompt(text), self.vocab.eos_id]

@@ -16,7 +16,8 @@ from tests.integration.test_exact_resume import csv_history
 from tests.integration.test_resume import start_pgcli, wait_for_checkpoint
 
 TINY = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.eval_size=32", "env.n_eval=32",
-        "env.eval_samples=4", "algo.batch_size=32", "progress=false"]  # fmt: skip
+        "env.eval_samples=4", "algo.batch_size=32", "algo.warmup_steps=64", "algo.learning_rate=3e-3",
+        "progress=false"]  # fmt: skip
 """A tiny TinyGPT, 32 held-out rows."""
 HF = ["model=hf", "model.lora.r=4", "env.eval_size=8", "env.n_eval=8", "env.eval_samples=2", "algo.batch_size=8",
       "total_steps=32", "eval.every=16", "progress=false"]  # fmt: skip
@@ -197,7 +198,7 @@ def _bad(tmp_path: Path, case: str) -> tuple[Path, list[str]]:
 
 
 BAD = {
-    "missing column": "(env.completion_key=completion, .* has: question, answer",
+    "missing column": "\\(env.completion_key=completion, .* has: question, answer",
     "missing chosen": "env.chosen_key=chosen: .* has no column 'chosen' \\(it has: prompt, good, rejected\\)",
     "messages not a list": "messages must be a non-empty list of \\{role, content\\} \\(got 'user: hi'\\)",
     "no assistant turn": "the conversation has no assistant turn to train on \\(roles: user\\)",
