@@ -30,12 +30,17 @@ from pgcli.errors import ConfigError
 
 ASSISTANT = "assistant"
 """The role whose turns are trained and generated."""
+SYSTEM = "system"
+"""The role of ``env.system_prompt``'s message."""
 PLAIN_TURN = "{role}: {content}\n"
 """A turn of the plain rendering (TinyGPT; a tokenizer without a chat template)."""
 PLAIN_GENERATION = "assistant: "
 """What the plain rendering puts before an assistant's content (the generation prompt)."""
-PLAIN_CHARS = ": \n" + ASSISTANT
-"""Characters the plain rendering adds to a conversation's own: a TinyGPT vocabulary built from data includes them."""
+USER = "user"
+"""The role a string prompt takes in a conversation."""
+PLAIN_CHARS = ": \n" + ASSISTANT + USER
+"""Characters the plain rendering adds to a conversation's own (a string prompt's user role too): a TinyGPT vocabulary
+built from data includes them."""
 
 
 class TokenVocab(Protocol):
@@ -77,9 +82,9 @@ def as_messages(value: Any, *, where: str) -> list[dict[str, str]]:
 
 def with_system(messages: list[dict[str, str]], system_prompt: str | None) -> list[dict[str, str]]:
     """``messages`` led by a system message of ``system_prompt`` (unless None or it already starts with one)."""
-    if system_prompt is None or (messages and messages[0]["role"] == "system"):
+    if system_prompt is None or (messages and messages[0]["role"] == SYSTEM):
         return messages
-    return [{"role": "system", "content": system_prompt}, *messages]
+    return [{"role": SYSTEM, "content": system_prompt}, *messages]
 
 
 def render_conversation(

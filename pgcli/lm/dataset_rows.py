@@ -14,8 +14,9 @@ The column conventions are TRL's:
 
 A string prompt with a string completion is encoded as the built-in tasks' demonstrations are (the prompt through
 ``vocab.encode_prompt``: BOS, or the chat template's user turn with ``model.chat_template=true``; the completion's
-ids and EOS), so a built-in task exported as rows trains exactly as the task does. Anything with messages is a
-conversation (``env.system_prompt``, when set, leads it as a system message).
+ids and EOS), so a built-in task exported as rows trains exactly as the task does. Anything with messages, or any
+row under ``env.system_prompt`` (a system message, then the prompt as the user turn: the prompt RL on the same rows
+reads, :func:`pgcli.lm.dataset_task.render_prompt`), is a conversation.
 
 TinyGPT on rows reads a character vocabulary built from the data (:func:`data_vocab_chars`: every character of every
 string in the rows, plus the plain rendering's). Rows are read lazily from the Arrow table, a batch at a time;
@@ -32,7 +33,16 @@ import numpy as np
 
 from pgcli.config import DatasetEnvConfig, HFModelConfig, LMModelConfig, RMConfig, SFTConfig
 from pgcli.errors import ConfigError
-from pgcli.lm.conversations import PLAIN_CHARS, Rendered, as_messages, render_conversation, with_system
+from pgcli.lm.conversations import (
+    ASSISTANT,
+    PLAIN_CHARS,
+    SYSTEM,
+    USER,
+    Rendered,
+    as_messages,
+    render_conversation,
+    with_system,
+)
 from pgcli.lm.datasets import Splits, load_splits, require_columns
 
 if TYPE_CHECKING:
@@ -82,10 +92,11 @@ class EncodedPair:
     rejected: list[int]
 
 
-def data_vocab_chars(splits: Splits) -> str:
+def data_vocab_chars(splits: Splits, system_prompt: str | None = None) -> str:
     """TinyGPT's characters on ``env=dataset``: every character of every string value (messages' roles and contents
-    too) of the training and held-out rows, and the plain rendering's, sorted by code point."""
-    chars: set[str] = set(PLAIN_CHARS)
+    too) of the training and held-out rows, the plain rendering's and ``env.system_prompt``'s (with its role's),
+    sorted by code point."""
+    chars: set[str] = set(PLAIN_CHARS) | (set() if system_prompt is None else set(SYSTEM + system_prompt))
     for rows in (splits.train, splits.held_out):
         for column in rows.column_names:
             for batch in rows.iter(batch_size=4096):
@@ -104,20 +115,16 @@ def _collect_chars(value: Any, chars: set[str]) -> None:
             _collect_chars(item, chars)
 
 
-def data_vocab(splits: Splits) -> Vocab:
-    """The character vocabulary of :func:`data_vocab_chars` (TinyGPT on rows)."""
-    from pgcli.lm.tasks import CharVocab
-
-    return CharVocab(data_vocab_chars(splits))
-
-
-def rows_vocab(splits: Splits, model: TextModel) -> Vocab:
-    """The vocabulary a model reads the rows in: its tokenizer (``model=hf``) or the data's characters (TinyGPT)."""
+def rows_vocab(splits: Splits, model: TextModel, system_prompt: str | None = None) -> Vocab:
+    """The vocabulary a model reads the rows in: its tokenizer (``model=hf``) or the data's characters (TinyGPT,
+    :func:`data_vocab_chars`)."""
     if isinstance(model, HFModelConfig):
         from pgcli.lm.hf import load_tokenizer
 
         return load_tokenizer(model)
-    return data_vocab(splits)
+    from pgcli.lm.tasks import CharVocab
+
+    return CharVocab(data_vocab_chars(splits, system_prompt))
 
 
 def context_length(model: TextModel) -> int:
@@ -207,13 +214,12 @@ def prompt_completion(vocab: Vocab, env: DatasetEnvConfig, prompt: Any, completi
     """A prompt and its completion (strings: the built-in layout; messages: a conversation whose completion turns
     are trained)."""
     prompt, completion = as_text(prompt), as_text(completion)
-    if isinstance(prompt, str) and isinstance(completion, str):
-        text = prompt if env.system_prompt is None else f"{env.system_prompt}\n{prompt}"
-        return Example.plain(vocab.encode_prompt(text), [*vocab.encode(completion), vocab.eos_id])
-    asked = _turns(prompt, "user", f"env.prompt_key={env.prompt_key}, {where}")
-    answer = _turns(completion, "assistant", f"env.completion_key={env.completion_key}, {where}")
+    if isinstance(prompt, str) and isinstance(completion, str) and env.system_prompt is None:
+        return Example.plain(vocab.encode_prompt(prompt), [*vocab.encode(completion), vocab.eos_id])
+    asked = _turns(prompt, USER, f"env.prompt_key={env.prompt_key}, {where}")
+    answer = _turns(completion, ASSISTANT, f"env.completion_key={env.completion_key}, {where}")
     conversation = with_system(asked, env.system_prompt)
-    trained = [False] * len(conversation) + [m["role"] == "assistant" for m in answer]
+    trained = [False] * len(conversation) + [m["role"] == ASSISTANT for m in answer]
     return Example.of(render_conversation(vocab, conversation + answer, trained, where=where))
 
 
@@ -327,7 +333,7 @@ def supervised_rows(
 ) -> DemoRows | PreferenceRows:
     """The rows of a ``pgcli sft`` (demonstrations) or ``pgcli rm`` (preference pairs) run on ``env=dataset``."""
     splits = load_splits(env) if splits is None else splits
-    vocab = rows_vocab(splits, model)
+    vocab = rows_vocab(splits, model, env.system_prompt)
     if isinstance(algo, RMConfig):
         return PreferenceRows(env, vocab, splits)
     return DemoRows(env, vocab, splits)

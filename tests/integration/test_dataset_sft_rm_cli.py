@@ -69,7 +69,7 @@ def test_sft_on_prompt_completion_rows_learns_and_records_its_vocabulary(tmp_pat
     assert 0.0 <= metrics["eval/exact_match"] == metrics["eval/accuracy"] <= 1.0
     assert metrics["train/epoch"] == pytest.approx(1024 / 268)
     spec = json.loads(next((workdir / "outputs").rglob("model/agent.json")).read_text())
-    assert spec["vocab"] == "".join(sorted(set("0123456789+=") | set(": \nassistant")))
+    assert spec["vocab"] == "".join(sorted(set("0123456789+=") | set(": \nassistantuser")))
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "save_to_disk"])

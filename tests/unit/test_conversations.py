@@ -156,3 +156,19 @@ def test_generated_pair_kinds_are_refused_on_rows(tmp_path: Path):
     env = _env(_write(tmp_path / "p.jsonl", [{"chosen": "a", "rejected": "b"}] * 6))
     with pytest.raises(ConfigError, match=r"algo\.pairs=partial"):
         check_rows(env, LMModelConfig(), RMConfig(pairs="partial"))
+
+
+def test_a_system_prompt_makes_a_string_row_a_conversation_and_numbers_read_as_text(tmp_path: Path):
+    rows = [{"prompt": f"{i}+1", "completion": i + 1} for i in range(10)]  # a csv column of numbers reads as ints
+    env = _env(_write(tmp_path / "d.jsonl", rows), system_prompt="add")
+    splits = load_splits(env)
+    vocab = CharVocab(data_vocab_chars(splits, "add"))
+    (example,) = DemoRows(env, vocab, splits).train_examples([0])
+    row = splits.train[0]
+    turns = [
+        {"role": "system", "content": "add"},
+        {"role": "user", "content": row["prompt"]},
+        {"role": "assistant", "content": str(row["completion"])},
+    ]
+    assert example.ids == render_conversation(vocab, turns).ids
+    assert vocab.decode(example.ids[: example.start]) == f"system: add\nuser: {row['prompt']}\nassistant: "
