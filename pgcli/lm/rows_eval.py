@@ -181,6 +181,10 @@ class DemoEvaluator:
 
 def _decode_all(vocab: Any, ids: Sequence[int]) -> str:
     """Text of ``ids`` across EOS tokens (a plain-rendered conversation has one after each assistant turn)."""
+    tokenizer = getattr(vocab, "tokenizer", None)
+    if tokenizer is not None:  # a chat template's text, its newlines and special tokens included
+        text: str = tokenizer.decode(list(ids))
+        return text
     pieces: list[str] = []
     current: list[int] = []
     for i in ids:
