@@ -8,11 +8,18 @@ with AdamW, a linear learning-rate warm-up over ``warmup_steps`` pairs and a glo
 (:mod:`pgcli.algo.supervised`); a "step" is one pair. The head starts at zero, so the loss starts at log 2. The saved
 model directory holds ``policy.pt`` (the backbone) and ``reward_head.pt``, what
 :func:`pgcli.lm.reward_model.load_reward_model` reads.
+
+On your rows (``env=dataset``, :class:`pgcli.lm.dataset_rows.PreferenceRows`) a batch is the next ``batch_size``
+pairs of a :class:`pgcli.lm.datasets.RowOrder` over the rows whose chosen differs from rejected (saved with each
+checkpoint), each label flipped with probability ``label_noise`` as for generated pairs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,10 +27,13 @@ from torch import Tensor
 
 from pgcli.algo.supervised import SupervisedTrainer
 from pgcli.config import RMConfig
+from pgcli.lm.dataset_rows import PreferenceRows
+from pgcli.lm.datasets import RowOrder
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import CausalLM, save_policy
 from pgcli.lm.pairs import Pair, fallback_frac
 from pgcli.lm.reward_model import REWARD_HEAD_FILE, RewardModel, encode_texts, pair_generator
+from pgcli.lm.rows_eval import pair_batch
 from pgcli.lm.tasks import Task
 from pgcli.ops.lm import micro_batches
 from pgcli.ops.preference import bradley_terry_loss
@@ -42,7 +52,7 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
         self,
         cfg: RMConfig,
         *,
-        task: Task,
+        task: Task | PreferenceRows,
         policy: CausalLM,
         reference: CausalLM | None,
         model: TextModelConfig,
@@ -53,26 +63,50 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
         params = [p for p in self.reward_model.parameters() if p.requires_grad]  # LoRA: the adapters and the head
         super().__init__(cfg, self.reward_model, params, seed=seed, device=device)
         self.task, self.micro_batch = task, model.micro_batch
-        self.pairs = pair_generator(cfg, task, reference, model, device)
+        self.rows, self.order = None, None
+        if isinstance(task, PreferenceRows):
+            self.rows, self.order = task, RowOrder(task.n_train, seed=seed, shuffle=task.env.shuffle)
+        else:
+            self.pairs = pair_generator(cfg, task, reference, model, device)
 
     def _step(self) -> dict[str, float]:
-        return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
+        if self.rows is None:
+            return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
+        assert self.order is not None  # __init__: rows have an order
+        pairs = self.rows.train_pairs(self.order.take(self.cfg.batch_size))
+        flips = self.rng.random(len(pairs)) < self.cfg.label_noise
+        pairs = [
+            replace(p, chosen=p.rejected, rejected=p.chosen) if f else p for p, f in zip(pairs, flips, strict=True)
+        ]
+        tokens, mask = pair_batch(pairs, self.rows.vocab.pad_id, self.device)  # [2N, T]: chosen rows, then rejected
+        stats = self._fit(len(pairs), lambda rows: self.reward_model(tokens[rows], mask[rows]))
+        stats["train/epoch"] = self.order.rows_seen / self.order.n
+        return stats
 
     def _train_on(self, pairs: list[Pair]) -> dict[str, float]:
-        """One gradient step on ``pairs``, ``model.micro_batch`` pairs per forward/backward pass (0: all at once);
-        each pass's loss is its share of the batch mean."""
-        n = len(pairs)
+        """One gradient step on generated ``pairs``."""
         texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
         prompts, prompt_mask, completions, completion_mask = encode_texts(
             self.task.vocab, [p.problem.prompt for p in pairs] * 2, texts, self.device
         )  # [2N, P], [2N, C]: the chosen rows, then the rejected rows
+        stats = self._fit(
+            len(pairs),
+            lambda rows: self.reward_model.score(
+                prompts[rows], prompt_mask[rows], completions[rows], completion_mask[rows]
+            ),
+        )
+        if self.cfg.pairs == "policy":
+            stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
+        return stats
+
+    def _fit(self, n: int, score: Callable[[Tensor], Tensor]) -> dict[str, float]:
+        """One gradient step on N pairs whose rewards ``score(rows)`` gives for rows of the [2N] batch (the chosen
+        sides, then the rejected), ``model.micro_batch`` pairs per forward/backward pass (0: all at once); each
+        pass's loss is its share of the batch mean."""
         lr = self._start_step()
         margins: list[Tensor] = []  # [N'] per pass
         for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
-            both = torch.cat([rows, rows + n])  # [2N']
-            rewards = self.reward_model.score(
-                prompts[both], prompt_mask[both], completions[both], completion_mask[both]
-            )  # [2N']
+            rewards = score(torch.cat([rows, rows + n]))  # [2N']
             r_chosen, r_rejected = rewards.split(len(rows))
             loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
             loss.backward()
@@ -80,16 +114,20 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
         grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         margin = torch.cat(margins)  # [N]
-        stats = {
+        return {
             "train/loss": float(-F.logsigmoid(margin).mean()),
             "train/pairwise_accuracy": float((margin > 0).float().mean()),
             "train/reward_margin": float(margin.mean()),
             "train/grad_norm": float(grad_norm),
             "train/learning_rate": lr,
         }
-        if self.cfg.pairs == "policy":
-            stats["train/policy_pair_fallback_frac"] = fallback_frac(pairs)
-        return stats
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {} if self.order is None else {"row_order": self.order.state_dict()}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.order is not None:
+            self.order.load_state_dict(state["row_order"])
 
     def _save_model(self, directory: Path) -> None:
         """``policy.pt`` (the backbone) and ``reward_head.pt``: what :func:`load_reward_model` reads."""

@@ -11,6 +11,11 @@ over ``warmup_steps`` demonstrations and a global gradient-norm clip. A "step" i
 ``total_steps`` is the number of demonstrations seen. The run's final ``model/policy.pt`` is what ``pgcli train
 init=<this run>`` starts from and keeps as its frozen KL reference.
 
+On your rows (``env=dataset``, :class:`pgcli.lm.dataset_rows.DemoRows`) a batch is the next ``batch_size`` training
+rows of a :class:`pgcli.lm.datasets.RowOrder` (seeded epochs, saved with each checkpoint so a resumed run reads the
+rows a straight run reads), and the loss is on each row's trained tokens: the completion, or a conversation's
+assistant turns (m_{i,t} above; the completion then starts at the first trained token).
+
 With ``model.micro_batch`` = k > 0 the forward/backward passes take k demonstrations at a time, each pass's loss its
 share of the batch's (its rows' summed NLL over the batch's completion tokens), and the gradients accumulate before
 the one clip and step.
@@ -19,14 +24,19 @@ the one clip and step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from pgcli.algo.supervised import WEIGHTS_FILE, SupervisedTrainer
 from pgcli.config import SFTConfig
+from pgcli.lm.dataset_rows import DemoRows
+from pgcli.lm.datasets import RowOrder
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
+from pgcli.lm.rows_eval import sft_batch
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
 from pgcli.ops.aggregate import batch_totals
 from pgcli.ops.lm import masked_mean, micro_batches
@@ -43,7 +53,7 @@ class SFT(SupervisedTrainer[SFTConfig]):
         self,
         cfg: SFTConfig,
         *,
-        task: TextTask,
+        task: TextTask | DemoRows,
         policy: CausalLM,
         reference: CausalLM | None,
         model: TextModelConfig,
@@ -54,22 +64,38 @@ class SFT(SupervisedTrainer[SFTConfig]):
         self.policy = policy.to(device).train()
         super().__init__(cfg, self.policy, self.policy.parameters(), seed=seed, device=device)
         self.task, self.micro_batch = task, model.micro_batch
+        self.order = (
+            None if not isinstance(task, DemoRows) else RowOrder(task.n_train, seed=seed, shuffle=task.env.shuffle)
+        )
 
-    def _step(self) -> dict[str, float]:
-        """One gradient step on a fresh batch of demonstrations, ``model.micro_batch`` of them per forward/backward
-        pass (0: all at once)."""
+    def _batch(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The next batch: prompts [B, P] with their mask, completions [B, C] with their mask, and the trained tokens
+        [B, C] (a task's whole completion; a row's completion or assistant turns)."""
+        if isinstance(self.task, DemoRows):
+            assert self.order is not None  # __init__: rows have an order
+            examples = self.task.train_examples(self.order.take(self.cfg.batch_size))
+            prompts, prompt_mask, completion, completion_mask, trained = sft_batch(
+                examples, self.task.vocab.pad_id, self.device
+            )
+            return prompts, prompt_mask, completion, completion_mask, trained
         problems = self.task.sample(self.rng, self.cfg.batch_size)
         prompts, prompt_mask = encode_prompts(self.task.vocab, problems, self.device)  # [B, P]
         targets = [self.task.demonstration(p) for p in problems]
         completion, completion_mask = encode_completions(
             self.task.vocab, targets, self.task.max_completion_len, self.device
         )  # [B, C]
-        weights = completion_mask.float()
+        return prompts, prompt_mask, completion, completion_mask, completion_mask
+
+    def _step(self) -> dict[str, float]:
+        """One gradient step on the next batch of demonstrations, ``model.micro_batch`` of them per forward/backward
+        pass (0: all at once)."""
+        prompts, prompt_mask, completion, completion_mask, trained = self._batch()
+        weights = trained.float()
         totals = None if self.micro_batch == 0 else batch_totals(weights)  # each pass's loss: its share of the mean
         lr = self._start_step()
         loss = 0.0
         exact: list[torch.Tensor] = []  # [B'] per pass: every target token is the argmax
-        for rows in micro_batches(torch.arange(len(problems), device=self.device), self.micro_batch):
+        for rows in micro_batches(torch.arange(len(prompts), device=self.device), self.micro_batch):
             logprobs, _ = completion_logprobs(
                 self.policy, prompts[rows], prompt_mask[rows], completion[rows], completion_mask[rows]
             )  # [B', C]
@@ -77,16 +103,26 @@ class SFT(SupervisedTrainer[SFTConfig]):
             nll.backward()
             loss += float(nll.detach())
             with torch.no_grad():  # teacher-forced exact match
-                exact.append(((logprobs > np.log(0.5)) | ~completion_mask[rows]).all(1))  # [B']
+                exact.append(((logprobs > np.log(0.5)) | ~trained[rows]).all(1))  # [B']
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         seq_exact = torch.cat(exact).float().mean()
-        return {
+        stats = {
             "train/loss": loss,
             "train/grad_norm": float(grad_norm),
             "train/learning_rate": lr,
             "train/teacher_forced_exact": float(seq_exact),
         }
+        if self.order is not None:
+            stats["train/epoch"] = self.order.rows_seen / self.order.n
+        return stats
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {} if self.order is None else {"row_order": self.order.state_dict()}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.order is not None:
+            self.order.load_state_dict(state["row_order"])
 
     def _save_model(self, directory: Path) -> None:
         save_policy(self.policy, directory)

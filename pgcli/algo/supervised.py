@@ -5,7 +5,8 @@ Both take one AdamW step per batch of ``algo.batch_size`` freshly drawn examples
 count a step as one example, warm the learning rate up linearly over ``algo.warmup_steps`` examples, check every
 update with the divergence guard, and checkpoint the same way: the model's own files, then ``weights.pt`` (the trained
 module's state: a LoRA run's adapters apart from the base), ``optimizer.pt`` and ``state.json`` (steps, the example
-RNG, the process RNGs), so a resumed run draws the examples an uninterrupted one would have.
+RNG, the process RNGs; on your rows, where the row order stands), so a resumed run draws the examples an uninterrupted
+one would have.
 """
 
 from __future__ import annotations
@@ -102,6 +103,13 @@ class SupervisedTrainer(Generic[Cfg]):
     def _save_model(self, directory: Path) -> None:
         raise NotImplementedError
 
+    def _extra_state(self) -> dict[str, Any]:
+        """What a subclass adds to ``state.json`` (rows: where the row order stands)."""
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Read back :meth:`_extra_state`'s values from ``state``."""
+
     def _weights_file(self, path: Path) -> Path:
         """The module state to resume from in checkpoint ``path``."""
         return path / WEIGHTS_FILE
@@ -113,6 +121,7 @@ class SupervisedTrainer(Generic[Cfg]):
             torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             state = {"steps": self.steps, self.rng_key: self.rng.bit_generator.state, "rng": rng_state()}
+            state |= self._extra_state()
             (tmp / STATE_FILE).write_text(json.dumps(state))
         return path
 
@@ -127,6 +136,7 @@ class SupervisedTrainer(Generic[Cfg]):
             self.steps = int(state["steps"])
             self.rng.bit_generator.state = state[self.rng_key]
             set_rng_state(state["rng"])
+            self._load_extra_state(state)
         except (KeyError, TypeError, ValueError) as exc:
             raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit {self.run_kind} ({exc})") from None
 

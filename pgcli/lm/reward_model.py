@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -229,24 +230,29 @@ def evaluate_pairs(
     prompts = [p.problem.prompt for p in pairs]
     r_chosen = score_texts(model, vocab, prompts, [p.chosen for p in pairs], device)  # [N]
     r_rejected = score_texts(model, vocab, prompts, [p.rejected for p in pairs], device)  # [N]
+    rows = [
+        {"prompt": p.problem.prompt, "chosen": p.chosen, "rejected": p.rejected, "from_policy": p.from_policy}
+        for p in pairs[:n_table_rows]
+    ]
+    lengths = np.array([len(vocab.encode(p.chosen)) + 1 for p in pairs])  # the chosen completions' tokens, EOS too
+    return pair_metrics(r_chosen, r_rejected, lengths, rows)
+
+
+def pair_metrics(
+    r_chosen: np.ndarray, r_rejected: np.ndarray, lengths: np.ndarray, rows: list[dict[str, Any]]
+) -> EvalResult:
+    """The held-out evaluation of rewards ``r_chosen`` [N] and ``r_rejected`` [N] of N pairs (``lengths`` [N]: the
+    chosen sides' tokens): ``eval/pairwise_accuracy`` (a tie counts as wrong), ``eval/reward_margin`` and
+    ``eval/loss``, with ``rows`` (the first pairs' table rows) completed by their rewards."""
     ranked = (r_chosen > r_rejected).astype(np.float64)
     margin = r_chosen - r_rejected
-    rows = [
-        {
-            "prompt": p.problem.prompt,
-            "chosen": p.chosen,
-            "rejected": p.rejected,
-            "reward_chosen": float(rc),
-            "reward_rejected": float(rr),
-            "ranked_right": bool(rc > rr),
-            "from_policy": p.from_policy,
-        }
-        for p, rc, rr in zip(pairs[:n_table_rows], r_chosen, r_rejected, strict=False)
+    table = [
+        {**row, "reward_chosen": float(rc), "reward_rejected": float(rr), "ranked_right": bool(rc > rr)}
+        for row, rc, rr in zip(rows, r_chosen, r_rejected, strict=False)
     ]
     extra = {
         "eval/pairwise_accuracy": float(ranked.mean()),
         "eval/reward_margin": float(margin.mean()),
         "eval/loss": float(np.logaddexp(0.0, -margin).mean()),  # -log sigmoid(m) = log(1 + e^-m)
     }
-    lengths = np.array([len(vocab.encode(p.chosen)) + 1 for p in pairs])  # the chosen completions' tokens, EOS too
-    return EvalResult(ranked, lengths, extra=extra, samples=rows if n_table_rows else None)
+    return EvalResult(ranked, lengths, extra=extra, samples=table or None)

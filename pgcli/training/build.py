@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from pgcli.algo.lm_base import TextTrainerFactory
     from pgcli.contracts import EvalResult, Trainer
+    from pgcli.lm.dataset_rows import DemoRows, PreferenceRows
     from pgcli.lm.dataset_task import DatasetTask
     from pgcli.lm.model import CausalLM
     from pgcli.lm.tasks import Task
@@ -328,6 +329,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.agent import write_text_agent_files
     from pgcli.algo.lm_base import kl_reference
     from pgcli.lm.agent import AgentTask
+    from pgcli.lm.dataset_rows import on_rows, supervised_rows
     from pgcli.lm.dataset_task import recorded_fields, recorded_vocab
     from pgcli.lm.load import make_text_task
     from pgcli.training.references import init_source, learned_reward
@@ -335,8 +337,16 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     device = prepare_process(cfg)
     source = init_source(cfg)
-    # a dataset task in TinyGPT's characters takes the init model's (its ids); its rows come in the run's seeded order
-    task = make_text_task(cfg.env, cfg.model, seed=cfg.seed, saved=None if source is None else source.spec)
+    task: Any
+    if on_rows(cfg.env, cfg.algo):  # pgcli sft|rm env=dataset: rows, not an RL task (pgcli.lm.dataset_rows)
+        task = supervised_rows(cfg.env, cfg.model, cfg.algo)
+        print(f"pgcli: note: {task.describe()}", file=sys.stderr, flush=True)
+    else:
+        # a dataset task in TinyGPT's characters takes the init model's (its ids); its rows come in the run's seeded
+        # order
+        task = make_text_task(cfg.env, cfg.model, seed=cfg.seed, saved=None if source is None else source.spec)
+    # TinyGPT's characters when they are the rows' (env=dataset), recorded with the model
+    vocab = getattr(task.vocab, "chars", "") if on_rows(cfg.env, cfg.algo) else recorded_vocab(task)
     reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
     if reward_model is not None:
         task = task.with_learned_reward(reward_model)
@@ -351,7 +361,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
             cfg,
             algo_name=ctx.algo_name,
             env_name=ctx.env_name,
-            vocab=recorded_vocab(task),
+            vocab=vocab,
             task_fields=recorded_fields(task),
         )
 
@@ -381,7 +391,7 @@ def text_monitor(
     cfg: TrainConfig,
     ctx: RunContext,
     run: Run,
-    task: Task | DatasetTask,
+    task: Task | DatasetTask | DemoRows | PreferenceRows,
     policy: CausalLM,
     device: torch.device,
     *,
@@ -394,8 +404,14 @@ def text_monitor(
     from pgcli.training.monitor import Hooks, TrainingMonitor
 
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
-    evaluator: TextEvaluator | PairEvaluator
-    if isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
+    from pgcli.lm.dataset_rows import DemoRows, PreferenceRows
+
+    evaluator: Any
+    if isinstance(task, DemoRows | PreferenceRows):  # pgcli sft|rm env=dataset (pgcli/lm/rows_eval.py)
+        from pgcli.lm.rows_eval import rows_evaluator
+
+        evaluator = rows_evaluator(task, policy, cfg.env, cfg.model, device)
+    elif isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
         from pgcli.lm.reward_model import PairEvaluator, pair_generator
         from pgcli.lm.tasks import Task
 

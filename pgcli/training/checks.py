@@ -44,6 +44,7 @@ from pgcli.envs.pixels import missing_package, quiet_ale
 from pgcli.envs.spec import algos_taking, check_wrapper, describe_space, registered_id, takes
 from pgcli.errors import ConfigError
 from pgcli.hardware.placement import select_device
+from pgcli.lm.dataset_rows import check_rows, on_rows
 from pgcli.lm.learned_reward import check_reward_model, reward_model_ref
 from pgcli.lm.tasks import make_puzzle, resolve_reward
 from pgcli.training.references import locate_reward_model
@@ -224,6 +225,9 @@ def check_text_task(cfg: TrainConfig) -> None:
     """``env.reward`` resolves (a function, or a finished reward-model run that reads this run's text), the held-out
     set leaves the task prompts to train on, and the longest prompt plus its completion fit ``model.max_len``."""
     env: TextEnvConfig = cfg.env
+    if on_rows(env, cfg.algo):  # pgcli sft|rm env=dataset: rows, not an RL task
+        check_rows(env, cfg.model, cfg.algo)
+        return
     if isinstance(env, DatasetEnvConfig):
         check_dataset_task(cfg, env)
         return
