@@ -115,16 +115,44 @@ def _collect_chars(value: Any, chars: set[str]) -> None:
             _collect_chars(item, chars)
 
 
-def rows_vocab(splits: Splits, model: TextModel, system_prompt: str | None = None) -> Vocab:
-    """The vocabulary a model reads the rows in: its tokenizer (``model=hf``) or the data's characters (TinyGPT,
-    :func:`data_vocab_chars`)."""
+def rows_vocab(env: DatasetEnvConfig, splits: Splits, model: TextModel, recorded: str | None = None) -> Vocab:
+    """The vocabulary a model reads the rows in: its tokenizer (``model=hf``), or TinyGPT's characters: ``recorded``
+    (an ``init=`` model's: its token ids) when the rows need no other character, else the data's
+    (:func:`data_vocab_chars`).
+
+    Raises:
+        ConfigError: a row holds a character outside ``recorded``.
+    """
     if isinstance(model, HFModelConfig):
         from pgcli.lm.hf import load_tokenizer
 
         return load_tokenizer(model)
     from pgcli.lm.tasks import CharVocab
 
-    return CharVocab(data_vocab_chars(splits, system_prompt))
+    if recorded is None:
+        return CharVocab(data_vocab_chars(splits, env.system_prompt))
+    outside = sorted(_needed_chars(env, splits) - set(recorded))
+    if outside:
+        raise ConfigError(
+            f"env.path={env.path}: the rows have the character {outside[0]!r}, outside the vocabulary of the init "
+            f"model ({len(outside)} such character(s)); TinyGPT reads only those characters: use model=hf, or train "
+            "without init="
+        )
+    return CharVocab(recorded)
+
+
+def _needed_chars(env: DatasetEnvConfig, splits: Splits) -> set[str]:
+    """The characters the command's columns hold, and the plain rendering's when a value is a conversation."""
+    keys = (env.prompt_key, env.completion_key, env.messages_key, env.chosen_key, env.rejected_key)
+    chars: set[str] = set() if env.system_prompt is None else set(SYSTEM + env.system_prompt) | set(PLAIN_CHARS)
+    for rows in (splits.train, splits.held_out):
+        for column in (k for k in keys if k in rows.column_names):
+            for batch in rows.iter(batch_size=4096):
+                values = batch[column]
+                _collect_chars(values, chars)
+                if any(isinstance(v, list | tuple) for v in values):
+                    chars |= set(PLAIN_CHARS)
+    return chars
 
 
 def context_length(model: TextModel) -> int:
@@ -329,11 +357,12 @@ def on_rows(env: object, algo: object) -> TypeGuard[DatasetEnvConfig]:
 
 
 def supervised_rows(
-    env: DatasetEnvConfig, model: TextModel, algo: object, splits: Splits | None = None
+    env: DatasetEnvConfig, model: TextModel, algo: object, splits: Splits | None = None, *, recorded: str | None = None
 ) -> DemoRows | PreferenceRows:
-    """The rows of a ``pgcli sft`` (demonstrations) or ``pgcli rm`` (preference pairs) run on ``env=dataset``."""
+    """The rows of a ``pgcli sft`` (demonstrations) or ``pgcli rm`` (preference pairs) run on ``env=dataset``
+    (``recorded``: an ``init=`` TinyGPT's characters, :func:`rows_vocab`)."""
     splits = load_splits(env) if splits is None else splits
-    vocab = rows_vocab(splits, model, env.system_prompt)
+    vocab = rows_vocab(env, splits, model, recorded)
     if isinstance(algo, RMConfig):
         return PreferenceRows(env, vocab, splits)
     return DemoRows(env, vocab, splits)

@@ -53,8 +53,24 @@ def source_model(source: InitSource) -> tuple[str, dict[str, Any]]:
     return ("hf" if "path" in model else "tiny_gpt"), model
 
 
-def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, init: str) -> None:
-    """Raise a one-line ConfigError when the source's weights cannot start a run on ``env`` with ``model``."""
+def source_chars(source: InitSource) -> str | None:
+    """A TinyGPT source's characters (its token ids): recorded with its model, or its puzzle's; None for model=hf."""
+    from pgcli.config import TEXT_ENV_CONFIGS
+    from pgcli.lm.tasks import make_puzzle
+
+    if source_model(source)[0] == "hf":
+        return None
+    vocab = source.spec.get("vocab")
+    if vocab:
+        return str(vocab)
+    src_env = source.spec.get("config", {}).get("env", {})
+    schema = TEXT_ENV_CONFIGS.get(str(src_env.get("id")))
+    return None if schema is None else make_puzzle(schema(**src_env)).chars
+
+
+def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, init: str, algo: object = None) -> None:
+    """Raise a one-line ConfigError when the source's weights cannot start a run of ``algo`` on ``env`` with
+    ``model``."""
     from pgcli.config import TEXT_ENV_CONFIGS
     from pgcli.lm.tasks import make_puzzle
 
@@ -84,9 +100,7 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
                 f"model.{key}={ours[key]}; set model.{key}={src_model.get(key)}"
             )
     if isinstance(env, DatasetEnvConfig):  # the rows in the source's characters, their prompts within max_len
-        from pgcli.lm.load import make_text_task
-
-        make_text_task(env, model, saved=source.spec)
+        _check_rows_in(source, env, model, algo)
         return
     puzzle = make_puzzle(env)
     need = puzzle.max_prompt_chars + 1 + puzzle.max_answer_chars + 1  # BOS, EOS
@@ -96,6 +110,17 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
             f"init={init}: env={env.id} with {sizes} needs model.max_len >= {need}; the weights of the "
             f"init run have model.max_len={model.max_len}"
         )
+
+
+def _check_rows_in(source: InitSource, env: DatasetEnvConfig, model: TextModelConfig, algo: object) -> None:
+    """The rows read in the source's characters: as ``pgcli sft|rm`` reads them, or as an RL task."""
+    from pgcli.lm.dataset_rows import on_rows, supervised_rows
+    from pgcli.lm.load import make_text_task
+
+    if on_rows(env, algo):
+        supervised_rows(env, model, algo, recorded=source_chars(source))
+    else:
+        make_text_task(env, model, saved=source.spec)
 
 
 def _check_characters(source: InitSource, env: TextEnvConfig, init: str) -> None:
@@ -133,7 +158,7 @@ def start_from_init(
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
     if source is not None:
         assert cfg.init is not None
-        check_init(source, cfg.env, cfg.model, cfg.init)
+        check_init(source, cfg.env, cfg.model, cfg.init, cfg.algo)
     policy = make_text_policy(task, cfg.model, device, None if source is None else source.model_dir)
     reference: CausalLM | None = None
     if isinstance(cfg.model, HFModelConfig) and cfg.model.lora.r > 0:

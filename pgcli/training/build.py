@@ -331,6 +331,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     from pgcli.lm.agent import AgentTask
     from pgcli.lm.dataset_rows import on_rows, supervised_rows
     from pgcli.lm.dataset_task import recorded_fields, recorded_vocab
+    from pgcli.lm.init import source_chars
     from pgcli.lm.load import make_text_task
     from pgcli.training.references import init_source, learned_reward
 
@@ -339,7 +340,7 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     source = init_source(cfg)
     task: Any
     if on_rows(cfg.env, cfg.algo):  # pgcli sft|rm env=dataset: rows, not an RL task (pgcli.lm.dataset_rows)
-        task = supervised_rows(cfg.env, cfg.model, cfg.algo)
+        task = supervised_rows(cfg.env, cfg.model, cfg.algo, recorded=None if source is None else source_chars(source))
         print(f"pgcli: note: {task.describe()}", file=sys.stderr, flush=True)
     else:
         # a dataset task in TinyGPT's characters takes the init model's (its ids); its rows come in the run's seeded

@@ -180,7 +180,7 @@ def check_init_overrides(overrides: list[str]) -> None:
     cfg = compose_train_config(parsed.fixed())
     if cfg.init is None or not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, TextModelConfig):
         return
-    check_init(locate_init(cfg.init, cfg.tracking), cfg.env, cfg.model, cfg.init)
+    check_init(locate_init(cfg.init, cfg.tracking), cfg.env, cfg.model, cfg.init, cfg.algo)
 
 
 def init_overrides(overrides: list[str]) -> list[str]:
@@ -212,7 +212,7 @@ def init_overrides(overrides: list[str]) -> list[str]:
     if carried:
         cfg = compose_train_config([*lines, *carried])
     assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # the same groups as above
-    check_init(source, cfg.env, cfg.model, init)
+    check_init(source, cfg.env, cfg.model, init, cfg.algo)
     check_world(cfg, device=False)
     if carried:
         print(

@@ -220,3 +220,36 @@ def test_bad_rows_are_one_line_before_any_run_exists(case: str, tmp_path: Path, 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(BAD[case], lines[0]), lines
     assert not (tmp_path / "store" / "mlflow.db").exists() or not store.runs("dataset")
+
+
+def test_rows_from_init_read_in_the_init_models_characters(lm_sft_run, tmp_path: Path, workdir: Path):
+    """`pgcli rm env=dataset init=<TinyGPT SFT run>` reads its rows in the source's token ids (the built-in addition
+    model's twelve characters), and `pgcli sft` on rows holding another character is one line, no run."""
+    (run_dir,) = {p.parent.parent for p in lm_sft_run.workdir.rglob("model/agent.json")}  # the SFT run's directory
+    pairs = [{"prompt": p, "chosen": c, "rejected": str(int(c) + 1)} for p, c in sums(120)]
+    data = write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    store = Store(tmp_path / "store")
+    small = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.eval_size=16", "env.n_eval=16"]
+    args = ["rm", "env=dataset", f"env.path={data}", f"init={run_dir}", f"tracking.uri={store.uri}", *small]
+    proc = run_pgcli([*args, "total_steps=64", "eval.every=64", "algo.batch_size=32", "progress=false"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final_metrics(store)
+    spec = json.loads(next((workdir / "outputs").rglob("model/agent.json")).read_text())
+    assert spec["vocab"] == "0123456789+="  # the init model's ids, not the rows' own vocabulary
+    chat = write_jsonl(tmp_path / "chat.jsonl", message_rows(60))
+    proc = run_pgcli(
+        [
+            "sft",
+            "env=dataset",
+            f"env.path={chat}",
+            f"init={run_dir}",
+            f"tracking.uri={store.uri}",
+            *small,
+            "progress=false",
+        ],
+        cwd=workdir,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "outside the vocabulary of the init model" in lines[0]
+    assert len(store.runs("dataset")) == 1  # the refused run made none
