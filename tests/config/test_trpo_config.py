@@ -9,6 +9,7 @@ import pytest
 
 from pgcli.config import PPOKLConfig, SB3TRPOConfig, TRPOConfig, VPGConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
+from pgcli.config.renames import renamed_overrides
 from pgcli.errors import ConfigError
 
 SCHEMAS = {"trpo": TRPOConfig, "vpg": VPGConfig, "ppo_kl": PPOKLConfig, "sb3_trpo": SB3TRPOConfig}
@@ -104,3 +105,10 @@ def test_bad_values_are_one_line_errors(overrides: list[str], message: str):
     with pytest.raises(ConfigError) as info:
         compose_train_config(overrides)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_old_trpo_key_is_renamed_under_the_algo_the_command_line_chooses():
+    # an hparams_search file that picks algo=trpo, and a sweep over both TRPOs (the new name is sb3_trpo's key too)
+    assert renamed_overrides(["hparams_search=trpo_cartpole", "algo.cg_iters=5"])[1] == "algo.cg_max_steps=5"
+    assert renamed_overrides(["algo=trpo,sb3_trpo", "algo.cg_iters=5"])[1] == "algo.cg_max_steps=5"
+    assert renamed_overrides(["algo.cg_iters=5"], ["trpo"]) == ["algo.cg_max_steps=5"]
