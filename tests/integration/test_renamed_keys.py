@@ -177,3 +177,33 @@ def test_resume_of_an_old_run(tmp_path: Path, mlflow_schema_db: Path):
     resumed = short.store.client().get_run(short.run.info.run_id)
     assert resumed.info.status == "FINISHED" and resumed.data.tags["total_steps"] == "384"
     assert resumed.data.params["algo.cg_iters"] == "5"  # MLflow params never change
+
+
+def test_run_job_takes_an_old_name_with_a_note_and_trains_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from pgcli.config import renames
+    from pgcli.training import run_job
+    from tests.integration.test_job import TINY as JOB
+    from tests.integration.test_job import metric_rows
+
+    renames._NOTED.clear()  # this process may have announced it already
+    run_job([*JOB, "total_steps=128", "algo.backtrack_coeff=0.5"], output_dir=tmp_path / "old", tracking=False)
+    assert notes(capsys.readouterr().err) == [
+        "pgcli: note: algo.backtrack_coeff is now algo.line_search_shrinking_factor (SB3's vocabulary); "
+        "the old name still works"
+    ]
+    run_job(
+        [*JOB, "total_steps=128", "algo.line_search_shrinking_factor=0.5"], output_dir=tmp_path / "new", tracking=False
+    )
+    assert metric_rows(tmp_path / "old") == metric_rows(tmp_path / "new")
+    agent = json.loads((tmp_path / "old" / "model" / "agent.json").read_text())
+    assert agent["config"]["algo"]["line_search_shrinking_factor"] == 0.5
+
+
+def test_a_sweep_over_an_old_name(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "algo.cg_iters=3,7", "total_steps=128", "eval.every=0", "tracking=off"]
+    proc = run_pgcli(["train", *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(notes(proc.stderr)) == 1, proc.stderr
+    configs = [yaml.safe_load(p.read_text()) for p in sorted(sweep.glob("*/.hydra/config.yaml"))]
+    assert [c["algo"]["cg_max_steps"] for c in configs] == [3, 7] and all("cg_iters" not in c["algo"] for c in configs)
