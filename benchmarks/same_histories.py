@@ -4,7 +4,9 @@ side, and their metric histories, MLflow params and tags, and artifact lists are
 
 The other commit is checked out into a temporary git worktree and run with the same venv, its package first on
 ``PYTHONPATH``. Wall-clock metrics (``time/*``) and the tags that name the process, the commit or the time are left
-out of the comparison; everything else must be equal.
+out of the comparison; everything else must be equal. The base's params are compared under this checkout's key names
+(a key renamed since, as TRPO's ``algo.cg_iters`` now ``algo.cg_max_steps``: :mod:`pgcli.config.renames`);
+``--exact-params`` compares them as logged.
 
     .venv/bin/python benchmarks/same_histories.py --base fa853a7
 
@@ -77,11 +79,25 @@ def run(args: list[str], tree: Path | None, work: Path, hf_model: Path) -> dict[
     return {"exit": 0, "history": history, "params": params, "tags": tags, "artifacts": artifacts}
 
 
+def current_names(params: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A run's params with the keys renamed since it was logged under their names now (pgcli.config.renames)."""
+    import contextlib
+    import io
+
+    from pgcli.config.renames import renamed_params
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the rename's note
+        return sorted(renamed_params(dict(params)).items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the commit to compare with (any git ref)")
     parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "same_histories.json")
+    parser.add_argument(
+        "--exact-params", action="store_true", help="compare the base's params as logged, not under renamed keys' names"
+    )
     args = parser.parse_args()
     sha = subprocess.run(["git", "rev-parse", args.base], cwd=ROOT, capture_output=True, text=True, check=True)
     base_sha = sha.stdout.strip()
@@ -98,6 +114,8 @@ def main() -> None:
             for name in args.runs:
                 this = run(RUNS[name], None, Path(tmp) / "this" / name, hf_model)
                 other = run(RUNS[name], base, Path(tmp) / "base_runs" / name, hf_model)
+                if "params" in other and not args.exact_params:
+                    other["params"] = current_names(other["params"])  # type: ignore[arg-type]
                 same = {
                     key: this.get(key) == other.get(key) for key in ("exit", "history", "params", "tags", "artifacts")
                 }

@@ -6,7 +6,7 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
    over the batch when ``normalize_advantage``. Value targets R_t = A_t + V(s_t).
 2. Surrogate objective and its gradient (TRPO eq. 14, with the advantage in place of Q):
        L(theta) = mean_t[ pi_theta(a_t|s_t) / pi_old(a_t|s_t) * A_t ],   g = grad L at theta_old.
-3. Natural-gradient direction s ~= F^-1 g by ``cg_iters`` steps of conjugate gradient, where F v is the
+3. Natural-gradient direction s ~= F^-1 g by ``cg_max_steps`` steps of conjugate gradient, where F v is the
    Hessian-vector product of the mean KL(pi_old || pi_theta) at theta_old (TRPO appendix C), plus ``cg_damping`` * v,
    optionally on every ``fvp_sub_sampling``-th sample. At theta_old the KL's gradient in the distribution
    parameters z vanishes, so its Hessian is exactly J^T M J, with J = dz/dtheta and M the Hessian of the KL in z
@@ -17,14 +17,15 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
    delta = ``target_kl`` (the largest step whose quadratic KL model equals delta). With ``target_kl_schedule``
    linear, delta = target_kl_final + (target_kl - target_kl_final) * p, p = 1 - steps / total_steps the fraction
    of training left at the update (``linear_schedule``): the trust region shrinks as training ends.
-5. Backtracking line search on beta * coeff^j, j = 0 .. ``backtrack_iters`` - 1: accept the first step with
-   mean KL(pi_old || pi_new) <= delta and L(theta_new) > L(theta_old); if none passes, keep theta_old. With
-   ``npg`` the full step is taken without the search (natural policy gradient; Kakade, 2002).
+5. Backtracking line search on beta * c^j, c = ``line_search_shrinking_factor``, j = 0 .. ``line_search_max_iter``
+   - 1: accept the first step with mean KL(pi_old || pi_new) <= delta and L(theta_new) > L(theta_old); if none
+   passes, keep theta_old. With ``npg`` the full step is taken without the search (natural policy gradient; Kakade,
+   2002).
 6. Value network: ``n_critic_updates`` epochs of Adam on minibatches of mean (V(s_t) - R_t)^2. Only the value
    network's parameters are in its optimizer, so the critic never moves the policy outside the trust region
    (except through a CNN torso shared by both, ``model.share_features``, as sb3-contrib's TRPO with a shared
    features extractor: there the trust region bounds step 5 only; ``share_features=false`` keeps the guarantee).
-   With ``vf_lr_schedule`` linear, Adam's step size is vf_learning_rate * p (decays to 0, as tianshou's lr_decay).
+   With ``lr_schedule`` linear, Adam's step size is learning_rate * p (decays to 0, as tianshou's lr_decay).
 
 Defaults follow sb3-contrib's TRPO and Spinning Up (docs/algorithms/trpo.md). The J^T M J form of step 3 costs about
 a forward and a backward pass per CG iteration, where double backprop costs several (docs/benchmarks/trpo.md, "Speed").
@@ -97,7 +98,7 @@ def fisher_vector_product_fn(kl: Tensor, params: Sequence[Tensor], *, damping: f
     """v -> (F + damping * I) v, F the Hessian of the mean KL(old || new) ``kl`` at new = old (TRPO appendix C).
 
     The same products as ``pgcli.ops.autodiff.fisher_vector_product``, but grad KL (with its graph) is built once
-    here, so each call is a single backward pass through it instead of two; CG calls it up to cg_iters + 1 times.
+    here, so each call is a single backward pass through it instead of two; CG calls it up to cg_max_steps + 1 times.
 
     Args:
         kl: scalar mean KL with the old distribution detached, twice differentiable w.r.t. ``params``.
@@ -135,7 +136,7 @@ class TRPO:
         self.cfg, self.env, self.device = cfg, env, device
         policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
         self.policy, self.value = policy.to(device), value.to(device)
-        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
+        self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.learning_rate)
         self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
         self.steps = 0
         """Env steps taken (continues across a checkpoint)."""
@@ -171,7 +172,7 @@ class TRPO:
                 )
             stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
             stats |= self._critic_steps(batch, returns.flatten(), remote=critic is not None)
-            if cfg.target_kl_schedule != "constant" or cfg.vf_lr_schedule != "constant":
+            if cfg.target_kl_schedule != "constant" or cfg.lr_schedule != "constant":
                 stats |= schedule
             check_update(
                 monitor,
@@ -187,11 +188,11 @@ class TRPO:
     def _schedule(self, total_steps: int) -> dict[str, float]:
         """This update's trust-region radius and critic step size (their constants unless scheduled)."""
         cfg = self.cfg
-        target_kl, vf_lr = cfg.target_kl, cfg.vf_learning_rate
+        target_kl, vf_lr = cfg.target_kl, cfg.learning_rate
         if cfg.target_kl_schedule == "linear":
             target_kl = linear_schedule(cfg.target_kl, cfg.target_kl_final, self.steps, total_steps)
-        if cfg.vf_lr_schedule == "linear":
-            vf_lr = linear_schedule(cfg.vf_learning_rate, 0.0, self.steps, total_steps)
+        if cfg.lr_schedule == "linear":
+            vf_lr = linear_schedule(cfg.learning_rate, 0.0, self.steps, total_steps)
         return {"train/target_kl": target_kl, "train/vf_learning_rate": vf_lr}
 
     def _policy_step(self, batch: Rollout, advantages: Tensor, target_kl: float) -> dict[str, float]:
@@ -217,7 +218,9 @@ class TRPO:
             sub_new = new if cfg.fvp_sub_sampling == 1 else policy.dist_params(sub_obs)
             kl = policy.kl_of(detach_params(sub_new), sub_new).mean()
             fvp = fisher_vector_product_fn(kl, params, damping=cfg.cg_damping)
-        direction, cg_residual = conjugate_gradient(fvp, grad, n_iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
+        direction, cg_residual = conjugate_gradient(
+            fvp, grad, n_iters=cfg.cg_max_steps, residual_tol=cfg.cg_residual_tol
+        )
         s_f_s = float(direction @ fvp(direction))
         full_step = math.sqrt(2.0 * target_kl / max(s_f_s, 1e-12)) * direction  # [P]
         old_objective = -before.loss_policy.item()
@@ -238,8 +241,8 @@ class TRPO:
                 params,
                 full_step,
                 evaluate,
-                backtrack_coeff=cfg.backtrack_coeff,
-                max_backtracks=cfg.backtrack_iters,
+                backtrack_coeff=cfg.line_search_shrinking_factor,
+                max_backtracks=cfg.line_search_max_iter,
                 max_kl=target_kl,
                 old_objective=old_objective,
             )
@@ -260,8 +263,8 @@ class TRPO:
         }
 
     def _set_vf_learning_rate(self, learning_rate: float) -> None:
-        """The critic's Adam step size for this update (``vf_lr_schedule``)."""
-        if self.cfg.vf_lr_schedule != "constant":  # constant: the optimizer's own lr, untouched
+        """The critic's Adam step size for this update (``lr_schedule``)."""
+        if self.cfg.lr_schedule != "constant":  # constant: the optimizer's own lr, untouched
             for group in self.vf_optimizer.param_groups:
                 group["lr"] = learning_rate
 

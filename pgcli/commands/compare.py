@@ -32,6 +32,7 @@ from pgcli.compare.report import (
     table_rows,
 )
 from pgcli.compare.stats import GroupStats, aggregate
+from pgcli.config.renames import renamed_key, renamed_params
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.tracking.status import FINISHED
 from pgcli.training.logged import MIN_PREFIX, find_run, is_too_short
@@ -91,7 +92,8 @@ def parse_args(args: list[str]) -> argparse.Namespace:
 def main(args: list[str]) -> int:
     """Entry point of ``pgcli compare``."""
     ns = parse_args(args)
-    keys = [*BASE_KEYS, *(k for k in (k.strip() for k in ns.group_by.split(",")) if k and k not in BASE_KEYS)]
+    typed = (renamed_key(k.strip()) for k in ns.group_by.split(","))
+    keys = [*BASE_KEYS, *(k for k in typed if k and k not in BASE_KEYS)]
     if ns.n_boot < 1:
         raise ConfigError(f"--n-boot must be >= 1 (got {ns.n_boot}); typical: 2000")
     store = open_store(ns.overrides)
@@ -168,7 +170,7 @@ def load_curves(store: RunStore, records: Sequence[RunRecord], metric: str, x: s
             points = [(step, ys[step], xs[step]) for step in sorted(ys.keys() & xs.keys())]
         if points:
             columns = [np.array(v, dtype=np.float64) for v in zip(*points, strict=True)]
-            runs.append(RunCurve(record.run_id, record.params, record.tags, *columns))
+            runs.append(RunCurve(record.run_id, renamed_params(record.params), record.tags, *columns))
     return runs
 
 

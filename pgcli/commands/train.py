@@ -175,7 +175,8 @@ def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     )
     task = task_overrides(args)
     job = prepare_job(task, multirun=any(a in ("-m", "--multirun") for a in args), mode=mode)
-    args = [*args, *job.overrides[len(task) :]]  # the passes add overrides at the end
+    typed = dict(zip(task, job.overrides, strict=False))  # an old algo key renamed in place (pgcli.config.renames)
+    args = [*(typed.get(a, a) for a in args), *job.overrides[len(task) :]]  # the passes add overrides at the end
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
     return args
@@ -225,8 +226,10 @@ def print_help(overrides: list[str], *, command: str = "train", chosen: dict[str
 
     from pgcli.commands.help import train_help
     from pgcli.config.presets import stale_preset_overrides
+    from pgcli.config.renames import renamed_overrides
     from pgcli.training.checks import check_world
 
+    overrides = renamed_overrides(overrides)
     cfg = compose_dictconfig(overrides + stale_preset_overrides(overrides, multirun=False).overrides)
     check_world(to_train_config(cfg), device=False)  # a bad override gets its one-line error, not a help page
     print(train_help(Path(CONF_DIR), OmegaConf.to_yaml(cfg), command=command, chosen=chosen))

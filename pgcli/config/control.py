@@ -8,7 +8,9 @@ their values in ``__post_init__``. ``check_rollout(n_envs)`` adds the rules that
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 from pgcli.config.lm_algos import ClippedPolicyOptions, clipped_schema
@@ -247,6 +249,17 @@ class TRPOConfig:
     """Trust Region Policy Optimization (Schulman et al., 2015): natural gradient + KL line search."""
 
     name: ClassVar[str] = "trpo"
+    renamed: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "cg_iters": "cg_max_steps",
+            "backtrack_coeff": "line_search_shrinking_factor",
+            "backtrack_iters": "line_search_max_iter",
+            "vf_learning_rate": "learning_rate",
+            "vf_lr_schedule": "lr_schedule",
+        }
+    )
+    """Old key -> key now (sb3-contrib's TRPO's names, and PPO's ``lr_schedule``): still read, with a note, on the
+    command line and in runs logged before (:mod:`pgcli.config.renames`)."""
 
     n_steps: int = 2048
     """Environment steps per env per update."""
@@ -262,23 +275,24 @@ class TRPOConfig:
     """'constant' or 'linear' (delta shrinks linearly from target_kl to target_kl_final over total_steps)."""
     target_kl_final: float = 0.001
     """Trust-region radius at the end of training with target_kl_schedule=linear."""
-    cg_iters: int = 15
+    cg_max_steps: int = 15
     """Conjugate-gradient iterations for the natural-gradient direction."""
     cg_residual_tol: float = 1e-10
     """Stop CG early when the squared residual falls below this."""
     cg_damping: float = 0.1
     """Damping added to the Fisher-vector product (F + damping * I)."""
     fvp_sub_sampling: int = 1
-    """Compute Fisher-vector products on every k-th sample (openai/baselines uses 5)."""
-    backtrack_coeff: float = 0.8
+    """Compute Fisher-vector products on every k-th sample (openai/baselines uses 5; sb3_trpo's sub_sampling_factor
+    sub-samples the whole policy step instead)."""
+    line_search_shrinking_factor: float = 0.8
     """Line-search step shrink factor."""
-    backtrack_iters: int = 10
-    """Maximum line-search backtracking steps."""
+    line_search_max_iter: int = 10
+    """Maximum line-search steps tried, the full step included."""
     npg: bool = False
     """Natural policy gradient: take the trust-region step without the line search."""
-    vf_learning_rate: float = 1e-3
-    """Adam step size of the value network (initial value when vf_lr_schedule=linear)."""
-    vf_lr_schedule: str = "constant"
+    learning_rate: float = 1e-3
+    """Adam step size of the value network (initial value when lr_schedule=linear)."""
+    lr_schedule: str = "constant"
     """'constant' or 'linear' (the critic's step size decays to 0 over total_steps)."""
     critic_process: bool = False
     """Fit the value network in a second process while the policy step runs (same numbers; CPU, >= 2 CPUs only)."""
@@ -295,8 +309,8 @@ class TRPOConfig:
         _trust_region("algo.target_kl", self.target_kl)
         _choice("algo.target_kl_schedule", self.target_kl_schedule, SCHEDULES)
         _trust_region("algo.target_kl_final", self.target_kl_final)
-        require(self.cg_iters >= 1, "algo.cg_iters", self.cg_iters, ">= 1")
-        _at_most("algo.cg_iters", self.cg_iters, MAX_EPOCHS, "typical: 15")
+        require(self.cg_max_steps >= 1, "algo.cg_max_steps", self.cg_max_steps, ">= 1")
+        _at_most("algo.cg_max_steps", self.cg_max_steps, MAX_EPOCHS, "typical: 15")
         # CG stops before its first iteration when the squared gradient norm (~1e-2 on CartPole) is below the
         # tolerance: the direction is zero, the line search finds no improvement, and every update silently keeps
         # the old policy (measured: line_search_success 0 on every update at 1.0; docs/configuration.md, "Validation").
@@ -309,11 +323,11 @@ class TRPOConfig:
         )
         require(self.cg_damping >= 0, "algo.cg_damping", self.cg_damping, ">= 0", "typical: 0.1")
         require(self.fvp_sub_sampling >= 1, "algo.fvp_sub_sampling", self.fvp_sub_sampling, ">= 1")
-        _unit_open("algo.backtrack_coeff", self.backtrack_coeff, "typical: 0.8")
-        require(self.backtrack_iters >= 1, "algo.backtrack_iters", self.backtrack_iters, ">= 1")
-        _at_most("algo.backtrack_iters", self.backtrack_iters, MAX_EPOCHS, "typical: 10")
-        _learning_rate("algo.vf_learning_rate", self.vf_learning_rate, "typical: 1e-3")
-        _choice("algo.vf_lr_schedule", self.vf_lr_schedule, SCHEDULES)
+        _unit_open("algo.line_search_shrinking_factor", self.line_search_shrinking_factor, "typical: 0.8")
+        require(self.line_search_max_iter >= 1, "algo.line_search_max_iter", self.line_search_max_iter, ">= 1")
+        _at_most("algo.line_search_max_iter", self.line_search_max_iter, MAX_EPOCHS, "typical: 10")
+        _learning_rate("algo.learning_rate", self.learning_rate, "typical: 1e-3")
+        _choice("algo.lr_schedule", self.lr_schedule, SCHEDULES)
         require(self.n_critic_updates >= 1, "algo.n_critic_updates", self.n_critic_updates, ">= 1")
         _at_most("algo.n_critic_updates", self.n_critic_updates, MAX_EPOCHS, "typical: 10")
         require(self.batch_size >= 1, "algo.batch_size", self.batch_size, ">= 1")

@@ -87,6 +87,10 @@ def reference_markdown() -> str:
         for f in documented_fields(schema):
             kind = str(f.type).replace("|", "\\|")
             lines.append(f"| `{f.name}` | `{kind}` | `{_default(f)}` | {docs.get(f.name, '')} |")
+        renamed = getattr(schema, "renamed", {})
+        if renamed:  # pgcli.config.renames
+            olds = ", ".join(f"`{old}` (now `{new}`)" for old, new in renamed.items())
+            lines += ["", f"Old names, still accepted on the command line and in logged runs (with a note): {olds}."]
         lines.append("")
     lines.append(END)
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pgcli.config import ALGOS, TEXT_ENV_CONFIGS, EnvConfig, HFModelConfig, LMModelConfig, ModelConfig, TrainConfig
 from pgcli.config.pixels import CNNModelConfig
+from pgcli.config.renames import renamed_section
 from pgcli.errors import ConfigError
 
 
@@ -28,8 +29,9 @@ def train_config_from_dict(
 ) -> TrainConfig:
     """A validated :class:`TrainConfig` from a logged config (``asdict`` or ``.hydra/config.yaml``) and its algo.
 
-    The algo option picks the schema of ``algo`` (every algo section is a plain mapping once logged), the env id
-    that of ``env`` and ``model``; the logged values then pin every field, even if ``conf/`` changed since. Each of
+    The algo option picks the schema of ``algo`` (every algo section is a plain mapping once logged; a key logged
+    under an old name is read under its new one, :mod:`pgcli.config.renames`), the env id that of ``env`` and
+    ``model``; the logged values then pin every field, even if ``conf/`` changed since. Each of
     ``changes`` (``key=value``, a key the schema has) is set on top, its value converted to the field's type; every
     rule in the schemas' ``__post_init__`` runs again. Errors from ``changes`` are prefixed with ``context``.
     """
@@ -41,6 +43,8 @@ def train_config_from_dict(
 
     if algo_name not in ALGOS:
         raise ConfigError(f"logged algo {algo_name!r} is not an algo option ({', '.join(ALGOS)})")
+    if "algo" in values:  # logged before an algo key was renamed: read under its new name
+        values = {**values, "algo": renamed_section(algo_name, values["algo"])}
     schema = OmegaConf.structured(TrainConfig)
     schema.algo = OmegaConf.structured(ALGOS[algo_name].schema)
     env_id = values.get("env", {}).get("id") if isinstance(values.get("env"), Mapping) else None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgcli.config import TrainConfig
 from pgcli.config.logged import train_config_from_dict
+from pgcli.config.renames import renamed_overrides, renamed_section
 from pgcli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -255,7 +256,11 @@ class LoggedConfig:
             choices = {str(k): v for k, v in runtime["choices"].items() if not str(k).startswith("hydra/")}
         except (KeyError, TypeError, AttributeError):
             raise ConfigError(f"{context}{hydra_dir / 'hydra.yaml'} is not Hydra's record of a run") from None
-        return cls(values, choices, [str(o) for o in task or []])
+        # a run logged before an algo key was renamed is read under the key's new name (pgcli.config.renames)
+        algo = str(choices.get("algo"))
+        if "algo" in values:
+            values = {**values, "algo": renamed_section(algo, values["algo"], f"{ref}: ")}
+        return cls(values, choices, renamed_overrides([str(o) for o in task or []], [algo]))
 
     def train_config(self, changes: Sequence[str] = (), *, context: str = "") -> TrainConfig:
         """The validated :class:`TrainConfig` the run trained with, ``changes`` (``key=value``) set on top; a change

@@ -6,6 +6,8 @@ The passes (:data:`REWRITES`, then :data:`CHECKS`), in order:
 1. ``init=<run>`` carry-over: the init run's task settings and model sizes the command line leaves out
    (:func:`init_overrides`, with its ``pgcli: note:`` line);
 2. the group choices a text task or an image env implies (``env=addition`` adds ``model=tiny_gpt algo=grpo``);
+   then an algo key typed under its old name renamed in place (``algo=trpo algo.cg_iters=5`` trains with
+   ``algo.cg_max_steps=5``, :func:`pgcli.config.renames.renamed_overrides`, with its ``pgcli: note:`` line);
 3. ``~preset`` where ``env.id`` leaves its preset's env (its notice printed once every check passed);
 4. every job's config and the world's checks (:func:`pgcli.training.checks.train_config`);
 5. a sweep's own checks (``pgcli train -m``: an Optuna search, :func:`pgcli.sweeps.study.check_search`);
@@ -29,6 +31,7 @@ from pgcli.config import LMModelConfig, TextEnvConfig, TrainConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config, job_overrides, text_task_overrides
 from pgcli.config.overrides import Overrides, override_key
 from pgcli.config.presets import PresetDrop, stale_preset_overrides
+from pgcli.config.renames import renamed_overrides
 from pgcli.lm.init import ARCHITECTURE, NOT_CARRIED, InitSource, check_init, source_model
 from pgcli.lm.load import TextModelConfig
 from pgcli.training.references import locate_init
@@ -54,7 +57,8 @@ class JobDraft:
     """A job's overrides as the passes leave them, and what the passes found."""
 
     overrides: list[str]
-    """The command line's ``key=value`` overrides, with those the passes add at the end."""
+    """The command line's ``key=value`` overrides (an old algo key renamed in place), with those the passes add at
+    the end."""
     multirun: bool = False
     """``-m``: the overrides describe a sweep (each of its jobs is checked)."""
     output_dir: Path | None = None
@@ -74,6 +78,10 @@ def carry_init(job: JobDraft) -> None:
 
 def imply_groups(job: JobDraft) -> None:
     job.add(text_task_overrides(job.overrides))
+
+
+def rename_old_keys(job: JobDraft) -> None:
+    job.overrides = renamed_overrides(job.overrides)
 
 
 def drop_stale_preset(job: JobDraft) -> None:
@@ -116,8 +124,8 @@ def announce(job: JobDraft) -> None:
             print(note, file=sys.stderr, flush=True)
 
 
-REWRITES: tuple[Callable[[JobDraft], None], ...] = (carry_init, imply_groups)
-"""The passes that add overrides a command line implies."""
+REWRITES: tuple[Callable[[JobDraft], None], ...] = (carry_init, imply_groups, rename_old_keys)
+"""The passes that add the overrides a command line implies and rename the old keys it types."""
 CHECKS: tuple[Callable[[JobDraft], None], ...] = (
     drop_stale_preset,
     check_jobs,

@@ -23,6 +23,7 @@ from pgcli.config import TrainConfig
 from pgcli.config.compose import CONF_DIR, compose_train_config
 from pgcli.config.labels import applied_preset, env_label
 from pgcli.config.overrides import override_key
+from pgcli.config.renames import renamed_overrides
 from pgcli.errors import ConfigError
 from pgcli.tracking.status import FINISHED
 from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
@@ -84,7 +85,8 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     assert run.run_dir is not None  # locate_run found it on this machine
     logged = run.logged_config(context="resume: ")
     # the run's own overrides, repeated as they were (the command that started it, with resume= added), change nothing
-    changes = resume_changes([o for o in overrides if o not in logged.overrides])
+    # (an old algo key in either is read under its new name: pgcli.config.renames)
+    changes = resume_changes([o for o in renamed_overrides(overrides, [logged.algo]) if o not in logged.overrides])
     # The store the run is in, whatever the current directory or $MLFLOW_TRACKING_URI.
     uri = [f"tracking.uri={run.store.uri}"] if run.store is not None else []
     cfg = check_world(logged.train_config([*changes, *uri], context="resume: "))

@@ -22,7 +22,13 @@ COMMON = ["env.n_envs=2", "algo.n_steps=64", "env.max_episode_steps=400", "check
 checkpoint at 256 and the evaluations are short; 42x42 frames (the Nature CNN still), a quarter of the convolutions'
 work."""
 CASES = {
-    "trpo-breakout": ["algo=trpo", "env=breakout", "algo.n_critic_updates=1", "algo.batch_size=128", "algo.cg_iters=5"],
+    "trpo-breakout": [
+        "algo=trpo",
+        "env=breakout",
+        "algo.n_critic_updates=1",
+        "algo.batch_size=128",
+        "algo.cg_max_steps=5",
+    ],
     "sb3_ppo-pong": ["algo=ppo", "env=pong", "~preset", "algo.batch_size=64", "algo.n_epochs=1"],
 }
 

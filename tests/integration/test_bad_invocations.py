@@ -71,7 +71,7 @@ CONFIG_CASES: list[tuple[str, str]] = [
     # absurd values
     ("algo.learning_rate=1e300", "algo.learning_rate must be <= 1"),
     ("algo=a2c algo.learning_rate=2", "algo.learning_rate must be <= 1"),
-    ("algo=trpo algo.vf_learning_rate=10", "algo.vf_learning_rate must be <= 1"),
+    ("algo=trpo algo.learning_rate=10", "algo.learning_rate must be <= 1"),
     ("total_steps=10000000000000", "total_steps must be <= 1e+12"),
     ("env.n_envs=5000", "env.n_envs must be <= 1024"),
     ("algo.n_epochs=100000", "algo.n_epochs must be <= 1000"),

@@ -75,7 +75,7 @@ def test_train_help_shows_the_config_the_given_overrides_compose_to(workdir: Pat
     proc = run_pgcli(["train", "algo=trpo", "env=hopper", "--help"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     config = proc.stdout.split("== Config (")[1]
-    assert "target_kl: 0.01" in config and "id: Hopper-v5" in config and "cg_iters: 25" in config  # zoo preset
+    assert "target_kl: 0.01" in config and "id: Hopper-v5" in config and "cg_max_steps: 25" in config  # zoo preset
     bad = run_pgcli(["train", "algo=trpoo", "--help"], cwd=workdir)
     assert bad.returncode == 2 and bad.stderr.startswith("pgcli: error: unknown algo option 'trpoo'")
     assert "Traceback" not in bad.stderr and bad.stdout == ""

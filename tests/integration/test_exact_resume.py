@@ -39,12 +39,12 @@ CASES = {
     "trpo-pendulum": (TRPO, TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32), "Pendulum-v1"),
     "trpo_scheduled-pendulum": (
         TRPO,
-        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, target_kl_schedule="linear", vf_lr_schedule="linear"),
+        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, target_kl_schedule="linear", lr_schedule="linear"),
         "Pendulum-v1",
     ),
     "trpo_critic_process-pendulum": (  # the critic fitted in a second process (scheduled step size included)
         TRPO,
-        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, vf_lr_schedule="linear", critic_process=True),
+        TRPOConfig(n_steps=64, n_critic_updates=2, batch_size=32, lr_schedule="linear", critic_process=True),
         "Pendulum-v1",
     ),
     "vpg-cartpole": (VPG, VPGConfig(n_steps=64, n_critic_updates=2, batch_size=32), "CartPole-v1"),
@@ -228,7 +228,7 @@ FRAMES = {"noop_max": 0, "frame_skip": 1, "screen_size": 0, "grayscale": False, 
 def build_on_frames(env_id: str, seed: int) -> TRPO:
     seed_everything(seed)
     env = make_vec_env(EnvConfig(id=env_id, n_envs=N_ENVS, pixels=PixelsConfig(**FRAMES)), seed=seed)  # type: ignore[arg-type]
-    cfg = TRPOConfig(n_steps=32, n_critic_updates=2, batch_size=32, cg_iters=5)
+    cfg = TRPOConfig(n_steps=32, n_critic_updates=2, batch_size=32, cg_max_steps=5)
     return TRPO(cfg, env=env, model=CNNModelConfig(pi_hidden_sizes=[16]), seed=seed, device=CPU)
 
 

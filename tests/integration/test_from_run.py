@@ -58,7 +58,7 @@ def test_from_run_dir_with_overrides_on_top(source):
     params = new.data.params
     assert params["seed"] == "4" and params["algo.target_kl"] == "0.02"  # the overrides
     assert params["algo.n_steps"] == "64" and params["env.n_envs"] == "4"  # the source's own overrides, kept
-    assert params["algo.cg_iters"] == run.data.params["algo.cg_iters"]  # its preset values, not the defaults
+    assert params["algo.cg_max_steps"] == run.data.params["algo.cg_max_steps"]  # its preset values, not the defaults
     assert new.data.tags["source_run_id"] == run.info.run_id  # found by its run directory
     assert new.data.tags["source_config"] == run_dir
 

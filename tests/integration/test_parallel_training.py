@@ -26,7 +26,7 @@ from tests.conftest import Store, busy_cores, cli_env
 
 # the Hopper preset (2 envs x 1024 steps, normalised) cut to 3 updates with an evaluation after each
 TINY = ["algo=trpo", "env=hopper", "total_steps=6144", "eval.every=2048", "eval.episodes=2", "algo.n_critic_updates=2",
-        "algo.cg_iters=5", "tracking=off", "progress=false", "checkpoint_every=4096", "seed=3"]  # fmt: skip
+        "algo.cg_max_steps=5", "tracking=off", "progress=false", "checkpoint_every=4096", "seed=3"]  # fmt: skip
 
 
 def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:

@@ -42,7 +42,7 @@ def test_ppo_trains_on_an_image_env_and_lands_finished(
 
 
 OWN = {
-    "trpo": ["algo.n_steps=64", "algo.n_critic_updates=1", "algo.batch_size=128", "algo.cg_iters=5"],
+    "trpo": ["algo.n_steps=64", "algo.n_critic_updates=1", "algo.batch_size=128", "algo.cg_max_steps=5"],
     "vpg": ["algo.n_steps=64", "algo.n_critic_updates=1", "algo.batch_size=128"],
     "ppo_kl": ["algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=128"],
     "grpo": ["algo.group_size=4", "algo.n_groups=1", "algo.batch_size=4", "algo.n_iterations=1"],

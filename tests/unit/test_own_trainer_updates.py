@@ -67,7 +67,7 @@ def test_trpo_accepted_steps_stay_inside_the_trust_region():
 
 
 def test_trpo_line_search_failure_restores_the_policy_bit_for_bit(monkeypatch):
-    trpo = make(TRPO, TRPOConfig(n_steps=128, backtrack_iters=4, n_critic_updates=1))
+    trpo = make(TRPO, TRPOConfig(n_steps=128, line_search_max_iter=4, n_critic_updates=1))
     kl_of = trpo.policy.kl_of
     # every candidate's KL is over the radius; the constant leaves the gradients, hence CG and the step, unchanged
     monkeypatch.setattr(trpo.policy, "kl_of", lambda old, new: kl_of(old, new) + 1.0)
@@ -205,7 +205,7 @@ def test_trpo_schedule_with_equal_ends_is_bit_identical_to_constant():
 
 
 def test_trpo_critic_step_size_decays_linearly_to_zero():
-    trpo = make(TRPO, TRPOConfig(n_steps=128, vf_learning_rate=1e-3, vf_lr_schedule="linear", n_critic_updates=1))
+    trpo = make(TRPO, TRPOConfig(n_steps=128, learning_rate=1e-3, lr_schedule="linear", n_critic_updates=1))
     monitor = RecordingMonitor()
     trpo.learn(4 * 256, monitor)
     assert [u["train/vf_learning_rate"] for u in monitor.updates] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])

@@ -63,6 +63,24 @@ def test_a_stale_preset_is_dropped_the_same_both_ways(tmp_path, monkeypatch, cap
     assert cli_err == job_err == notice + "CartPole-v1) is not applied; env=acrobot has this env's own settings\n"
 
 
+def test_an_old_key_is_renamed_in_place_the_same_both_ways(tmp_path, monkeypatch, capsys):
+    from pgcli.config import renames
+
+    typed = ["algo=trpo", "env=cartpole", "algo.cg_iters=5", "tracking=off"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(renames, "_NOTED", set())
+    cli = checked_args(["-m", *typed])
+    cli_err = capsys.readouterr().err
+    monkeypatch.setattr(renames, "_NOTED", set())
+    trained = []
+    monkeypatch.setattr(job_module, "train", lambda cfg, ctx: trained.append(cfg))
+    job_module.run_job(typed, output_dir=tmp_path / "job")
+    renamed = ["algo=trpo", "env=cartpole", "algo.cg_max_steps=5", "tracking=off"]
+    assert cli == ["-m", *renamed] and trained[0].algo.cg_max_steps == 5
+    note = "pgcli: note: algo.cg_iters is now algo.cg_max_steps (SB3's vocabulary); the old name still works"
+    assert cli_err.splitlines()[0] == note and capsys.readouterr().err.splitlines() == [note]
+
+
 def test_a_bad_value_stops_both_ways_with_the_same_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for prepare in (checked_args, lambda typed: job_module.run_job(typed, output_dir=tmp_path / "job")):
@@ -74,6 +92,7 @@ def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypa
     assert [p.__name__ for p in (*REWRITES, *CHECKS)] == [
         "carry_init",
         "imply_groups",
+        "rename_old_keys",
         "drop_stale_preset",
         "check_jobs",
         "check_sweep",
