@@ -18,9 +18,9 @@ ids and EOS), so a built-in task exported as rows trains exactly as the task doe
 row under ``env.system_prompt`` (a system message, then the prompt as the user turn: the prompt RL on the same rows
 reads, :func:`pgcli.lm.dataset_task.render_prompt`), is a conversation.
 
-TinyGPT on rows reads a character vocabulary built from the data (:func:`data_vocab_chars`: every character of every
-string in the rows, plus the plain rendering's). Rows are read lazily from the Arrow table, a batch at a time;
-:func:`check_rows` (the checks before a run) reads every row once and refuses, in one line, what would fail later.
+TinyGPT on rows reads a character vocabulary built from the data (:func:`rows_vocab`: the characters of the columns
+the command reads, plus the plain rendering's for conversations), or an ``init=`` model's. Rows are read lazily from
+the Arrow table, a batch at a time; :func:`check_rows` (the checks before a run) reads every row once and refuses, in one line, what would fail later.
 """
 
 from __future__ import annotations
@@ -92,21 +92,11 @@ class EncodedPair:
     rejected: list[int]
 
 
-def data_vocab_chars(splits: Splits, system_prompt: str | None = None) -> str:
-    """TinyGPT's characters on ``env=dataset``: every character of every string value (messages' roles and contents
-    too) of the training and held-out rows, the plain rendering's and ``env.system_prompt``'s (with its role's),
-    sorted by code point."""
-    chars: set[str] = set(PLAIN_CHARS) | (set() if system_prompt is None else set(SYSTEM + system_prompt))
-    for rows in (splits.train, splits.held_out):
-        for column in rows.column_names:
-            for batch in rows.iter(batch_size=4096):
-                _collect_chars(batch[column], chars)
-    return "".join(sorted(chars))
-
-
 def _collect_chars(value: Any, chars: set[str]) -> None:
     if isinstance(value, str):
         chars.update(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):  # a csv number, read as its text
+        chars.update(str(value))
     elif isinstance(value, Mapping):
         for item in value.values():
             _collect_chars(item, chars)
@@ -117,8 +107,8 @@ def _collect_chars(value: Any, chars: set[str]) -> None:
 
 def rows_vocab(env: DatasetEnvConfig, splits: Splits, model: TextModel, recorded: str | None = None) -> Vocab:
     """The vocabulary a model reads the rows in: its tokenizer (``model=hf``), or TinyGPT's characters: ``recorded``
-    (an ``init=`` model's: its token ids) when the rows need no other character, else the data's
-    (:func:`data_vocab_chars`).
+    (an ``init=`` model's: its token ids) when the rows need no other character, else the sorted characters of the
+    columns the command reads (and the plain rendering's, for conversations).
 
     Raises:
         ConfigError: a row holds a character outside ``recorded``.
@@ -129,9 +119,10 @@ def rows_vocab(env: DatasetEnvConfig, splits: Splits, model: TextModel, recorded
         return load_tokenizer(model)
     from pgcli.lm.tasks import CharVocab
 
+    needed = _needed_chars(env, splits)
     if recorded is None:
-        return CharVocab(data_vocab_chars(splits, env.system_prompt))
-    outside = sorted(_needed_chars(env, splits) - set(recorded))
+        return CharVocab("".join(sorted(needed)))
+    outside = sorted(needed - set(recorded))
     if outside:
         raise ConfigError(
             f"env.path={env.path}: the rows have the character {outside[0]!r}, outside the vocabulary of the init "

@@ -471,7 +471,7 @@ def make_dataset_task(
     splits, profile = rows_and_profile(env, vocab, render)
     chars = None
     if vocab is None:
-        chars = _char_vocabulary(env, splits, profile, recorded.vocab)
+        chars = _char_vocabulary(env, profile, recorded.vocab)
         vocab = CharVocab(chars)
     lengths = check_lengths(env, model, splits, profile)
     reward_set = reward_set_of(env, splits.columns)
@@ -504,14 +504,10 @@ def reward_set_of(env: DatasetEnvConfig, columns: Sequence[str]) -> RewardSet:
     )
 
 
-def _char_vocabulary(env: DatasetEnvConfig, splits: Splits, profile: Profile, recorded: str | None) -> str:
-    """TinyGPT's characters: the rows' (:func:`pgcli.lm.dataset_rows.data_vocab_chars`, the one vocabulary of a
-    dataset, so SFT, reward models and RL on the same rows share their ids), or ``recorded`` (an earlier run's) when
-    every row's character is in it."""
+def _char_vocabulary(env: DatasetEnvConfig, profile: Profile, recorded: str | None) -> str:
+    """TinyGPT's characters: the rows', or ``recorded`` (an earlier run's) when every row's character is in it."""
     if recorded is None:
-        from pgcli.lm.dataset_rows import data_vocab_chars
-
-        return "".join(sorted(set(data_vocab_chars(splits, env.system_prompt)) | set(profile.chars)))
+        return profile.chars
     outside = [c for c in profile.chars if c not in recorded]
     if outside:
         which, index = profile.first_row[outside[0]]

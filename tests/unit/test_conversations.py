@@ -11,7 +11,7 @@ import pytest
 from pgcli.config import DatasetEnvConfig, LMModelConfig, RMConfig, SFTConfig
 from pgcli.errors import ConfigError
 from pgcli.lm.conversations import as_messages, render_conversation, with_system
-from pgcli.lm.dataset_rows import DemoRows, Example, PreferenceRows, check_rows, data_vocab_chars
+from pgcli.lm.dataset_rows import DemoRows, Example, PreferenceRows, check_rows, rows_vocab
 from pgcli.lm.datasets import load_splits
 from pgcli.lm.tasks import CharVocab
 
@@ -110,13 +110,14 @@ def test_string_rows_encode_as_the_built_in_demonstrations(tmp_path: Path):
     rows = [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(10)]
     env = _env(_write(tmp_path / "d.jsonl", rows))
     splits = load_splits(env)
-    vocab = CharVocab(data_vocab_chars(splits))
+    vocab = rows_vocab(env, splits, LMModelConfig())
+    assert isinstance(vocab, CharVocab)
     demos = DemoRows(env, vocab, splits)
     (example,) = demos.train_examples([0])
     row = splits.train[0]
     assert example.ids == [*vocab.encode_prompt(row["prompt"]), *vocab.encode(row["completion"]), vocab.eos_id]
     assert example.start == len(row["prompt"]) + 1 and all(example.trained[example.start :])
-    assert set("0123456789+=") <= set(vocab.chars) and set(": \nassistant") <= set(vocab.chars)
+    assert vocab.chars == "+0123456789="  # the columns' characters: a string row has no role text
 
 
 def test_rows_with_neither_completion_nor_messages_name_the_columns_there_are(tmp_path: Path):
@@ -130,7 +131,7 @@ def test_preference_rows_with_chosen_equal_to_rejected_are_counted_and_skipped(t
     rows = [{"chosen": f"{i}+", "rejected": f"{i}-" if i % 3 else f"{i}+"} for i in range(12)]
     env = _env(_write(tmp_path / "p.jsonl", rows), shuffle=False, eval_path=str(_write(tmp_path / "e.jsonl", rows)))
     splits = load_splits(env)
-    pairs = PreferenceRows(env, CharVocab(data_vocab_chars(splits)), splits)
+    pairs = PreferenceRows(env, rows_vocab(env, splits, LMModelConfig()), splits)
     assert (pairs.n_equal, pairs.n_train) == (4, 8)
     assert "4 with chosen equal to rejected skipped" in pairs.describe()
     (first,) = pairs.train_pairs([0])  # row 1: the first distinct one
@@ -162,7 +163,8 @@ def test_a_system_prompt_makes_a_string_row_a_conversation_and_numbers_read_as_t
     rows = [{"prompt": f"{i}+1", "completion": i + 1} for i in range(10)]  # a csv column of numbers reads as ints
     env = _env(_write(tmp_path / "d.jsonl", rows), system_prompt="add")
     splits = load_splits(env)
-    vocab = CharVocab(data_vocab_chars(splits, "add"))
+    vocab = rows_vocab(env, splits, LMModelConfig())
+    assert isinstance(vocab, CharVocab) and set(": \nassistantuserystem") <= set(vocab.chars)  # a conversation
     (example,) = DemoRows(env, vocab, splits).train_examples([0])
     row = splits.train[0]
     turns = [
