@@ -20,7 +20,8 @@ reads, :func:`pgcli.lm.dataset_task.render_prompt`), is a conversation.
 
 TinyGPT on rows reads a character vocabulary built from the data (:func:`rows_vocab`: the characters of the columns
 the command reads, plus the plain rendering's for conversations), or an ``init=`` model's. Rows are read lazily from
-the Arrow table, a batch at a time; :func:`check_rows` (the checks before a run) reads every row once and refuses, in one line, what would fail later.
+the Arrow table, a batch at a time; :func:`check_rows` (the checks before a run) reads every row once and refuses,
+in one line, what would fail later.
 """
 
 from __future__ import annotations
