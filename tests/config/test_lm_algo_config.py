@@ -193,3 +193,11 @@ def test_a_clipped_schema_placed_after_no_field_of_its_own_is_refused():
         @clipped_schema(typo="beta")
         class Bad(ClippedPolicyOptions):
             own: int = 1
+
+
+def test_grpo_on_rows_takes_the_text_defaults_of_grpo_addition():
+    # env=dataset from an SFT model: the control defaults (lr 3e-4, 4 epochs of 8, no KL) wreck it within updates
+    rows = Path(__file__).parent.parent / "data" / "sums.jsonl"
+    on_rows = compose_train_config(["algo=grpo", "env=dataset", f"env.path={rows}"]).algo
+    assert on_rows == compose_train_config(["algo=grpo", "env=addition"]).algo
+    assert on_rows != compose_train_config(["algo=grpo", "env=dataset", f"env.path={rows}", "~preset"]).algo
