@@ -8,7 +8,9 @@ directories under benchmarks/results/lm_dataset/runs/, ignored by git), every st
 - ``fidelity``: per seed, the built-in chain of benchmarks/lm_grpo.py (``pgcli sft env=addition env.n_digits=2
   total_steps=19200`` then ``pgcli train algo=grpo init=<sft> total_steps=25600``) against the same chain on rows
   written by ``pgcli data export env=addition env.n_digits=2`` (``env=dataset env.path=train.jsonl
-  env.eval_path=eval.jsonl``: the same held-out problems). Pass: mean held-out accuracy within +-0.03.
+  env.eval_path=eval.jsonl``: the same held-out problems). Pass: mean held-out accuracy within +-0.03. With
+  ``--same-init``: GRPO on the rows from each seed's built-in SFT model (the same weights and token ids), the RL path
+  alone.
 - ``words``: two-step arithmetic word problems in GSM8K's format (:func:`word_problems`, a few thousand rows): SFT on
   the worked solutions, then ``algo=grpo env.reward=math`` from the SFT model; the held-out accuracy gain over SFT
   (target >= +0.10), final / last-5 / best.
@@ -104,6 +106,19 @@ def fidelity(args: argparse.Namespace) -> None:
     every = f"eval.every={GRPO_COMPLETIONS // N_EVALS}"
     for seed in args.seeds:
         common = [f"seed={seed}", "checkpoint_every=0"]
+        budget = [f"total_steps={GRPO_COMPLETIONS}", every]
+        if args.same_init:  # GRPO on the rows from the built-in SFT model: the RL path alone, the same weights and ids
+            sft = json.loads((RESULTS / f"fidelity_builtin_sft_s{seed}.json").read_text())
+            _run(
+                f"fidelity_sameinit_grpo_s{seed}",
+                "train",
+                ["algo=grpo", *data, "env.reward=exact", f"init={sft['run_dir']}", *budget, *common],
+                args.force,
+                seed=seed,
+                path="dataset rows, built-in SFT model",
+                sft_accuracy=sft["accuracy"],
+            )
+            continue
         for label, task in (("builtin", ["env=addition", "env.n_digits=2"]), ("dataset", [*data, "env.reward=exact"])):
             sft = _run(
                 f"fidelity_{label}_sft_s{seed}",
@@ -281,7 +296,7 @@ def report(args: argparse.Namespace) -> None:
                 f"| {n:,} | {speed['pg']:,.0f} | {speed['ds']:,.0f} | {ratio:.2f} | "
                 f"{max(r['rss_mib'] for r in pg):.0f} MiB | {max(r['rss_mib'] for r in ds):.0f} MiB |"
             )
-    for prefix in ("fidelity_builtin", "fidelity_dataset", "words"):
+    for prefix in ("fidelity_builtin", "fidelity_dataset", "fidelity_sameinit", "words"):
         runs = sorted(RESULTS.glob(f"{prefix}_*grpo_s*.json"))
         if not runs:
             continue
@@ -303,6 +318,8 @@ def main() -> None:
         p = sub.add_parser(name)
         p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
         p.add_argument("--force", action="store_true")
+        if name == "fidelity":
+            p.add_argument("--same-init", action="store_true", help="GRPO on the rows from the built-in SFT runs")
         if name == "words":
             p.add_argument("--n-rows", type=int, default=4000)
             p.add_argument("--sft-demos", type=int, default=32_000)
