@@ -27,6 +27,7 @@ from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
     CompletionBatch,
     SamplingSettings,
+    batch_prompts,
     generator_state,
     load_text_trainer,
     rollout_stats,
@@ -186,24 +187,28 @@ class TextRLTrainer(Generic[Cfg]):
         """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
         (all) under `model` at the sampling temperature."""
         cols = slice(None) if width is None else slice(0, width)
+        prompt_tokens, prompt_mask, prompt_index = batch_prompts(batch, rows)
         return completion_logprobs(
             model,
-            batch.prompt_tokens[rows],
-            batch.prompt_mask[rows],
+            prompt_tokens,
+            prompt_mask,
             batch.tokens[rows, cols],
             batch.mask[rows, cols].bool(),
             temperature=self.temperature,
+            prompt_index=prompt_index,
         )
 
-    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
-        """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at
-        once), concatenated: [B, C]."""
-        rows = torch.arange(len(batch.rewards), device=self.device)
+    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor], rows: Tensor | None = None) -> Tensor:
+        """`score(chunk)` [B', C] for completions `rows` [R] of `batch` (None: all), `model.micro_batch` rows at a
+        time (0: all at once), concatenated: [R, C]."""
+        if rows is None:
+            rows = torch.arange(len(batch.rewards), device=self.device)
         return torch.cat([score(chunk) for chunk in micro_batches(rows, self.micro_batch)])
 
-    def _batch_logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
-        """log pi(o_t | q, o_<t) [B, C] of every sampled token under `model`, by micro-batches."""
-        return self._by_rows(batch, lambda rows: self._logprobs(model, batch, rows)[0])
+    def _batch_logprobs(self, model: CausalLM, batch: CompletionBatch, rows: Tensor | None = None) -> Tensor:
+        """log pi(o_t | q, o_<t) [R, C] of the sampled tokens of completions `rows` [R] (None: all) under `model`, by
+        micro-batches."""
+        return self._by_rows(batch, lambda chunk: self._logprobs(model, batch, chunk)[0], rows)
 
     def save(self, path: Path) -> Path:
         """``model.pt`` (`_modules`: the networks and optimizers), ``policy.pt`` and ``state.json`` (completions so
