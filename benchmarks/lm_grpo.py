@@ -237,7 +237,7 @@ def speed(args: argparse.Namespace) -> None:
     result: dict[str, Any] = {
         "kind": "speed",
         "init": args.init,
-        "base": base_sha,
+        "base_commit": base_sha,
         "rounds": args.rounds,
         "updates_per_round": args.updates,
         "load_before": load_before,

@@ -127,6 +127,10 @@ POLICY_LOSSES: dict[type, Callable[..., PolicyLoss]] = {
 """The clipped surrogate of each algo config: token ratios, or GSPO's sequence ratio."""
 
 
+STEP_STATS = ("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "approx_kl")
+"""A minibatch step's metrics (``train/<name>``, averaged over the update's steps), besides ``grad_norm``."""
+
+
 class TokenLoss(NamedTuple):
     """The loss terms on a minibatch (summed by the update) and its diagnostics; on a micro-batch with the
     minibatch's `BatchTotals`, each its share of the minibatch's."""
@@ -138,6 +142,8 @@ class TokenLoss(NamedTuple):
     """Mean per-token k3 KL to the reference (nan when beta = 0), whatever the estimator in the loss."""
     entropy: float
     clip_fraction: float
+    approx_kl: float
+    """Mean per-token k3 KL(old || pi_theta) before the step (SB3's and CleanRL's `approx_kl`, verl's `ppo_kl`)."""
     logp: Tensor
     """[B', C'] log pi_theta of the rows' sampled tokens in their first C' columns, detached."""
 
@@ -192,6 +198,7 @@ def token_loss(
         kl_ref=kl_ref,
         entropy=float(masked_mean(entropy.detach(), mask, totals=totals)),
         clip_fraction=policy_loss.clip_fraction,
+        approx_kl=float(masked_mean(k3_kl(old_logp, logp.detach()), mask, totals=totals)),
         logp=logp.detach(),
     )
 
@@ -234,7 +241,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
         advantages = self._advantages(batch, old_logp, ref_logp)  # [B, C]
 
-        totals = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
+        totals = dict.fromkeys((*STEP_STATS, "grad_norm"), 0.0)
         n_minibatches = 0
         self.policy.train()
         for epoch in range(cfg.n_iterations):  # mu policy updates per batch
@@ -253,11 +260,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         interval = cfg.ref_update_interval if isinstance(cfg, GRPOConfig) else 0
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
             self.reference.load_state_dict(self.policy.state_dict())
-        with torch.no_grad():  # KL(old || new) over the whole update: k3 on the sampled tokens
-            new_logp = self._batch_logprobs(self.policy, batch)
-            approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], batch.mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
-        stats["train/approx_kl"] = approx_kl
         if self.reference is None:
             del stats["train/kl_ref"]
         return stats
@@ -276,10 +279,9 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         forward/backward passes `model.micro_batch` completions at a time (0: all at once), the gradients
         accumulated, each pass's loss its share of the minibatch's (docs/lm.md, "Memory"); then one clip and one
         step. `on_policy`: the policy is still the sampling one, so these rows' pi_old is their own log-probs,
-        written into `old_logp` for the diagnostics. Returns the minibatch's loss terms, diagnostics and gradient
-        norm."""
+        written into `old_logp` for later epochs. Returns the minibatch's loss terms, diagnostics and gradient norm."""
         totals = None if self.micro_batch == 0 else batch_totals(batch.mask[mb])
-        stats = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
+        stats = dict.fromkeys(STEP_STATS, 0.0)
         self.optimizer.zero_grad(set_to_none=True)
         for rows in micro_batches(mb, self.micro_batch):
             out = token_loss(
@@ -303,6 +305,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
             stats["entropy"] += out.entropy
             stats["kl_ref"] += out.kl_ref
             stats["clip_fraction"] += out.clip_fraction
+            stats["approx_kl"] += out.approx_kl
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm))
         self.optimizer.step()
         return stats

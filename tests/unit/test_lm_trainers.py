@@ -436,7 +436,7 @@ def test_the_first_minibatch_reads_pi_old_from_its_own_forward_pass(algo, on_pol
     assert on_policy == (on_policy_rows > 0)
     policy_rows = [rows for is_policy, rows, after in passes if is_policy and not after]
     assert len(policy_rows) == 1 and len(policy_rows[0]) == 16 - on_policy_rows
-    if on_policy_rows:
-        assert set(policy_rows[0].tolist()) == set(second.tolist())
+    if on_policy_rows:  # the pass covers exactly the rows the first step does not
+        assert set(policy_rows[0].tolist()) == set(second.tolist()) and len(first) == on_policy_rows
     mask = batch.mask.bool()
     assert torch.allclose(old_logp[mask], expected[mask], atol=1e-5)  # after the update: every row filled
