@@ -211,6 +211,20 @@ class TextRLTrainer(Generic[Cfg]):
         micro-batches."""
         return self._by_rows(batch, lambda chunk: self._logprobs(model, batch, chunk)[0], rows)
 
+    def _old_logprobs(self, batch: CompletionBatch, own: Tensor | None = None) -> Tensor:
+        """log pi_old [B, C] of every sampled token: the sampler's (``CompletionBatch.logprobs``), else one no-grad
+        pass over every completion but `own` [R] (those whose first step reads pi_old from its own forward pass: 0.0
+        until it does)."""
+        if batch.logprobs is not None:
+            return batch.logprobs
+        old = torch.zeros_like(batch.mask)
+        rest = torch.arange(len(batch.rewards), device=self.device)
+        if own is not None:
+            rest = rest[~torch.isin(rest, own)]
+        if len(rest):
+            old[rest] = self._batch_logprobs(self.policy, batch, rest)
+        return old
+
     def save(self, path: Path) -> Path:
         """``model.pt`` (`_modules`: the networks and optimizers), ``policy.pt`` and ``state.json`` (completions so
         far, updates, the prompt and sampling generators, the process RNGs); see `pgcli.algo.lm_rollout`."""

@@ -227,17 +227,13 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         if len(rows) == 0:
             return stats
         first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
-        # The first step's minibatch reads pi_old as its own log-probs (the policy has not changed since sampling),
-        # unless the advantages read pi_old of every completion first (the KL in the reward).
-        on_policy = (
-            first_epoch[0][:0] if isinstance(cfg, KL_IN_REWARD) and self.reference is not None else first_epoch[0]
-        )
-        with torch.no_grad():  # one pass each (by micro-batches), the reference's and the policy's on the rest
+        # Without the sampler's log-probs, the first step's minibatch reads pi_old from its own forward pass (the
+        # policy has not changed since sampling), unless the advantages read pi_old of every completion first.
+        reads_old = isinstance(cfg, KL_IN_REWARD) and self.reference is not None  # the KL in the reward
+        own = first_epoch[0] if batch.logprobs is None and not reads_old else first_epoch[0][:0]
+        with torch.no_grad():  # one pass each (by micro-batches)
             ref_logp = None if self.reference is None else self._batch_logprobs(self.reference, batch)
-            old_logp = torch.zeros_like(batch.mask)
-            rest = rows[~torch.isin(rows, on_policy)]
-            if len(rest):
-                old_logp[rest] = self._batch_logprobs(self.policy, batch, rest)
+            old_logp = self._old_logprobs(batch, own)
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
         advantages = self._advantages(batch, old_logp, ref_logp)  # [B, C]
 
@@ -249,7 +245,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
                 first_epoch if epoch == 0 else rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
             )
             for mb in order:
-                fresh = n_minibatches == 0 and len(on_policy) > 0
+                fresh = n_minibatches == 0 and len(own) > 0
                 step = self._policy_step(
                     batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, on_policy=fresh
                 )

@@ -73,6 +73,9 @@ class CompletionBatch(NamedTuple):
     the trajectory's. None: each row is a whole completion."""
     reward_parts: Mapping[str, Tensor] = MappingProxyType({})
     """Each term of a reward of several (``TextTask.score``): [B] float unweighted values by name; empty for one."""
+    logprobs: Tensor | None = None
+    """[B, C] log pi_old of the sampled tokens as the sampler computed them, where that is the forward pass's function
+    (``CausalLM.sampler_logprobs``); else None."""
     prompt_ids: Tensor | None = None
     """[B] long: rows with the same id have the same prompt (`sample_completions`: the group), so a forward pass may
     run it once (`batch_prompts`). None: no prompt is known to be shared."""
@@ -133,6 +136,7 @@ def sample_completions(
         group_ids=group_ids,
         sample_seconds=seconds,
         reward_parts={name: torch.tensor(v, dtype=torch.float32, device=device) for name, v in parts.items()},
+        logprobs=out.logprobs if policy.sampler_logprobs else None,
         prompt_ids=group_ids,
     )
 

@@ -115,6 +115,9 @@ class CausalLM(nn.Module):
     """Width D of :meth:`hidden`'s output (what a value head reads)."""
     logprob_chunk: int | None = None
     """Completion positions per chunk in :func:`completion_logprobs` (None: all at once; large vocabularies chunk)."""
+    sampler_logprobs: bool = False
+    """:func:`generate`'s log-probs of the sampled tokens are :func:`completion_logprobs`' function (the same
+    precision, and the same in training mode: no dropout), so a trainer may take them as pi_old's."""
 
     def hidden(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
         """Final hidden states [B, t, D] of ``tokens`` [B, t] with real-token ``mask`` [B, t]."""
@@ -151,6 +154,8 @@ class CausalLM(nn.Module):
 
 class TinyGPT(CausalLM):
     """Causal transformer over a character vocabulary (module docstring)."""
+
+    sampler_logprobs = True
 
     def __init__(self, sizes: TinyGPTSizes) -> None:
         super().__init__()
@@ -256,6 +261,9 @@ class Generation(NamedTuple):
     """[B, C] long: sampled tokens, PAD after each row's EOS."""
     mask: Tensor
     """[B, C] bool: True for sampled tokens up to and including EOS."""
+    logprobs: Tensor
+    """[B, C] float32: log softmax(logits / temperature) of each sampled token (temperature 0: 1, top-p aside), what
+    :func:`completion_logprobs` gives for it up to float32 summation order; 0.0 on padding."""
 
 
 def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
@@ -304,17 +312,19 @@ def generate(
     cache = model.new_cache(b, p + max_new_tokens)
     logits = model(prompt_tokens, prompt_mask, cache)[:, -1]  # [B, V]
     done = torch.zeros(b, dtype=torch.bool, device=prompt_tokens.device)
-    tokens, masks = [], []
+    tokens, masks, logprobs = [], [], []
     for _ in range(max_new_tokens):
         alive = ~done  # [B]: rows still generating sample a real token this step
         nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
+        logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, V]
+        logprobs.append(logp.gather(-1, nxt[:, None]).squeeze(-1).masked_fill(done, 0.0))
         tokens.append(nxt)
         masks.append(alive)
         done = done | torch.isin(nxt, stops)
         if bool(done.all()):
             break
         logits = model(nxt[:, None], alive[:, None], cache)[:, -1]
-    return Generation(torch.stack(tokens, 1), torch.stack(masks, 1))
+    return Generation(torch.stack(tokens, 1), torch.stack(masks, 1), torch.stack(logprobs, 1))
 
 
 def completion_logprobs(

@@ -213,3 +213,25 @@ def test_one_token_completions_read_only_the_prompt():
     logp, _ = completion_logprobs(model, prompt, mask, completion, completion != 0, prompt_index=torch.arange(3))
     full, _ = completion_logprobs(model, prompt, mask, completion, completion != 0)
     assert torch.allclose(logp, full, atol=1e-5)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.8, 1.0), (1.3, 0.7), (0.0, 1.0)])
+def test_generation_logprobs_are_those_of_a_forward_pass(temperature, top_p):
+    """What trainers take as pi_old without a pass of their own (CausalLM.sampler_logprobs): the tempered softmax of
+    the whole distribution (top-p and greedy aside, as completion_logprobs), 0.0 on padding."""
+    model = tiny()
+    prompt, mask = left_padded()
+    gen = generate(
+        model,
+        prompt,
+        mask,
+        max_new_tokens=6,
+        eos_id=EOS,
+        temperature=temperature,
+        top_p=top_p,
+        generator=torch.Generator().manual_seed(2),
+    )
+    logp, _ = completion_logprobs(model, prompt, mask, gen.tokens, gen.mask, temperature=temperature)
+    assert model.sampler_logprobs and gen.logprobs.dtype == torch.float32
+    assert torch.allclose(gen.logprobs[gen.mask], logp[gen.mask], atol=1e-5)
+    assert (gen.logprobs[~gen.mask] == 0).all() and gen.logprobs[gen.mask].std() > 0.1

@@ -409,14 +409,21 @@ def test_batch_prompts_are_the_distinct_prompts_of_the_rows():
     assert own[2] is None and torch.equal(own[0], batch.prompt_tokens[rows])
 
 
-@pytest.mark.parametrize(("algo", "on_policy_rows"), [("grpo", 8), ("rloo", 0)])
-def test_the_first_minibatch_reads_pi_old_from_its_own_forward_pass(algo, on_policy_rows):
-    """n_iterations=1: the first step's minibatch takes its own log-probs (detached) as pi_old, the other rows get one
-    no-grad pass; both equal a separate no-grad pass of the sampling policy (float tolerance). RLOO reads pi_old of
-    every row for its KL-shaped rewards first: one pass over all."""
+@pytest.mark.parametrize(
+    ("algo", "sampler_logprobs", "on_policy_rows", "passed_rows"),
+    [("grpo", False, 8, 8), ("rloo", False, 0, 16), ("grpo", True, 0, 0), ("rloo", True, 0, 0)],
+)
+def test_pi_old_comes_from_the_sampler_or_the_first_minibatch_pass(algo, sampler_logprobs, on_policy_rows, passed_rows):
+    """pi_old without a pass of its own: the sampler's log-probs (TinyGPT's); without them (a Hugging Face model), with
+    n_iterations=1 the first step's minibatch takes its own log-probs (detached) and the other rows get one no-grad
+    pass, unless the advantages read pi_old of every row first (RLOO's KL-shaped rewards). Each way equals a separate
+    no-grad pass of the sampling policy (float tolerance)."""
     task = make_task(reward=starts_low)
     trainer = make_trainer(algo, task, n_iterations=1, beta=0.04)
     batch = sampled_batch(trainer, task)
+    assert batch.logprobs is not None
+    if not sampler_logprobs:
+        batch = batch._replace(logprobs=None)
     with torch.no_grad():
         expected = trainer._batch_logprobs(trainer.policy, batch)
     passes, steps = [], []
@@ -435,7 +442,7 @@ def test_the_first_minibatch_reads_pi_old_from_its_own_forward_pass(algo, on_pol
     (first, on_policy, old_logp), (second, *_) = steps
     assert on_policy == (on_policy_rows > 0)
     policy_rows = [rows for is_policy, rows, after in passes if is_policy and not after]
-    assert len(policy_rows) == 1 and len(policy_rows[0]) == 16 - on_policy_rows
+    assert sum(len(rows) for rows in policy_rows) == passed_rows
     if on_policy_rows:  # the pass covers exactly the rows the first step does not
         assert set(policy_rows[0].tolist()) == set(second.tolist()) and len(first) == on_policy_rows
     mask = batch.mask.bool()
