@@ -4,12 +4,16 @@
 Two parts, each resumable (one JSON per result in benchmarks/results/lm/; an existing file is reused unless
 ``--force``):
 
-``speed``: generated tokens per second while GRPO trains against a bare batched key/value-cache generation loop
-(``pgcli.lm.model.generate`` on pre-encoded prompts, nothing else) with the same model, prompts per batch and sampling
-settings, in one process, interleaved round by round so that load from other processes hits both alike; medians
-over rounds. Two RL figures: ``time/tokens_per_s`` (the sampling phase of an update: prompt encoding, generation,
-decoding, scoring) and ``time/tokens_per_s_overall`` (generated tokens per second of whole updates, sampling plus
-the mu epochs of gradient steps).
+``speed``: generated tokens per second of whole GRPO updates (sampling, pi_old and pi_ref log-probs, the minibatch
+steps, the diagnostics) against a bare batched key/value-cache generation loop (``pgcli.lm.model.generate`` on
+pre-encoded prompts, nothing else) with the same model, prompts per batch and sampling settings. Each round is a
+fresh worker process (``speed-worker``) that interleaves bare batches and updates one by one; with ``--base REF`` the
+same worker also runs on that commit's package (a temporary git worktree on ``PYTHONPATH``), the two alternating
+round by round, so "before" and "after" come from one run under the same load. Reported: medians over rounds of the
+wall-clock tokens/s (``time/tokens_per_s`` of the sampling phase, ``time/tokens_per_s_overall`` of whole updates), the
+ratio of whole updates to the bare loop by wall clock and by CPU time of the thread (robust to other processes),
+and the CPU milliseconds of an update by phase (``PHASES``), and the positions a log-prob pass runs in the
+whole-sequence and shared-prompt layouts with their padding.
 
 ``learn``: ``pgcli sft`` on addition (a budget that leaves the model clearly imperfect), then one ``pgcli train``
 per algorithm from that SFT run (``init=``, also the KL reference) at the same number of sampled completions
@@ -18,7 +22,7 @@ exact-match accuracy (``eval/accuracy``), the per-token k3 KL to the reference (
 are read from each run's metrics.csv. ``table`` prints the Markdown table of docs/benchmarks/lm.md from the JSON files.
 
     .venv/bin/python benchmarks/lm_grpo.py learn --seeds 0 --completions 20000
-    .venv/bin/python benchmarks/lm_grpo.py speed --rounds 5
+    .venv/bin/python benchmarks/lm_grpo.py speed --init benchmarks/results/lm/runs/sft_d2_s0 --rounds 7 --base main
     .venv/bin/python benchmarks/lm_grpo.py table
 """
 

@@ -4,7 +4,8 @@ trainer"; docs/algorithms/lm.md).
 :class:`TextTrainerFactory` is the one statement of how ``pgcli.training.build`` builds a text trainer (SFT, the reward
 model's, the RL trainers). :class:`TextRLTrainer` holds what the RL trainers share, as SB3's ``OnPolicyAlgorithm``
 does for its subclasses: the constructor (policy, optimizer, reference, the prompt and sampling generators, counters),
-the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches, and the
+the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches (each
+distinct prompt run once where rows share it) and pi_old's (the sampler's own where the model allows), and the
 checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a value network (`pgcli.algo.lm_ppo`) and the multi-turn
 trainer (`pgcli.algo.lm_agent`) write their update top to bottom (`_update`) and, where it differs, their sampling
 (`_sample`). The frozen reference pi_ref is built once, by the caller (:func:`kl_reference`), and passed in.

@@ -28,7 +28,9 @@ sum / (B * max_completion_len)). pi_ref is the reference (SFT) policy; beta = 0 
 completions that hit the length limit without EOS (TRL's option of that name). With `model.micro_batch` = k > 0, each
 minibatch step runs its forward/backward passes k completions at a time and accumulates the gradients before one clip
 and one step; every aggregate takes the minibatch's `BatchTotals`, so the step is the unchunked one up to float32
-summation order. The math is in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
+summation order. pi_old is the sampler's log-probabilities (`TextRLTrainer._old_logprobs`) or, without them, the
+first step's own forward pass and one no-grad pass over the other rows. The math is in `pgcli.ops.lm` and
+`pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
