@@ -5,10 +5,10 @@ trainer"; docs/algorithms/lm.md).
 model's, the RL trainers). :class:`TextRLTrainer` holds what the RL trainers share, as SB3's ``OnPolicyAlgorithm``
 does for its subclasses: the constructor (policy, optimizer, reference, the prompt and sampling generators, counters),
 the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches (each
-distinct prompt run once where rows share it) and pi_old's (the sampler's own where the model allows), and the
-checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a value network (`pgcli.algo.lm_ppo`) and the multi-turn
-trainer (`pgcli.algo.lm_agent`) write their update top to bottom (`_update`) and, where it differs, their sampling
-(`_sample`). The frozen reference pi_ref is built once, by the caller (:func:`kl_reference`), and passed in.
+distinct prompt run once where rows share it), and the checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a
+value network (`pgcli.algo.lm_ppo`) and the multi-turn trainer (`pgcli.algo.lm_agent`) write their update top to
+bottom (`_update`) and, where it differs, their sampling (`_sample`). The frozen reference pi_ref is built once, by
+the caller (:func:`kl_reference`), and passed in.
 """
 
 from __future__ import annotations
@@ -212,16 +212,12 @@ class TextRLTrainer(Generic[Cfg]):
         micro-batches."""
         return self._by_rows(batch, lambda chunk: self._logprobs(model, batch, chunk)[0], rows)
 
-    def _old_logprobs(self, batch: CompletionBatch, own: Tensor | None = None) -> Tensor:
-        """log pi_old [B, C] of every sampled token: the sampler's (``CompletionBatch.logprobs``), else one no-grad
-        pass over every completion but `own` [R] (those whose first step reads pi_old from its own forward pass: 0.0
-        until it does)."""
-        if batch.logprobs is not None:
-            return batch.logprobs
+    def _old_logprobs(self, batch: CompletionBatch, own: Tensor) -> Tensor:
+        """log pi_old [B, C] of every sampled token by one no-grad pass over every completion but `own` [R] (those
+        whose first step reads pi_old from its own forward pass: 0.0 until it does)."""
         old = torch.zeros_like(batch.mask)
         rest = torch.arange(len(batch.rewards), device=self.device)
-        if own is not None:
-            rest = rest[~torch.isin(rest, own)]
+        rest = rest[~torch.isin(rest, own)]
         if len(rest):
             old[rest] = self._batch_logprobs(self.policy, batch, rest)
         return old

@@ -28,9 +28,9 @@ sum / (B * max_completion_len)). pi_ref is the reference (SFT) policy; beta = 0 
 completions that hit the length limit without EOS (TRL's option of that name). With `model.micro_batch` = k > 0, each
 minibatch step runs its forward/backward passes k completions at a time and accumulates the gradients before one clip
 and one step; every aggregate takes the minibatch's `BatchTotals`, so the step is the unchunked one up to float32
-summation order. pi_old is the sampler's log-probabilities (`TextRLTrainer._old_logprobs`) or, without them, the
-first step's own forward pass and one no-grad pass over the other rows. The math is in `pgcli.ops.lm` and
-`pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
+summation order. pi_old is the sampler's log-probabilities (`CompletionBatch.logprobs`) or, without them, the
+first step's own forward pass and one no-grad pass over the other rows (`TextRLTrainer._old_logprobs`). The math is
+in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
@@ -229,13 +229,16 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         if len(rows) == 0:
             return stats
         first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
-        # Without the sampler's log-probs, the first step's minibatch reads pi_old from its own forward pass (the
-        # policy has not changed since sampling), unless the advantages read pi_old of every completion first.
-        reads_old = isinstance(cfg, KL_IN_REWARD) and self.reference is not None  # the KL in the reward
-        own = first_epoch[0] if batch.logprobs is None and not reads_old else first_epoch[0][:0]
+        # pi_old: the sampler's log-probs where they are the forward pass's function; else the first step's
+        # minibatch reads its own forward pass (the policy has not moved since sampling) and one pass covers the rest.
+        # A KL in the reward takes pi_old of every completion from the pass pi_ref's comes from, so that k1 is exactly
+        # 0 where the policy is the reference (no float noise for the whitening to blow up).
+        kl_in_reward = isinstance(cfg, KL_IN_REWARD) and self.reference is not None
+        sampled = None if kl_in_reward else batch.logprobs
+        own = first_epoch[0][:0] if sampled is not None or kl_in_reward else first_epoch[0]
         with torch.no_grad():  # one pass each (by micro-batches)
             ref_logp = None if self.reference is None else self._batch_logprobs(self.reference, batch)
-            old_logp = self._old_logprobs(batch, own)
+            old_logp = sampled if sampled is not None else self._old_logprobs(batch, own)
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
         advantages = self._advantages(batch, old_logp, ref_logp)  # [B, C]
 

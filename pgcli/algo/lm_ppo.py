@@ -92,7 +92,7 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             return stats
         mask = batch.mask
         with torch.no_grad():  # by micro-batches: the model did not change since sampling
-            old_logp = self._old_logprobs(batch)  # [B, C]
+            old_logp = self._batch_logprobs(self.policy, batch)  # [B, C]
             ref_logp = old_logp if self.reference is None else self._batch_logprobs(self.reference, batch)
             old_values = self._by_rows(batch, lambda rows: self._values(batch, rows, mask.shape[1]))  # [B, C]
             rewards = kl_penalized_rewards(batch.rewards, old_logp, ref_logp, mask, beta=cfg.beta)

@@ -411,13 +411,13 @@ def test_batch_prompts_are_the_distinct_prompts_of_the_rows():
 
 @pytest.mark.parametrize(
     ("algo", "sampler_logprobs", "on_policy_rows", "passed_rows"),
-    [("grpo", False, 8, 8), ("rloo", False, 0, 16), ("grpo", True, 0, 0), ("rloo", True, 0, 0)],
+    [("grpo", False, 8, 8), ("rloo", False, 0, 16), ("grpo", True, 0, 0), ("rloo", True, 0, 16)],
 )
 def test_pi_old_comes_from_the_sampler_or_the_first_minibatch_pass(algo, sampler_logprobs, on_policy_rows, passed_rows):
     """pi_old without a pass of its own: the sampler's log-probs (TinyGPT's); without them (a Hugging Face model), with
     n_iterations=1 the first step's minibatch takes its own log-probs (detached) and the other rows get one no-grad
-    pass, unless the advantages read pi_old of every row first (RLOO's KL-shaped rewards). Each way equals a separate
-    no-grad pass of the sampling policy (float tolerance)."""
+    pass. RLOO's KL-shaped rewards read pi_old of every row, from a pass like pi_ref's whatever the sampler gives.
+    Each way equals a separate no-grad pass of the sampling policy (float tolerance)."""
     task = make_task(reward=starts_low)
     trainer = make_trainer(algo, task, n_iterations=1, beta=0.04)
     batch = sampled_batch(trainer, task)
@@ -447,3 +447,27 @@ def test_pi_old_comes_from_the_sampler_or_the_first_minibatch_pass(algo, sampler
         assert set(policy_rows[0].tolist()) == set(second.tolist()) and len(first) == on_policy_rows
     mask = batch.mask.bool()
     assert torch.allclose(old_logp[mask], expected[mask], atol=1e-5)  # after the update: every row filled
+
+
+@pytest.mark.parametrize("algo", ["rloo", "reinforce_pp"])
+def test_a_kl_in_the_reward_is_exactly_zero_while_the_policy_is_the_reference(algo):
+    """pi_old for the KL-shaped reward comes from the same pass as pi_ref's, not from the sampler (equal only up to
+    float32 summation order): with the reference a copy of the policy, k1 is 0.0 on every token, so rewards that are
+    all equal give no advantage at all (REINFORCE++ whitens: float noise would become unit-size advantages)."""
+    task = make_task(reward=lambda problem, completion: 0.0)
+    trainer = make_trainer(algo, task, n_iterations=1, beta=0.04)
+    batch = sampled_batch(trainer, task)
+    seen = []
+    advantages = trainer._advantages
+
+    def spy(batch, old_logp, ref_logp):
+        seen.append((old_logp.clone(), ref_logp.clone()))
+        return advantages(batch, old_logp, ref_logp)
+
+    trainer._advantages = spy  # type: ignore[method-assign]
+    before = params_of(trainer)
+    stats = trainer._update(batch)
+    ((old_logp, ref_logp),) = seen
+    assert torch.equal(old_logp * batch.mask, ref_logp * batch.mask)
+    assert stats["train/grad_norm"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
