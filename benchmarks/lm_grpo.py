@@ -421,7 +421,7 @@ def _layout(batch: Any) -> dict[str, float]:
 def _speed_table(result: dict[str, Any]) -> None:
     """The Markdown tables of docs/benchmarks/lm.md's speed section."""
     names = [n for n in ("base", "this") if n in result]
-    label = {"base": f"before ({(result.get('base') or '')[:7]})", "this": "after"}
+    label = {"base": f"before ({(result.get('base_commit') or '')[:7]})", "this": "after"}
     print("\n| | " + " | ".join(label[n] for n in names) + " |")
     print("|---|" + "---|" * len(names))
     rows = [
