@@ -4,12 +4,16 @@
 Two parts, each resumable (one JSON per result in benchmarks/results/lm/; an existing file is reused unless
 ``--force``):
 
-``speed``: generated tokens per second while GRPO trains against a bare batched key/value-cache generation loop
-(``pgcli.lm.model.generate`` on pre-encoded prompts, nothing else) with the same model, prompts per batch and sampling
-settings, in one process, interleaved round by round so that load from other processes hits both alike; medians
-over rounds. Two RL figures: ``time/tokens_per_s`` (the sampling phase of an update: prompt encoding, generation,
-decoding, scoring) and ``time/tokens_per_s_overall`` (generated tokens per second of whole updates, sampling plus
-the mu epochs of gradient steps).
+``speed``: generated tokens per second of whole GRPO updates (sampling, pi_old and pi_ref log-probs, the minibatch
+steps, the diagnostics) against a bare batched key/value-cache generation loop (``pgcli.lm.model.generate`` on
+pre-encoded prompts, nothing else) with the same model, prompts per batch and sampling settings. Each round is a
+fresh worker process (``speed-worker``) that interleaves bare batches and updates one by one; with ``--base REF`` the
+same worker also runs on that commit's package (a temporary git worktree on ``PYTHONPATH``), the two alternating
+round by round, so "before" and "after" come from one run under the same load. Reported: medians over rounds of the
+wall-clock tokens/s (``time/tokens_per_s`` of the sampling phase, ``time/tokens_per_s_overall`` of whole updates), the
+ratio of whole updates to the bare loop by wall clock and by CPU time of the thread (robust to other processes),
+and the CPU milliseconds of an update by phase (``PHASES``), and the positions a log-prob pass runs in the
+whole-sequence and shared-prompt layouts with their padding.
 
 ``learn``: ``pgcli sft`` on addition (a budget that leaves the model clearly imperfect), then one ``pgcli train``
 per algorithm from that SFT run (``init=``, also the KL reference) at the same number of sampled completions
@@ -18,7 +22,7 @@ exact-match accuracy (``eval/accuracy``), the per-token k3 KL to the reference (
 are read from each run's metrics.csv. ``table`` prints the Markdown table of docs/benchmarks/lm.md from the JSON files.
 
     .venv/bin/python benchmarks/lm_grpo.py learn --seeds 0 --completions 20000
-    .venv/bin/python benchmarks/lm_grpo.py speed --rounds 5
+    .venv/bin/python benchmarks/lm_grpo.py speed --init benchmarks/results/lm/runs/sft_d2_s0 --rounds 7 --base main
     .venv/bin/python benchmarks/lm_grpo.py table
 """
 
@@ -191,12 +195,90 @@ def learn(args: argparse.Namespace) -> None:
             )
 
 
+PHASES = ("sampling", "old_ref_logprobs", "steps", "diagnostics", "other")
+"""Where an update's time goes: the sampling phase (``_sample``); the no-grad log-prob passes before the first
+minibatch step (pi_old, pi_ref); the minibatch steps (forward, loss, backward, clip, Adam: ``_policy_step``); the
+passes after the steps (the diagnostic KL(old || new)); the rest of ``_update`` and ``learn`` (advantages, metrics, the
+divergence guard)."""
+
+
+KEPT = ("cpu_ms", "layout", "torch", "package")
+"""The speed worker's results that are not medians over rounds."""
+
+
 def speed(args: argparse.Namespace) -> None:
+    """Whole updates against the bare generation loop, in a fresh worker process per round and tree (this checkout,
+    and ``--base`` in a temporary git worktree when given), the trees alternating; medians over rounds."""
+    import statistics
+    import tempfile
+
+    trees: dict[str, Path | None] = {"this": None}
+    with tempfile.TemporaryDirectory(prefix="pgcli-speed-") as tmp:
+        base_sha = None
+        if args.base:
+            sha = subprocess.run(["git", "rev-parse", args.base], cwd=REPO, capture_output=True, text=True, check=True)
+            base_sha = sha.stdout.strip()
+            trees = {"base": Path(tmp) / "base", "this": None}
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", "-q", str(trees["base"]), base_sha], cwd=REPO, check=True
+            )
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        load_before = load_average()
+        try:
+            for round_ in range(args.rounds):
+                for name, tree in trees.items():
+                    runs[name].append(_speed_round(args, tree, seed=round_))
+                    r = runs[name][-1]
+                    print(
+                        f"round {round_} {name}: bare {r['bare_tokens_per_s']:.0f} tok/s, RL sampling "
+                        f"{r['rl_sampling_tokens_per_s']:.0f}, overall {r['rl_overall_tokens_per_s']:.0f} "
+                        f"(ratio {r['ratio_overall']:.2f}; CPU {r['cpu_ratio_overall']:.2f})",
+                        flush=True,
+                    )
+        finally:
+            if base_sha:
+                subprocess.run(["git", "worktree", "remove", "--force", str(trees["base"])], cwd=REPO, check=False)
+    result: dict[str, Any] = {
+        "kind": "speed",
+        "init": args.init,
+        "base_commit": base_sha,
+        "rounds": args.rounds,
+        "updates_per_round": args.updates,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "python": platform.python_version(),
+        "command": shlex.join(["python", "benchmarks/lm_grpo.py", *sys.argv[1:]]),
+    }
+    for name, rounds in runs.items():
+        med = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if key not in KEPT}
+        med["cpu_ms"] = {phase: statistics.median(r["cpu_ms"][phase] for r in rounds) for phase in PHASES}
+        med |= {key: rounds[0][key] for key in KEPT if key != "cpu_ms"}
+        result[name] = med
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"speed_d{args.n_digits}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+    _speed_table(result)
+
+
+def _speed_round(args: argparse.Namespace, tree: Path | None, seed: int) -> dict[str, Any]:
+    """One ``speed-worker`` process with ``tree``'s package (None: this checkout); its JSON result."""
+    argv = [sys.executable, __file__, "speed-worker", f"--n-digits={args.n_digits}", f"--updates={args.updates}"]
+    argv += [f"--seed={seed}"] + ([f"--init={Path(args.init).resolve()}"] if args.init else [])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | ({"PYTHONPATH": str(tree)} if tree else {})
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def speed_worker(args: argparse.Namespace) -> None:
+    """One round in this process: `--updates` bare generation batches and GRPO updates, interleaved one by one;
+    prints one JSON line (wall-clock tokens/s medians, CPU milliseconds per update by phase)."""
     import statistics
 
     import numpy as np
     import torch
 
+    import pgcli
     from pgcli.algo.lm_base import kl_reference
     from pgcli.algo.lm_grpo import LMGRPO
     from pgcli.lm.model import generate
@@ -204,86 +286,168 @@ def speed(args: argparse.Namespace) -> None:
     from pgcli.training.checks import train_config
 
     torch.set_num_threads(1)
-    # Not run_job: the trainer's sampling phase is timed beside a bare generation loop on the same policy.
+    # Not run_job: the trainer's updates are timed beside a bare generation loop on the same policy.
     overrides = ["algo=grpo", "env=addition", f"env.n_digits={args.n_digits}", "total_steps=1000000", "tracking=off"]
     cfg = train_config(overrides + ([f"init={args.init}"] if args.init else []))
     task = make_task(cfg.env)
     policy, reference = _policy(cfg, task)
     algo = cfg.algo
     batch_rows = algo.group_size * algo.n_groups
-
-    class Keep:
-        def __init__(self) -> None:
-            self.metrics: list[dict[str, float]] = []
-
-        def log(self, step: int, metrics: dict[str, float]) -> None:
-            self.metrics.append(dict(metrics))
-
-        def update(self, step: int, agent: object) -> None:
-            pass
-
     trainer = LMGRPO(
         algo,
         task=task,
         policy=policy,
         reference=kl_reference(algo, policy, reference),
         model=cfg.model,
-        seed=0,
+        seed=args.seed,
         device=torch.device("cpu"),
     )
-    generator = torch.Generator().manual_seed(1)
-    prompt_rng = np.random.default_rng(1)
-    bare, sampling, overall = [], [], []
-    for round_ in range(args.rounds):
-        # bare: generation alone, prompts encoded beforehand
-        tokens, seconds = 0, 0.0
-        for _ in range(args.updates):
-            problems = [p for p in task.sample(prompt_rng, algo.n_groups) for _ in range(algo.group_size)]
-            prompt_tokens, prompt_mask = encode_prompts(task.vocab, problems)
-            policy.eval()
-            start = time.perf_counter()
-            out = generate(
-                policy,
-                prompt_tokens,
-                prompt_mask,
-                max_new_tokens=task.max_completion_len,
-                eos_id=task.vocab.eos_id,
-                temperature=cfg.model.temperature,
-                top_p=cfg.model.top_p,
-                generator=generator,
-            )
-            seconds += time.perf_counter() - start
-            tokens += int(out.mask.sum())
-        bare.append(tokens / seconds)
-        # RL: the trainer's own sampling phase and whole updates
-        keep = Keep()
-        trainer.learn(trainer.steps + args.updates * batch_rows, keep)  # type: ignore[arg-type]
-        sampling.append(statistics.median(m["time/tokens_per_s"] for m in keep.metrics))
-        overall.append(statistics.median(m["time/tokens_per_s_overall"] for m in keep.metrics))
-        print(
-            f"round {round_}: bare {bare[-1]:.0f} tok/s, RL sampling {sampling[-1]:.0f}, RL overall {overall[-1]:.0f}",
-            flush=True,
+    clock = _PhaseClock(trainer)
+    generator = torch.Generator().manual_seed(args.seed + 1000)
+    prompt_rng = np.random.default_rng(args.seed + 1000)
+    trainer.learn(batch_rows, clock)  # warm-up, not timed
+    clock.reset()
+    bare, bare_cpu, sampling, overall = [], [], [], []
+    for _ in range(args.updates):
+        problems = [p for p in task.sample(prompt_rng, algo.n_groups) for _ in range(algo.group_size)]
+        prompt_tokens, prompt_mask = encode_prompts(task.vocab, problems)
+        policy.eval()
+        start, cpu = time.perf_counter(), time.thread_time()
+        out = generate(
+            policy,
+            prompt_tokens,
+            prompt_mask,
+            max_new_tokens=task.max_completion_len,
+            eos_id=task.vocab.eos_id,
+            temperature=cfg.model.temperature,
+            top_p=cfg.model.top_p,
+            generator=generator,
         )
+        bare.append(int(out.mask.sum()) / (time.perf_counter() - start))
+        bare_cpu.append(int(out.mask.sum()) / (time.thread_time() - cpu))
+        trainer.learn(trainer.steps + batch_rows, clock)
+        sampling.append(clock.metrics[-1]["time/tokens_per_s"])
+        overall.append(clock.metrics[-1]["time/tokens_per_s_overall"])
+    cpu_ms = {phase: 1000 * seconds / args.updates for phase, seconds in clock.cpu.items()}
+    tokens = statistics.mean(m["rollout/completion_len"] for m in clock.metrics) * batch_rows
+    cpu_overall = tokens / (sum(cpu_ms.values()) / 1000)
     result = {
-        "kind": "speed",
-        "overrides": overrides,
-        "init": args.init,
-        "rounds": args.rounds,
-        "updates_per_round": args.updates,
-        "completions_per_update": batch_rows,
         "bare_tokens_per_s": statistics.median(bare),
         "rl_sampling_tokens_per_s": statistics.median(sampling),
         "rl_overall_tokens_per_s": statistics.median(overall),
-        "ratio_sampling": statistics.median(s / b for s, b in zip(sampling, bare, strict=True)),
-        "ratio_overall": statistics.median(o / b for o, b in zip(overall, bare, strict=True)),
-        "load": load_average(),
+        "ratio_sampling": statistics.median(sampling) / statistics.median(bare),
+        "ratio_overall": statistics.median(overall) / statistics.median(bare),
+        "cpu_ratio_overall": cpu_overall / statistics.median(bare_cpu),
+        "cpu_ms": cpu_ms,
+        "layout": _layout(clock.last_batch),
         "torch": torch.__version__,
-        "python": platform.python_version(),
-        "command": shlex.join(["python", "benchmarks/lm_grpo.py", *sys.argv[1:]]),
+        "package": str(Path(pgcli.__file__).parent),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"speed_d{args.n_digits}.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+class _PhaseClock:
+    """The monitor of the speed worker, which also wraps the trainer's phases (the method names of the GRPO family's
+    update, in both trees) with CPU clocks of this thread."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.metrics: list[dict[str, float]] = []
+        self.last_batch: Any = None
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+        self._stepped = False
+        self._wrap(trainer, "_sample", lambda: "sampling", keep_batch=True)
+        self._wrap(trainer, "_batch_logprobs", lambda: "diagnostics" if self._stepped else "old_ref_logprobs")
+        self._wrap(trainer, "_policy_step", lambda: "steps")
+        learn = trainer.learn
+
+        def timed_learn(total_steps: int, monitor: Any) -> int:
+            start = time.thread_time()
+            steps: int = learn(total_steps, monitor)
+            self.cpu["other"] += time.thread_time() - start
+            return steps
+
+        trainer.learn = timed_learn
+
+    def _wrap(self, trainer: Any, name: str, phase: Any, keep_batch: bool = False) -> None:
+        method = getattr(trainer, name)
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            start = time.thread_time()
+            out = method(*a, **kw)
+            seconds = time.thread_time() - start
+            label = phase()
+            self.cpu[label] += seconds
+            self.cpu["other"] -= seconds  # counted in learn's total
+            if name == "_policy_step":
+                self._stepped = True
+            if keep_batch:
+                self.last_batch, self._stepped = out[0], False
+            return out
+
+        setattr(trainer, name, timed)
+
+    def reset(self) -> None:
+        self.metrics.clear()
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.metrics.append(dict(metrics))
+
+    def update(self, step: int, agent: object) -> None:
+        pass
+
+
+def _layout(batch: Any) -> dict[str, float]:
+    """Positions one no-grad log-prob pass runs over a sampled batch, and the share of them that no log-prob needs
+    (padding, and each completion's last token, which predicts nothing): every row's prompt and completion (the
+    whole-sequence layout), or each distinct prompt once and each completion but its last column (the shared-prompt
+    layout of ``CausalLM.completion_hidden``)."""
+    b, p = batch.prompt_tokens.shape
+    c = batch.tokens.shape[1]
+    first = batch.group_ids.diff(prepend=batch.group_ids[:1] - 1) != 0  # the first row of each group
+    needed = float(batch.mask.sum()) - b  # each completion's last token predicts nothing
+    return {
+        "rows": b,
+        "distinct_prompts": int(first.sum()),
+        "prompt_width": p,
+        "completion_width": c,
+        "whole_positions": b * (p + c),
+        "whole_padding": 1 - (float(batch.prompt_mask.sum()) + needed) / (b * (p + c)),
+        "shared_positions": int(first.sum()) * p + b * (c - 1),
+        "shared_padding": 1 - (float(batch.prompt_mask[first].sum()) + needed) / (int(first.sum()) * p + b * (c - 1)),
+    }
+
+
+def _speed_table(result: dict[str, Any]) -> None:
+    """The Markdown tables of docs/benchmarks/lm.md's speed section."""
+    names = [n for n in ("base", "this") if n in result]
+    label = {"base": f"before ({(result.get('base_commit') or '')[:7]})", "this": "after"}
+    print("\n| | " + " | ".join(label[n] for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    rows = [
+        ("bare generation loop, tokens/s", "bare_tokens_per_s", "{:,.0f}"),
+        ("GRPO sampling phase, tokens/s", "rl_sampling_tokens_per_s", "{:,.0f}"),
+        ("GRPO whole updates, tokens/s", "rl_overall_tokens_per_s", "{:,.0f}"),
+        ("**whole updates / bare** (wall clock)", "ratio_overall", "**{:.2f}**"),
+        ("whole updates / bare (CPU time of the thread)", "cpu_ratio_overall", "{:.2f}"),
+    ]
+    for title, key, fmt in rows:
+        print(f"| {title} | " + " | ".join(fmt.format(result[n][key]) for n in names) + " |")
+    for phase in PHASES:
+        values = [result[n]["cpu_ms"][phase] for n in names]
+        totals = [sum(result[n]["cpu_ms"].values()) for n in names]
+        cells = [f"{v:.1f} ms ({v / t:.0%})" for v, t in zip(values, totals, strict=True)]
+        print(f"| CPU per update: {phase} | " + " | ".join(cells) + " |")
+    totals = [sum(result[n]["cpu_ms"].values()) for n in names]
+    print("| CPU per update: total | " + " | ".join(f"{t:.1f} ms" for t in totals) + " |")
+    lay = result["this"]["layout"]
+    print(
+        f"\nlayout: {lay['rows']} rows, {lay['distinct_prompts']} distinct prompts, prompt width "
+        f"{lay['prompt_width']}, completion width {lay['completion_width']}; positions per no-grad pass: whole "
+        f"sequences {lay['whole_positions']} ({lay['whole_padding']:.0%} padding), shared prompts "
+        f"{lay['shared_positions']} ({lay['shared_padding']:.0%} padding); "
+        f"load {result['load_before']:.1f} -> {result['load_after']:.1f}"
+    )
 
 
 def _policy(cfg: Any, task: Any) -> tuple[Any, Any]:
@@ -346,18 +510,14 @@ def table(args: argparse.Namespace) -> None:
                 f"| {statistics.mean(r['wall_s'] for r in runs) / 60:.1f} min |"
             )
     for r in rows:
-        if r.get("kind") == "speed":
-            print(
-                f"\nspeed: bare {r['bare_tokens_per_s']:.0f} tok/s; RL sampling {r['rl_sampling_tokens_per_s']:.0f} "
-                f"(ratio {r['ratio_sampling']:.2f}); RL overall {r['rl_overall_tokens_per_s']:.0f} "
-                f"(ratio {r['ratio_overall']:.2f}); load {r['load']:.1f}"
-            )
+        if r.get("kind") == "speed" and "this" in r:
+            _speed_table(r)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="part", required=True)
-    for name in ("learn", "speed", "table"):
+    for name in ("learn", "speed", "speed-worker", "table"):
         p = sub.add_parser(name)
         p.add_argument("--n-digits", type=int, default=2)
         p.add_argument("--force", action="store_true", help="redo results that exist")
@@ -367,12 +527,17 @@ def main() -> None:
             p.add_argument("--completions", type=int, default=20480, help="sampled completions per RL run")
             p.add_argument("--sft-demos", type=int, default=19200, help="demonstrations of the SFT warm start")
             p.add_argument("--n-evals", type=int, default=5, help="evaluations per RL run")
-        if name == "speed":
+        if name in ("speed", "speed-worker"):
             p.add_argument("--init", default=None, help="an SFT run (dir or id); default: a fresh model")
-            p.add_argument("--rounds", type=int, default=5)
             p.add_argument("--updates", type=int, default=3, help="updates (and bare batches) per round")
+        if name == "speed":
+            p.add_argument("--rounds", type=int, default=5, help="worker processes per tree")
+            p.add_argument("--base", default=None, help="also time this commit (any git ref), round by round")
+        if name == "speed-worker":
+            p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    {"learn": learn, "speed": speed, "table": table}[args.part](args)
+    parts = {"learn": learn, "speed": speed, "speed-worker": speed_worker, "table": table}
+    parts[args.part](args)
 
 
 if __name__ == "__main__":

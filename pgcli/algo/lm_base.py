@@ -4,10 +4,11 @@ trainer"; docs/algorithms/lm.md).
 :class:`TextTrainerFactory` is the one statement of how ``pgcli.training.build`` builds a text trainer (SFT, the reward
 model's, the RL trainers). :class:`TextRLTrainer` holds what the RL trainers share, as SB3's ``OnPolicyAlgorithm``
 does for its subclasses: the constructor (policy, optimizer, reference, the prompt and sampling generators, counters),
-the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches, and the
-checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a value network (`pgcli.algo.lm_ppo`) and the multi-turn
-trainer (`pgcli.algo.lm_agent`) write their update top to bottom (`_update`) and, where it differs, their sampling
-(`_sample`). The frozen reference pi_ref is built once, by the caller (:func:`kl_reference`), and passed in.
+the ``learn`` loop (sample, update, check, log), the log-probabilities of the sampled tokens by micro-batches (each
+distinct prompt run once where rows share it), and the checkpoint. GRPO's family (`pgcli.algo.lm_grpo`), PPO with a
+value network (`pgcli.algo.lm_ppo`) and the multi-turn trainer (`pgcli.algo.lm_agent`) write their update top to
+bottom (`_update`) and, where it differs, their sampling (`_sample`). The frozen reference pi_ref is built once, by
+the caller (:func:`kl_reference`), and passed in.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pgcli.algo.guard import check_update
 from pgcli.algo.lm_rollout import (
     CompletionBatch,
     SamplingSettings,
+    batch_prompts,
     generator_state,
     load_task_state,
     load_text_trainer,
@@ -137,7 +139,8 @@ class TextRLTrainer(Generic[Cfg]):
         self.cfg, self.task, self.device = cfg, task, device
         self.temperature, self.top_p, self.micro_batch = model.temperature, model.top_p, model.micro_batch
         self.policy = policy.to(device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+        # foreach: the per-tensor loop's arithmetic in one call (the CUDA default; on CPU fewer Python calls)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, foreach=True)
         # pi_ref: the model the run starts from (kl_reference), None without a KL term
         self.reference = None if reference is None else reference.to(device).eval().requires_grad_(False)
         self.prompt_rng = np.random.default_rng(seed)  # training prompts
@@ -189,24 +192,38 @@ class TextRLTrainer(Generic[Cfg]):
         """Log-probabilities and entropies [B', C'] of the sampled tokens of `rows` in the first `width` columns
         (all) under `model` at the sampling temperature."""
         cols = slice(None) if width is None else slice(0, width)
+        prompt_tokens, prompt_mask, prompt_index = batch_prompts(batch, rows)
         return completion_logprobs(
             model,
-            batch.prompt_tokens[rows],
-            batch.prompt_mask[rows],
+            prompt_tokens,
+            prompt_mask,
             batch.tokens[rows, cols],
             batch.mask[rows, cols].bool(),
             temperature=self.temperature,
+            prompt_index=prompt_index,
         )
 
-    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor]) -> Tensor:
-        """`score(rows)` [B', C] for every completion of `batch`, `model.micro_batch` rows at a time (0: all at
-        once), concatenated: [B, C]."""
-        rows = torch.arange(len(batch.rewards), device=self.device)
+    def _by_rows(self, batch: CompletionBatch, score: Callable[[Tensor], Tensor], rows: Tensor | None = None) -> Tensor:
+        """`score(chunk)` [B', C] for completions `rows` [R] of `batch` (None: all), `model.micro_batch` rows at a
+        time (0: all at once), concatenated: [R, C]."""
+        if rows is None:
+            rows = torch.arange(len(batch.rewards), device=self.device)
         return torch.cat([score(chunk) for chunk in micro_batches(rows, self.micro_batch)])
 
-    def _batch_logprobs(self, model: CausalLM, batch: CompletionBatch) -> Tensor:
-        """log pi(o_t | q, o_<t) [B, C] of every sampled token under `model`, by micro-batches."""
-        return self._by_rows(batch, lambda rows: self._logprobs(model, batch, rows)[0])
+    def _batch_logprobs(self, model: CausalLM, batch: CompletionBatch, rows: Tensor | None = None) -> Tensor:
+        """log pi(o_t | q, o_<t) [R, C] of the sampled tokens of completions `rows` [R] (None: all) under `model`, by
+        micro-batches."""
+        return self._by_rows(batch, lambda chunk: self._logprobs(model, batch, chunk)[0], rows)
+
+    def _old_logprobs(self, batch: CompletionBatch, own: Tensor) -> Tensor:
+        """log pi_old [B, C] of every sampled token by one no-grad pass over every completion but `own` [R] (those
+        whose first step reads pi_old from its own forward pass: 0.0 until it does)."""
+        old = torch.zeros_like(batch.mask)
+        rest = torch.arange(len(batch.rewards), device=self.device)
+        rest = rest[~torch.isin(rest, own)]
+        if len(rest):
+            old[rest] = self._batch_logprobs(self.policy, batch, rest)
+        return old
 
     def save(self, path: Path) -> Path:
         """``model.pt`` (`_modules`: the networks and optimizers), ``policy.pt`` and ``state.json`` (completions so

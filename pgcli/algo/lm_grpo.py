@@ -28,7 +28,9 @@ sum / (B * max_completion_len)). pi_ref is the reference (SFT) policy; beta = 0 
 completions that hit the length limit without EOS (TRL's option of that name). With `model.micro_batch` = k > 0, each
 minibatch step runs its forward/backward passes k completions at a time and accumulates the gradients before one clip
 and one step; every aggregate takes the minibatch's `BatchTotals`, so the step is the unchunked one up to float32
-summation order. The math is in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
+summation order. pi_old is the sampler's log-probabilities (`CompletionBatch.logprobs`) or, without them, the
+first step's own forward pass and one no-grad pass over the other rows (`TextRLTrainer._old_logprobs`). The math is
+in `pgcli.ops.lm` and `pgcli.ops.grpo`; sampling in `pgcli.algo.lm_rollout`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch
 from torch import Tensor
 
 from pgcli.algo.lm_base import CriticFreeConfig, TextRLTrainer
-from pgcli.algo.lm_rollout import CompletionBatch
+from pgcli.algo.lm_rollout import CompletionBatch, batch_prompts
 from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals
@@ -66,6 +68,8 @@ STD_EPS = 1e-4
 
 KL_IN_LOSS = (GRPOConfig, REINFORCEConfig, GSPOConfig, FlowGRPOConfig)
 """Configs whose KL to the reference is a loss term (`kl_estimator`); RLOO and REINFORCE++ fold it into the reward."""
+KL_IN_REWARD = (RLOOConfig, ReinforcePPConfig)
+"""Configs whose advantages read log pi_old of every completion when beta > 0 (the KL in the reward)."""
 
 
 def _group_normalized(
@@ -125,6 +129,10 @@ POLICY_LOSSES: dict[type, Callable[..., PolicyLoss]] = {
 """The clipped surrogate of each algo config: token ratios, or GSPO's sequence ratio."""
 
 
+STEP_STATS = ("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "approx_kl")
+"""A minibatch step's metrics (``train/<name>``, averaged over the update's steps), besides ``grad_norm``."""
+
+
 class TokenLoss(NamedTuple):
     """The loss terms on a minibatch (summed by the update) and its diagnostics; on a micro-batch with the
     minibatch's `BatchTotals`, each its share of the minibatch's."""
@@ -136,6 +144,10 @@ class TokenLoss(NamedTuple):
     """Mean per-token k3 KL to the reference (nan when beta = 0), whatever the estimator in the loss."""
     entropy: float
     clip_fraction: float
+    approx_kl: float
+    """Mean per-token k3 KL(old || pi_theta) before the step (SB3's and CleanRL's `approx_kl`, verl's `ppo_kl`)."""
+    logp: Tensor
+    """[B', C'] log pi_theta of the rows' sampled tokens in their first C' columns, detached."""
 
 
 def token_loss(
@@ -144,27 +156,31 @@ def token_loss(
     batch: CompletionBatch,
     rows: Tensor,
     *,
-    old_logp: Tensor,
+    old_logp: Tensor | None,
     ref_logp: Tensor | None,
     advantages: Tensor,
     temperature: float,
     max_len: int,
     totals: BatchTotals | None = None,
 ) -> TokenLoss:
-    """The objective above on completions `rows` of `batch`; old_logp, ref_logp and advantages are [B', C] for them.
-    With `totals` (those of the minibatch `rows` is a micro-batch of), every term and diagnostic is the micro-batch's
-    share of the minibatch's: the shares of its micro-batches sum to it."""
+    """The objective above on completions `rows` of `batch`; old_logp, ref_logp and advantages are [B', C] for them
+    (old_logp None: pi_theta is still the sampling policy, so pi_old is its own log-probabilities, detached: TRL's
+    shortcut for num_iterations = 1). With `totals` (those of the minibatch `rows` is a micro-batch of), every term
+    and diagnostic is the micro-batch's share of the minibatch's: the shares of its micro-batches sum to it."""
     mask = batch.mask[rows]
     width = int(mask.sum(1).max())  # drop columns that are padding in every row of these completions
-    mask, old_logp, advantages = mask[:, :width], old_logp[:, :width], advantages[:, :width]
+    mask, advantages = mask[:, :width], advantages[:, :width]
+    prompt_tokens, prompt_mask, prompt_index = batch_prompts(batch, rows)
     logp, entropy = completion_logprobs(
         policy,
-        batch.prompt_tokens[rows],
-        batch.prompt_mask[rows],
+        prompt_tokens,
+        prompt_mask,
         batch.tokens[rows, :width],
         mask.bool(),
         temperature=temperature,
+        prompt_index=prompt_index,
     )
+    old_logp = logp.detach() if old_logp is None else old_logp[:, :width]
     low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
     policy_loss = POLICY_LOSSES[type(cfg)](
         logp, old_logp, advantages, mask, low=low, high=high, loss_agg=cfg.loss_agg, max_len=max_len, totals=totals
@@ -184,6 +200,8 @@ def token_loss(
         kl_ref=kl_ref,
         entropy=float(masked_mean(entropy.detach(), mask, totals=totals)),
         clip_fraction=policy_loss.clip_fraction,
+        approx_kl=float(masked_mean(k3_kl(old_logp, logp.detach()), mask, totals=totals)),
+        logp=logp.detach(),
     )
 
 
@@ -210,18 +228,32 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         stats["train/dropped_frac"] = 1.0 - len(rows) / len(keep)
         if len(rows) == 0:
             return stats
-        with torch.no_grad():  # one pass each (by micro-batches): the policy did not change since sampling
-            old_logp = self._batch_logprobs(self.policy, batch)
+        first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
+        # pi_old: the sampler's log-probs where they are the forward pass's function; else the first step's
+        # minibatch reads its own forward pass (the policy has not moved since sampling) and one pass covers the rest.
+        # A KL in the reward takes pi_old of every completion from the pass pi_ref's comes from, so that k1 is exactly
+        # 0 where the policy is the reference (no float noise for the whitening to blow up).
+        kl_in_reward = isinstance(cfg, KL_IN_REWARD) and self.reference is not None
+        sampled = None if kl_in_reward else batch.logprobs
+        own = first_epoch[0][:0] if sampled is not None or kl_in_reward else first_epoch[0]
+        with torch.no_grad():  # one pass each (by micro-batches)
             ref_logp = None if self.reference is None else self._batch_logprobs(self.reference, batch)
+            old_logp = sampled if sampled is not None else self._old_logprobs(batch, own)
         # advantages over the whole batch (baselines, whitening), as TRL; left-out rows only leave the loss
         advantages = self._advantages(batch, old_logp, ref_logp)  # [B, C]
 
-        totals = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
+        totals = dict.fromkeys((*STEP_STATS, "grad_norm"), 0.0)
         n_minibatches = 0
         self.policy.train()
-        for _ in range(cfg.n_iterations):  # mu policy updates per batch
-            for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
-                step = self._policy_step(batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
+        for epoch in range(cfg.n_iterations):  # mu policy updates per batch
+            order = (
+                first_epoch if epoch == 0 else rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
+            )
+            for mb in order:
+                fresh = n_minibatches == 0 and len(own) > 0
+                step = self._policy_step(
+                    batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, on_policy=fresh
+                )
                 n_minibatches += 1
                 for key, value in step.items():
                     totals[key] += value
@@ -229,24 +261,28 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         interval = cfg.ref_update_interval if isinstance(cfg, GRPOConfig) else 0
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
             self.reference.load_state_dict(self.policy.state_dict())
-        with torch.no_grad():  # KL(old || new) over the whole update: k3 on the sampled tokens
-            new_logp = self._batch_logprobs(self.policy, batch)
-            approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], batch.mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
-        stats["train/approx_kl"] = approx_kl
         if self.reference is None:
             del stats["train/kl_ref"]
         return stats
 
     def _policy_step(
-        self, batch: CompletionBatch, mb: Tensor, *, old_logp: Tensor, ref_logp: Tensor | None, advantages: Tensor
+        self,
+        batch: CompletionBatch,
+        mb: Tensor,
+        *,
+        old_logp: Tensor,
+        ref_logp: Tensor | None,
+        advantages: Tensor,
+        on_policy: bool = False,
     ) -> dict[str, float]:
         """One optimizer step on completions `mb` [B'] of `batch` (old_logp, ref_logp, advantages: [B, C]): the
         forward/backward passes `model.micro_batch` completions at a time (0: all at once), the gradients
         accumulated, each pass's loss its share of the minibatch's (docs/lm.md, "Memory"); then one clip and one
-        step. Returns the minibatch's loss terms, diagnostics and gradient norm."""
+        step. `on_policy`: the policy is still the sampling one, so these rows' pi_old is their own log-probs,
+        written into `old_logp` for later epochs. Returns the minibatch's loss terms, diagnostics and gradient norm."""
         totals = None if self.micro_batch == 0 else batch_totals(batch.mask[mb])
-        stats = dict.fromkeys(("policy_loss", "loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
+        stats = dict.fromkeys(STEP_STATS, 0.0)
         self.optimizer.zero_grad(set_to_none=True)
         for rows in micro_batches(mb, self.micro_batch):
             out = token_loss(
@@ -254,13 +290,15 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
                 self.cfg,
                 batch,
                 rows,
-                old_logp=old_logp[rows],
+                old_logp=None if on_policy else old_logp[rows],
                 ref_logp=None if ref_logp is None else ref_logp[rows],
                 advantages=advantages[rows],
                 temperature=self.temperature,
                 max_len=self.task.max_completion_len,
                 totals=totals,
             )
+            if on_policy:
+                old_logp[rows, : out.logp.shape[1]] = out.logp
             loss = out.loss_policy + out.loss_kl + out.loss_entropy
             loss.backward()
             stats["policy_loss"] += out.loss_policy.item()
@@ -268,6 +306,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
             stats["entropy"] += out.entropy
             stats["kl_ref"] += out.kl_ref
             stats["clip_fraction"] += out.clip_fraction
+            stats["approx_kl"] += out.approx_kl
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm))
         self.optimizer.step()
         return stats

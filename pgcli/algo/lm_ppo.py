@@ -100,7 +100,9 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             if cfg.normalize_advantage:
                 advantages = masked_whiten(advantages, mask * keep[:, None])
 
-        totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction", "grad_norm"), 0.0)
+        totals = dict.fromkeys(
+            ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction", "approx_kl", "grad_norm"), 0.0
+        )
         n_minibatches = 0
         for _ in range(cfg.n_iterations):
             for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
@@ -115,11 +117,7 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
                 for key, value in step.items():
                     totals[key] += value
         self.n_updates += 1
-        with torch.no_grad():
-            new_logp = self._batch_logprobs(self.policy, batch)
-            approx_kl = float(masked_mean(k3_kl(old_logp, new_logp)[rows], mask[rows]))
         stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
-        stats["train/approx_kl"] = approx_kl
         stats["train/token_reward_mean"] = float(masked_mean(rewards[rows], mask[rows]))
         if self.reference is None:
             del stats["train/kl_ref"]
@@ -140,7 +138,7 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
         of the minibatch's (`totals`), the gradients accumulated; then one clip and one step."""
         cfg = self.cfg
         low, high = clip_bounds(cfg.epsilon, cfg.epsilon_high)
-        stats = dict.fromkeys(("policy_loss", "entropy", "kl_ref", "clip_fraction"), 0.0)
+        stats = dict.fromkeys(("policy_loss", "entropy", "kl_ref", "clip_fraction", "approx_kl"), 0.0)
         self.optimizer.zero_grad(set_to_none=True)
         for rows in micro_batches(mb, self.micro_batch):
             width = int(batch.mask[rows].sum(1).max())  # drop columns that are padding in every row
@@ -162,6 +160,8 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             stats["policy_loss"] += pol.loss.item()
             stats["entropy"] += float(masked_mean(entropy.detach(), mask, totals=totals))
             stats["clip_fraction"] += pol.clip_fraction
+            # KL(old || pi_theta) before the step, from this forward pass (SB3's approx_kl)
+            stats["approx_kl"] += float(masked_mean(k3_kl(old_logp[rows, :width], logp.detach()), mask, totals=totals))
             if self.reference is not None:
                 stats["kl_ref"] += float(masked_mean(k3_kl(logp.detach(), ref_logp[rows, :width]), mask, totals=totals))
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm))

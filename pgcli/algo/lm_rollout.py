@@ -74,6 +74,12 @@ class CompletionBatch(NamedTuple):
     the trajectory's. None: each row is a whole completion."""
     reward_parts: Mapping[str, Tensor] = MappingProxyType({})
     """Each term of a reward of several (``TextTask.score``): [B] float unweighted values by name; empty for one."""
+    logprobs: Tensor | None = None
+    """[B, C] log pi_old of the sampled tokens as the sampler computed them, where that is the forward pass's function
+    (``CausalLM.sampler_logprobs``); else None."""
+    prompt_ids: Tensor | None = None
+    """[B] long: rows with the same id have the same prompt (`sample_completions`: the group), so a forward pass may
+    run it once (`batch_prompts`). None: no prompt is known to be shared."""
 
     @property
     def n_tokens(self) -> int:
@@ -120,6 +126,7 @@ def sample_completions(
     rewards, parts = task.score(repeated, texts)  # env.reward=rm:<run>: the reward model's scores, one batched pass
     correct = [task.correct(p, text) for p, text in zip(repeated, texts, strict=True)]
     seconds = time.perf_counter() - start
+    group_ids = torch.arange(len(problems), device=device).repeat_interleave(group_size)
     return CompletionBatch(
         prompt_tokens=prompt_tokens,
         prompt_mask=prompt_mask,
@@ -127,10 +134,23 @@ def sample_completions(
         mask=out.mask.float(),
         rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
         correct=torch.tensor(correct, dtype=torch.bool, device=device),
-        group_ids=torch.arange(len(problems), device=device).repeat_interleave(group_size),
+        group_ids=group_ids,
         sample_seconds=seconds,
         reward_parts={name: torch.tensor(v, dtype=torch.float32, device=device) for name, v in parts.items()},
+        logprobs=out.logprobs if policy.sampler_logprobs else None,
+        prompt_ids=group_ids,
     )
+
+
+def batch_prompts(batch: CompletionBatch, rows: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The prompts of completions `rows` [B'] of `batch`, as `pgcli.lm.model.completion_logprobs` takes them: with
+    shared prompts (`CompletionBatch.prompt_ids`) the U distinct ones [U, P], their mask and each row's index among
+    them [B']; else the rows' own [B', P], their mask and None."""
+    if batch.prompt_ids is None:
+        return batch.prompt_tokens[rows], batch.prompt_mask[rows], None
+    ids, index = torch.unique(batch.prompt_ids[rows], return_inverse=True)
+    holder = rows.new_empty(len(ids)).scatter_(0, index, rows)  # a row of each distinct prompt (all alike)
+    return batch.prompt_tokens[holder], batch.prompt_mask[holder], index
 
 
 def rollout_stats(batch: CompletionBatch) -> dict[str, float]:

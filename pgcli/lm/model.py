@@ -79,14 +79,26 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
 
     def forward(self, x: Tensor, attn_mask: Tensor, cache: KVCache | None, layer: int) -> Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))  # [B, H, t, Dh]
+        t = x.shape[1]
+        q, k, v = self.heads(x)
         if cache is not None:
             start = cache.length
             cache.k[layer, :, :, start : start + t] = k
             cache.v[layer, :, :, start : start + t] = v
             k, v = cache.k[layer, :, :, : start + t], cache.v[layer, :, :, : start + t]  # [B, H, S, Dh]
+        return self.attend(x, q, k, v, attn_mask)
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values [B, H, t, Dh] of ``x`` [B, t, D]."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        return q, k, v
+
+    def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor) -> Tensor:
+        """The block's output [B, t, D] for input ``x`` whose queries ``q`` attend to keys/values ``k``, ``v`` [B, H, S,
+        Dh] under ``attn_mask`` [B, 1, t, S]."""
+        b, t, d = x.shape
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, H, t, Dh]
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
@@ -103,6 +115,9 @@ class CausalLM(nn.Module):
     """Width D of :meth:`hidden`'s output (what a value head reads)."""
     logprob_chunk: int | None = None
     """Completion positions per chunk in :func:`completion_logprobs` (None: all at once; large vocabularies chunk)."""
+    sampler_logprobs: bool = False
+    """:func:`generate`'s log-probs of the sampled tokens are :func:`completion_logprobs`' function (the same
+    precision, and the same in training mode: no dropout), so a trainer may take them as pi_old's."""
 
     def hidden(self, tokens: Tensor, mask: Tensor, cache: Any = None) -> Tensor:
         """Final hidden states [B, t, D] of ``tokens`` [B, t] with real-token ``mask`` [B, t]."""
@@ -120,6 +135,18 @@ class CausalLM(nn.Module):
         """Next-token logits [B, t, V] (see :meth:`hidden`)."""
         return self.logits(self.hidden(tokens, mask, cache))
 
+    def completion_hidden(
+        self, prompt_tokens: Tensor, prompt_mask: Tensor, prompt_index: Tensor, completion: Tensor, mask: Tensor
+    ) -> Tensor:
+        """Hidden states [B, C, D] at the positions that predict each token of ``completion`` [B, C] (real: ``mask``):
+        the last prompt position, then every completion token but the last; row b follows prompt ``prompt_index[b]``
+        of the U distinct ``prompt_tokens`` [U, P]. This default runs every row's whole sequence; :class:`TinyGPT`
+        runs each distinct prompt once."""
+        p = prompt_tokens.shape[1]
+        tokens = torch.cat([prompt_tokens[prompt_index], completion], 1)  # [B, T]
+        full_mask = torch.cat([prompt_mask[prompt_index], mask], 1)
+        return self.hidden(tokens, full_mask)[:, p - 1 : -1]
+
     def policy_state(self) -> dict[str, Tensor]:
         """The weights ``policy.pt`` holds: what a fresh model of the same config loads to compute this policy."""
         return self.state_dict()
@@ -127,6 +154,8 @@ class CausalLM(nn.Module):
 
 class TinyGPT(CausalLM):
     """Causal transformer over a character vocabulary (module docstring)."""
+
+    sampler_logprobs = True
 
     def __init__(self, sizes: TinyGPTSizes) -> None:
         super().__init__()
@@ -174,14 +203,10 @@ class TinyGPT(CausalLM):
             key_mask = cache.mask[:, : past + t]  # [B, S]
         else:
             key_mask = mask
-        s = past + t
-        causal = torch.ones(t, s, dtype=torch.bool, device=tokens.device).tril(diagonal=past)  # [t, S]
-        attn = causal[None] & key_mask[:, None, :]  # [B, t, S]
-        # a pad query may have no real key before it: let every query see itself so its softmax stays finite
-        attn = attn | torch.eye(t, s, dtype=torch.bool, device=tokens.device).roll(past, dims=1)[None]
+        attn = _attention_mask(key_mask, past=past)
         x = self.tok_emb(tokens) + self.pos_emb(positions)
         for layer, block in enumerate(self.blocks):
-            x = block(x, attn[:, None], cache, layer)
+            x = block(x, attn, cache, layer)
         if cache is not None:
             cache.length += t
             cache.n_real += mask.long().sum(1)
@@ -190,12 +215,55 @@ class TinyGPT(CausalLM):
     def logits(self, hidden: Tensor) -> Tensor:
         return self.head(hidden)
 
+    def completion_hidden(
+        self, prompt_tokens: Tensor, prompt_mask: Tensor, prompt_index: Tensor, completion: Tensor, mask: Tensor
+    ) -> Tensor:
+        """:meth:`CausalLM.completion_hidden` with each distinct prompt run once (U rows, not B), as in
+        "Prefix Grouper" (Liu et al., 2025): a row's completion attends to its prompt's keys and values, gathered per
+        row as a key/value cache holds them. Positions, masks and keys are the whole-sequence pass's, so the outputs
+        equal its own up to float32 summation order; the gradients of the G copies of a key sum onto the one."""
+        p = prompt_tokens.shape[1]
+        inputs, in_mask = completion[:, :-1], mask[:, :-1]  # the last token is predicted, never read
+        c = inputs.shape[1]
+        if p + inputs.shape[1] + 1 > self.sizes.max_len:
+            raise ValueError(f"sequence longer than the model's max_len {self.sizes.max_len}")
+        x = self.tok_emb(prompt_tokens) + self.pos_emb((prompt_mask.long().cumsum(1) - 1).clamp(min=0))
+        prompt_attn = _attention_mask(prompt_mask, past=0)  # [U, 1, P, P]
+        n_prompt = prompt_mask.long().sum(1)[prompt_index]  # [B] real prompt tokens of each row
+        y = self.tok_emb(inputs) + self.pos_emb((n_prompt[:, None] + in_mask.long().cumsum(1) - 1).clamp(min=0))
+        completion_attn = _attention_mask(torch.cat([prompt_mask[prompt_index], in_mask], 1), past=p)  # [B, 1, c, T-1]
+        for block in self.blocks:
+            assert isinstance(block, _Block)
+            q, k, v = block.heads(x)
+            x = block.attend(x, q, k, v, prompt_attn)
+            if c > 0:
+                qc, kc, vc = block.heads(y)
+                keys, values = torch.cat([k[prompt_index], kc], 2), torch.cat([v[prompt_index], vc], 2)
+                y = block.attend(y, qc, keys, values, completion_attn)
+        last_prompt = self.ln_f(x[:, -1:])[prompt_index]  # [B, 1, D]: predicts each row's first completion token
+        return torch.cat([last_prompt, self.ln_f(y)], 1) if c > 0 else last_prompt
+
+
+def _attention_mask(key_mask: Tensor, *, past: int) -> Tensor:
+    """[B, 1, t, S] bool: the t = S - past new queries see the real keys of ``key_mask`` [B, S] up to their own
+    position, and themselves."""
+    s = key_mask.shape[1]
+    t = s - past
+    causal = torch.ones(t, s, dtype=torch.bool, device=key_mask.device).tril(diagonal=past)  # [t, S]
+    attn = causal[None] & key_mask[:, None, :]  # [B, t, S]
+    # a pad query may have no real key before it: let every query see itself so its softmax stays finite
+    attn = attn | torch.eye(t, s, dtype=torch.bool, device=key_mask.device).roll(past, dims=1)[None]
+    return attn[:, None]
+
 
 class Generation(NamedTuple):
     tokens: Tensor
     """[B, C] long: sampled tokens, PAD after each row's EOS."""
     mask: Tensor
     """[B, C] bool: True for sampled tokens up to and including EOS."""
+    logprobs: Tensor
+    """[B, C] float32: log softmax(logits / temperature) of each sampled token (temperature 0: 1, top-p aside), what
+    :func:`completion_logprobs` gives for it up to float32 summation order; 0.0 on padding."""
 
 
 def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
@@ -244,17 +312,19 @@ def generate(
     cache = model.new_cache(b, p + max_new_tokens)
     logits = model(prompt_tokens, prompt_mask, cache)[:, -1]  # [B, V]
     done = torch.zeros(b, dtype=torch.bool, device=prompt_tokens.device)
-    tokens, masks = [], []
+    tokens, masks, logprobs = [], [], []
     for _ in range(max_new_tokens):
         alive = ~done  # [B]: rows still generating sample a real token this step
         nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
+        logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, V]
+        logprobs.append(logp.gather(-1, nxt[:, None]).squeeze(-1).masked_fill(done, 0.0))
         tokens.append(nxt)
         masks.append(alive)
         done = done | torch.isin(nxt, stops)
         if bool(done.all()):
             break
         logits = model(nxt[:, None], alive[:, None], cache)[:, -1]
-    return Generation(torch.stack(tokens, 1), torch.stack(masks, 1))
+    return Generation(torch.stack(tokens, 1), torch.stack(masks, 1), torch.stack(logprobs, 1))
 
 
 def completion_logprobs(
@@ -265,6 +335,7 @@ def completion_logprobs(
     completion_mask: Tensor,
     *,
     temperature: float = 1.0,
+    prompt_index: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-token log-probabilities and entropies of ``completion`` under ``softmax(logits / temperature)``.
 
@@ -272,22 +343,29 @@ def completion_logprobs(
     values that the caller masks out.
 
     Args:
-        prompt_tokens, prompt_mask: [B, P] (left-padded prompts).
+        prompt_tokens, prompt_mask: [B, P] (left-padded prompts), or with ``prompt_index`` the U distinct prompts.
         completion, completion_mask: [B, C] (``Generation.tokens`` / ``Generation.mask``).
         temperature: the sampling temperature (0 is treated as 1: greedy decoding has no density).
+        prompt_index: [B] long, row b's prompt among U distinct ones (G completions per prompt: U = B / G): the model
+            may run each prompt once (:meth:`CausalLM.completion_hidden`). None: row b's prompt is row b.
 
     Returns:
         (logprobs [B, C], entropies [B, C]).
     """
     p = prompt_tokens.shape[1]
-    tokens = torch.cat([prompt_tokens, completion], 1)  # [B, T]
-    mask = torch.cat([prompt_mask, completion_mask], 1)
     temperature = temperature or 1.0
     chunk = model.logprob_chunk
+    if prompt_index is not None:
+        hidden = model.completion_hidden(prompt_tokens, prompt_mask, prompt_index, completion, completion_mask)
+    else:
+        tokens = torch.cat([prompt_tokens, completion], 1)  # [B, T]
+        mask = torch.cat([prompt_mask, completion_mask], 1)
+        if chunk is None:
+            logits = model(tokens, mask)[:, p - 1 : -1]  # [B, C, V]: position t predicts token t + 1
+            return _token_logprobs(logits, completion, temperature)
+        hidden = model.hidden(tokens, mask)[:, p - 1 : -1]  # [B, C, D]
     if chunk is None:
-        logits = model(tokens, mask)[:, p - 1 : -1]  # [B, C, V]: position t predicts token t + 1
-        return _token_logprobs(logits, completion, temperature)
-    hidden = model.hidden(tokens, mask)[:, p - 1 : -1]  # [B, C, D]
+        return _token_logprobs(model.logits(hidden), completion, temperature)
     parts = []
     for start in range(0, completion.shape[1], chunk):  # never a float32 [B, C, V] tensor, nor its gradient's
         h, target = hidden[:, start : start + chunk], completion[:, start : start + chunk]

@@ -165,3 +165,74 @@ def test_save_and_load_policy(tmp_path):
     load_policy(b, tmp_path)
     prompt, mask = left_padded()
     assert torch.equal(a(prompt, mask), b(prompt, mask))
+
+
+def shared_prompt_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """3 distinct left-padded prompts, 5 completions (rows) of them, one with a single real token."""
+    prompt, mask = left_padded()
+    index = torch.tensor([2, 0, 0, 1, 2])
+    completion = torch.tensor([[3, 2, 0, 0], [4, 5, 6, 2], [2, 0, 0, 0], [6, 7, 2, 0], [5, 5, 5, 5]])
+    return prompt, mask, index, completion, completion != 0
+
+
+def test_each_prompt_run_once_gives_the_whole_sequence_pass():
+    """TinyGPT's completion_hidden (each distinct prompt once, its keys gathered per row) against CausalLM's default
+    (every row's prompt and completion in one sequence): the same log-probs, entropies and gradients."""
+    prompt, mask, index, completion, cmask = shared_prompt_batch()
+    results = []
+    for shared in (True, False):
+        model = tiny().train()
+        if shared:
+            logp, ent = completion_logprobs(model, prompt, mask, completion, cmask, prompt_index=index, temperature=0.7)
+        else:
+            logp, ent = completion_logprobs(model, prompt[index], mask[index], completion, cmask, temperature=0.7)
+        ((logp + 0.1 * ent) * cmask).sum().backward()
+        results.append((logp, ent, [p.grad.clone() for p in model.parameters()]))
+    (logp, ent, grads), (full_logp, full_ent, full_grads) = results
+    assert torch.allclose(logp[cmask], full_logp[cmask], atol=1e-5)
+    assert torch.allclose(ent[cmask], full_ent[cmask], atol=1e-5)
+    # gradients of about 10 here (init_std 0.5): float32 summation order moves them by about 1e-5
+    assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-4) for g, h in zip(grads, full_grads, strict=True))
+    assert logp[cmask].std() > 0.1  # not a degenerate model
+
+
+def test_each_prompt_run_once_matches_the_default_of_any_causal_lm():
+    """CausalLM.completion_hidden, the fallback other models (Hugging Face) take, on the same shared batch."""
+    prompt, mask, index, completion, cmask = shared_prompt_batch()
+    model = tiny()
+    with torch.no_grad():
+        shared = model.completion_hidden(prompt, mask, index, completion, cmask)
+        default = super(TinyGPT, model).completion_hidden(prompt, mask, index, completion, cmask)
+    assert shared.shape == default.shape == (5, 4, 16)
+    assert torch.allclose(shared, default, atol=1e-5)
+
+
+def test_one_token_completions_read_only_the_prompt():
+    prompt, mask = left_padded()
+    completion = torch.tensor([[2], [3], [2]])
+    model = tiny()
+    logp, _ = completion_logprobs(model, prompt, mask, completion, completion != 0, prompt_index=torch.arange(3))
+    full, _ = completion_logprobs(model, prompt, mask, completion, completion != 0)
+    assert torch.allclose(logp, full, atol=1e-5)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.8, 1.0), (1.3, 0.7), (0.0, 1.0)])
+def test_generation_logprobs_are_those_of_a_forward_pass(temperature, top_p):
+    """What trainers take as pi_old without a pass of their own (CausalLM.sampler_logprobs): the tempered softmax of
+    the whole distribution (top-p and greedy aside, as completion_logprobs), 0.0 on padding."""
+    model = tiny()
+    prompt, mask = left_padded()
+    gen = generate(
+        model,
+        prompt,
+        mask,
+        max_new_tokens=6,
+        eos_id=EOS,
+        temperature=temperature,
+        top_p=top_p,
+        generator=torch.Generator().manual_seed(2),
+    )
+    logp, _ = completion_logprobs(model, prompt, mask, gen.tokens, gen.mask, temperature=temperature)
+    assert model.sampler_logprobs and gen.logprobs.dtype == torch.float32
+    assert torch.allclose(gen.logprobs[gen.mask], logp[gen.mask], atol=1e-5)
+    assert (gen.logprobs[~gen.mask] == 0).all() and gen.logprobs[gen.mask].std() > 0.1

@@ -15,7 +15,7 @@ import torch
 from pgcli.algo.lm_base import kl_reference
 from pgcli.algo.lm_grpo import ESTIMATORS, LMGRPO, token_loss
 from pgcli.algo.lm_ppo import LMPPO
-from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
+from pgcli.algo.lm_rollout import CompletionBatch, batch_prompts, sample_completions
 from pgcli.config import GRPOConfig, GSPOConfig, PPOLMConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
 from pgcli.lm.model import POLICY_FILE, TinyGPT, TinyGPTSizes, completion_logprobs
 from pgcli.lm.tasks import Addition, Problem, Task
@@ -395,3 +395,79 @@ def test_micro_batches_give_the_minibatch_update_and_stats(case):
     for name in modules:
         for a, b in zip(getattr(whole, name).parameters(), getattr(chunked, name).parameters(), strict=True):
             torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+def test_batch_prompts_are_the_distinct_prompts_of_the_rows():
+    task = make_task()
+    trainer = make_trainer("grpo", task)
+    batch = sampled_batch(trainer, task)
+    rows = torch.tensor([13, 2, 3, 7, 12, 0])  # groups 3, 0, 0, 1, 3, 0
+    tokens, mask, index = batch_prompts(batch, rows)
+    assert index is not None and tokens.shape[0] == 3  # three distinct prompts
+    assert torch.equal(tokens[index], batch.prompt_tokens[rows]) and torch.equal(mask[index], batch.prompt_mask[rows])
+    own = batch_prompts(batch._replace(prompt_ids=None), rows)  # nothing known to be shared: each row's own
+    assert own[2] is None and torch.equal(own[0], batch.prompt_tokens[rows])
+
+
+@pytest.mark.parametrize(
+    ("algo", "sampler_logprobs", "on_policy_rows", "passed_rows"),
+    [("grpo", False, 8, 8), ("rloo", False, 0, 16), ("grpo", True, 0, 0), ("rloo", True, 0, 16)],
+)
+def test_pi_old_comes_from_the_sampler_or_the_first_minibatch_pass(algo, sampler_logprobs, on_policy_rows, passed_rows):
+    """pi_old without a pass of its own: the sampler's log-probs (TinyGPT's); without them (a Hugging Face model), with
+    n_iterations=1 the first step's minibatch takes its own log-probs (detached) and the other rows get one no-grad
+    pass. RLOO's KL-shaped rewards read pi_old of every row, from a pass like pi_ref's whatever the sampler gives.
+    Each way equals a separate no-grad pass of the sampling policy (float tolerance)."""
+    task = make_task(reward=starts_low)
+    trainer = make_trainer(algo, task, n_iterations=1, beta=0.04)
+    batch = sampled_batch(trainer, task)
+    assert batch.logprobs is not None
+    if not sampler_logprobs:
+        batch = batch._replace(logprobs=None)
+    with torch.no_grad():
+        expected = trainer._batch_logprobs(trainer.policy, batch)
+    passes, steps = [], []
+    batch_logprobs, policy_step = trainer._batch_logprobs, trainer._policy_step
+
+    def spy_logprobs(model, batch, rows=None):
+        passes.append((model is trainer.policy, None if rows is None else rows.clone(), bool(steps)))
+        return batch_logprobs(model, batch, rows)
+
+    def spy_step(batch, mb, *, old_logp, **kw):
+        steps.append((mb.clone(), kw["on_policy"], old_logp))
+        return policy_step(batch, mb, old_logp=old_logp, **kw)
+
+    trainer._batch_logprobs, trainer._policy_step = spy_logprobs, spy_step  # type: ignore[method-assign]
+    trainer._update(batch)
+    (first, on_policy, old_logp), (second, *_) = steps
+    assert on_policy == (on_policy_rows > 0)
+    policy_rows = [rows for is_policy, rows, after in passes if is_policy and not after]
+    assert sum(len(rows) for rows in policy_rows) == passed_rows
+    if on_policy_rows:  # the pass covers exactly the rows the first step does not
+        assert set(policy_rows[0].tolist()) == set(second.tolist()) and len(first) == on_policy_rows
+    mask = batch.mask.bool()
+    assert torch.allclose(old_logp[mask], expected[mask], atol=1e-5)  # after the update: every row filled
+
+
+@pytest.mark.parametrize("algo", ["rloo", "reinforce_pp"])
+def test_a_kl_in_the_reward_is_exactly_zero_while_the_policy_is_the_reference(algo):
+    """pi_old for the KL-shaped reward comes from the same pass as pi_ref's, not from the sampler (equal only up to
+    float32 summation order): with the reference a copy of the policy, k1 is 0.0 on every token, so rewards that are
+    all equal give no advantage at all (REINFORCE++ whitens: float noise would become unit-size advantages)."""
+    task = make_task(reward=lambda problem, completion: 0.0)
+    trainer = make_trainer(algo, task, n_iterations=1, beta=0.04)
+    batch = sampled_batch(trainer, task)
+    seen = []
+    advantages = trainer._advantages
+
+    def spy(batch, old_logp, ref_logp):
+        seen.append((old_logp.clone(), ref_logp.clone()))
+        return advantages(batch, old_logp, ref_logp)
+
+    trainer._advantages = spy  # type: ignore[method-assign]
+    before = params_of(trainer)
+    stats = trainer._update(batch)
+    ((old_logp, ref_logp),) = seen
+    assert torch.equal(old_logp * batch.mask, ref_logp * batch.mask)
+    assert stats["train/grad_norm"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(trainer), strict=True))
