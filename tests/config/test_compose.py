@@ -162,8 +162,9 @@ def test_every_preset_changes_its_pair_and_can_be_removed(preset: str):
     exact = [(a, e) for a in ALGO_OPTIONS for e in ENVS if preset == f"{a}_{e}"]
     algo, env = (exact or [(a, e) for a in ALGO_OPTIONS for e in ENVS if preset.startswith(f"{a}_{e}_")])[0]
     chosen = [] if preset == f"{algo}_{env}" else [f"preset={preset}"]
-    with_preset = composed(f"algo={algo}", f"env={env}", *chosen)
-    without = composed(f"algo={algo}", f"env={env}", "~preset")
+    rows = DATASET if env == "dataset" else []
+    with_preset = composed(f"algo={algo}", f"env={env}", *chosen, *rows)
+    without = composed(f"algo={algo}", f"env={env}", "~preset", *rows)
     assert with_preset != without, f"preset {preset} changes nothing"
 
 
