@@ -36,8 +36,8 @@ def parallel_job() -> str | None:
 
 def progress_bar(total: int) -> Any:
     """The training progress display for ``total`` steps: a live tqdm bar, or a :class:`JobProgress` for a job of
-    a parallel sweep. Both take ``update(n)``, ``set_postfix(stats, refresh=False)`` and ``close()``, and have
-    ``n`` and a settable ``total``."""
+    a parallel sweep. Both take ``update(n)``, ``set_postfix(stats, refresh=False)``, ``write(text, file=...)`` and
+    ``close()``, and have ``n`` and a settable ``total``."""
     job = parallel_job()
     if job is not None:
         return JobProgress(job, total)
@@ -85,6 +85,10 @@ class JobProgress:
     def line(self) -> str:
         done = f"{self.n:,}/{self.total:,} steps ({self.n / max(self.total, 1):.0%})"
         return f"pgcli: job {self.job}: {done}" + "".join(f", {key} {value}" for key, value in self.stats.items())
+
+    def write(self, text: str, file: Any = None) -> None:
+        """A note (tqdm's ``write``): one whole line on ``file`` (stderr by default)."""
+        write_line(sys.stderr if file is None else file, text)
 
     def close(self) -> None:
         pass

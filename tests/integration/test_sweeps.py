@@ -115,9 +115,9 @@ def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store
     lines = stdout.splitlines()
     for job in (0, 1):
         (start,) = [i for i, ln in enumerate(lines) if ln.startswith(f"ppo on cartpole (seed {job}, job #{job}): ")]
-        block = lines[start : start + 5]
-        assert [ln.split()[0] for ln in block[1:]] == ["final", "MLflow", "output", "compare"], stdout
-        assert block[3].endswith(f"/{job}_ppo_cartpole_s{job}")
+        block = lines[start : start + 6]
+        assert [ln.split()[0] for ln in block[1:]] == ["final", "device", "MLflow", "output", "compare"], stdout
+        assert block[4].endswith(f"/{job}_ppo_cartpole_s{job}")
 
 
 def test_a_parallel_jobs_progress_is_a_line_now_and_then_naming_the_job(capsys) -> None:
@@ -129,6 +129,15 @@ def test_a_parallel_jobs_progress_is_a_line_now_and_then_naming_the_job(capsys) 
     progress.update(600)  # the end: the job's summary follows
     progress.close()
     assert capsys.readouterr().err == "pgcli: job #1: 400/1,000 steps (40%), sps 3,120, return 87.5\n"
+
+
+def test_a_parallel_jobs_notes_are_whole_lines(capsys) -> None:
+    # The monitor writes its notes (a busy core, the device) through the display, as through tqdm's bar
+    from pgcli.training.progress import JobProgress
+
+    JobProgress("#0", total=10).write("pgcli: note: something", file=sys.stderr)
+    JobProgress("#0", total=10).write("pgcli: note: else")
+    assert capsys.readouterr().err == "pgcli: note: something\npgcli: note: else\n"
 
 
 def test_a_failing_job_fails_alone_and_the_sweep_exits_nonzero(store: Store, workdir: Path) -> None:
