@@ -23,6 +23,7 @@ from pgcli.config.compose import (
     CONF_DIR,
     compose_dictconfig,
     compose_train_config,
+    primary_choices,
     to_train_config,
 )
 from pgcli.errors import ConfigError, PgcliError
@@ -66,6 +67,12 @@ def hydra_argv(args: list[str], command: str = "train") -> list[str]:
     Hydra takes flags only before the first override, so ``pgcli train algo=ppo -m seed=0,1`` would fail there with
     "unrecognized arguments: seed=0,1"; pgcli accepts flags anywhere, as ``--from-run X -m seed=1,2`` needs.
     """
+    flags, overrides = split_argv(args, command)
+    return [*flags, *overrides]
+
+
+def split_argv(args: list[str], command: str = "train") -> tuple[list[str], list[str]]:
+    """Hydra's flags (each with its value) and the overrides of ``args``, each in its order (:func:`hydra_argv`)."""
     flags: list[str] = []
     overrides: list[str] = []
     i = 0
@@ -87,7 +94,7 @@ def hydra_argv(args: list[str], command: str = "train") -> list[str]:
             raise ConfigError(f"unknown option {arg} for pgcli {command} (see pgcli {command} --help)")
         flags += [name, value]
         i += took_next
-    return [*flags, *overrides]
+    return flags, overrides
 
 
 def _flag_value(name: str, value: str | None, nxt: str, command: str) -> tuple[str, bool]:
@@ -193,7 +200,10 @@ def _run_hydra(args: list[str], trained: TrainedRun) -> int:
     """Run the Hydra app on ``args``; 1 when a sweep had failed jobs."""
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `kill` and a closed terminal end the run KILLED, as Ctrl-C does
         signal.signal(signum, _raise_interrupted)
-    sys.argv = ["pgcli train", *hydra_argv(args)]
+    flags, overrides = split_argv(args)
+    if "-m" in flags or "--multirun" in flags:  # the sweep's primary config composes with its first job's groups
+        overrides = primary_choices(overrides)
+    sys.argv = ["pgcli train", *flags, *overrides]
     from pgcli.sweeps.tree import close_sweep
     from pgcli.training.run import FAILED, FINISHED, KILLED
 

@@ -117,6 +117,40 @@ def job_overrides(overrides: list[str], *, multirun: bool) -> list[list[str]]:
     return [parsed.fixed()]
 
 
+def primary_choices(overrides: list[str]) -> list[str]:
+    """``overrides`` with each swept config group's first choice set once just before its sweep line
+    (``algo=grpo,rloo`` -> ``algo=grpo algo=grpo,rloo``).
+
+    Hydra composes a sweep's primary config (its launcher, its sweep directory) without the sweep lines, so a swept
+    group falls back to train.yaml's default (``algo: ppo``), where keys of the swept choices (``algo.beta=0.1``) or a
+    preset that sets them do not exist and the whole sweep fails. With the first choice set, the primary config is
+    that of the sweep's first job; each job still gets its own choice, as Hydra's sweepers take the last line per key.
+    """
+    from hydra.core.override_parser.types import ValueType
+
+    groups = {path.name for path in Path(CONF_DIR).iterdir() if path.is_dir()} - {"hydra"}
+    out: list[str] = []
+    for override in Overrides.parse(overrides):
+        line = override.input_line or ""
+        if (
+            override.key_or_group in groups
+            and override.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP)
+            and not override.is_add()
+            and not override.is_delete()
+        ):
+            first = next(iter(override.sweep_string_iterator()), None)
+            if first is not None:
+                out.append(f"{override.key_or_group}={first}")
+        out.append(line)
+    return out
+
+
+def primary_overrides(overrides: list[str]) -> list[str]:
+    """What a sweep's primary config is composed from: its fixed overrides and each swept group's first choice
+    (:func:`primary_choices`); for a single run, its overrides."""
+    return Overrides.parse(primary_choices(overrides)).fixed()
+
+
 def fixed_overrides(overrides: list[str]) -> list[str]:
     """``overrides`` without the sweep ones (``seed=0,1``, ``interval(...)``): what every job of a sweep shares.
 
@@ -216,7 +250,10 @@ def describe_config_error(exc: BaseException) -> str:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, ValidationError
 
-    cause = exc.__cause__ or exc
+    cause = exc.__cause__ or exc.__context__ or exc
+    # a key set by a config file (a preset for another algorithm), not on the command line: name the file
+    source = str(exc).split("'", 2)[1] if str(exc).startswith("In '") else ""
+    by = f", set by {source}" if source else ""
     if isinstance(exc, MissingConfigException) or isinstance(cause, MissingConfigException):
         text = str(exc)
         missing = text.split("Could not find '", 1)[-1].split("'", 1)[0] if "Could not find '" in text else ""
@@ -238,7 +275,7 @@ def describe_config_error(exc: BaseException) -> str:
         if obj is dict:  # an open mapping such as env.kwargs: new keys need Hydra's append syntax
             return f"unknown key '{key}'; to add a new key use '+{key}=...'"
         owner = obj.__name__ if obj else "the config"
-        return f"unknown key '{key}' ({owner} has no field '{leaf}'){hint}"
+        return f"unknown key '{key}' ({owner} has no field '{leaf}'){by}{hint}"
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or ""
         msg = str(getattr(cause, "msg", cause)).splitlines()[0]

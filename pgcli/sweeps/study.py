@@ -331,12 +331,12 @@ def check_search(overrides: list[str]) -> None:
     creates nothing. Other sweepers pass through."""
     from omegaconf import OmegaConf
 
-    from pgcli.config.compose import hydra_compose
+    from pgcli.config.compose import hydra_compose, primary_overrides
     from pgcli.config.overrides import Overrides
     from pgcli.training.checks import train_config
 
     parsed = Overrides.parse(overrides)
-    config = hydra_compose(parsed.fixed(), hydra_node=True)
+    config = hydra_compose(primary_overrides(overrides), hydra_node=True)
     if OmegaConf.select(config, "hydra.sweeper._target_") != SWEEPER_TARGET:
         return
     cfg = search_config(config.hydra.sweeper)

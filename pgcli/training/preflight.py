@@ -124,10 +124,10 @@ def plan_from_overrides(overrides: list[str], *, multirun: bool, output_dir: Pat
     """
     from omegaconf import OmegaConf
 
-    from pgcli.config.compose import hydra_compose
-    from pgcli.config.overrides import Overrides, task_lines
+    from pgcli.config.compose import hydra_compose, primary_overrides
+    from pgcli.config.overrides import task_lines
 
-    fixed = Overrides.parse(overrides).fixed()
+    fixed = primary_overrides(overrides)
     try:
         cfg = hydra_compose(fixed, hydra_node=True)
     except ConfigError:

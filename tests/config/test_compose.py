@@ -23,7 +23,7 @@ from pgcli.config import (
     SFTConfig,
     TrainConfig,
 )
-from pgcli.config.compose import CONF_DIR, text_task_overrides
+from pgcli.config.compose import CONF_DIR, compose_train_config, job_overrides, text_task_overrides
 from pgcli.config.pixels import IMAGE_ENVS
 from pgcli.config.text import AGENT_ENV_CONFIGS
 from pgcli.errors import ConfigError
@@ -287,3 +287,23 @@ def test_two_core_options_compose_and_a_bad_vec_env_is_one_line():
     ) as err:
         train_config(["hardware.vec_env=threads"])
     assert "\n" not in str(err.value)
+
+
+def test_a_sweeps_primary_config_composes_with_each_swept_groups_first_choice():
+    from pgcli.config.compose import primary_choices, primary_overrides
+
+    lines = ["env=addition", "algo=grpo,rloo", "algo.beta=0.1", "seed=0,1", "model=choice(tiny_gpt,hf)"]
+    first = ["env=addition", "algo=grpo", "algo=grpo,rloo", "algo.beta=0.1", "seed=0,1"]
+    assert primary_choices(lines) == [*first, "model=tiny_gpt", "model=choice(tiny_gpt,hf)"]
+    assert primary_overrides(lines) == ["env=addition", "algo=grpo", "algo.beta=0.1", "model=tiny_gpt"]
+    compose_train_config(primary_overrides(lines))  # train.yaml's default algo (ppo) has no beta
+    # each job still gets its own choice: Hydra's sweepers keep the last line per key
+    assert [job[1] for job in job_overrides(primary_choices(lines), multirun=True)][::4] == ["algo=grpo", "algo=rloo"]
+
+
+def test_a_key_a_preset_sets_for_another_algorithm_names_the_preset():
+    with pytest.raises(ConfigError) as err:
+        compose_train_config(["env=dataset", "preset=grpo_dataset", "algo=rloo"])
+    assert str(err.value).startswith(
+        "unknown key 'algo.scale_rewards' (RLOOConfig has no field 'scale_rewards'), set by preset/grpo_dataset"
+    )

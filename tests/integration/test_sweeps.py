@@ -120,6 +120,23 @@ def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store
         assert block[4].endswith(f"/{job}_ppo_cartpole_s{job}")
 
 
+def test_a_sweep_over_algorithms_takes_a_key_the_default_algorithm_lacks(store: Store, workdir: Path) -> None:
+    # Hydra composes a sweep's primary config without its sweep lines (train.yaml's algo: ppo), where algo.beta does
+    # not exist; pgcli composes it with the first swept algorithm, and each job still trains its own
+    proc = run_pgcli(
+        ["train", "-m", f"tracking.uri={store.uri}", "env=addition", "algo=grpo,rloo", "algo.beta=0.1",
+         "total_steps=64", "eval.episodes=8", "progress=false", "tracking.log_model=false"],
+        cwd=workdir, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, children = tree(store)
+    assert sorted((c.data.params["algo"], c.data.params["algo.beta"]) for c in children) == [
+        ("grpo", "0.1"),
+        ("rloo", "0.1"),
+    ]
+    assert {c.info.status for c in children} == {"FINISHED"}
+
+
 def test_a_parallel_jobs_progress_is_a_line_now_and_then_naming_the_job(capsys) -> None:
     from pgcli.training.progress import JobProgress
 
