@@ -268,21 +268,30 @@ def test_kill_then_resume_reads_the_rows_a_straight_run_reads(data_dir: Path, tm
         assert histories[0] == histories[1] and len(histories[0]) == 10, key
 
 
-def test_a_sweep_over_seeds_then_compare(data_dir: Path, tmp_path: Path, migrated_store: Store):
+def test_a_sweep_over_algorithms_and_seeds_then_compare(data_dir: Path, tmp_path: Path, migrated_store: Store):
+    # RLOO (critic-free) and PPO with a value head on the rows, sharing the group settings that train.yaml's default
+    # algorithm (PPO for control) lacks
     store, workdir = migrated_store, tmp_path / "work"
     workdir.mkdir()
-    args = ["train", "-m", *grpo_args(data_dir, store, "total_steps=32", "eval.every=0", "seed=1,2")[1:]]
+    grpo = grpo_args(data_dir, store, "total_steps=32", "eval.every=0", "algo=rloo,ppo_lm", "seed=1,2")
+    args = ["train", "-m", *(a for a in grpo[1:] if a != "algo=grpo")]
     proc = run_pgcli(args, cwd=workdir, timeout=400, **pgcli_env(data_dir, tmp_path / "log.jsonl"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [r for r in store.runs("dataset") if "seed" in r.data.params]  # the jobs, not the sweep's parent run
-    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
+    assert sorted((r.data.params["algo"], r.data.params["seed"]) for r in runs) == [
+        ("ppo_lm", "1"),
+        ("ppo_lm", "2"),
+        ("rloo", "1"),
+        ("rloo", "2"),
+    ]
     assert all(r.info.status == "FINISHED" and "eval/accuracy" in r.data.metrics for r in runs)
     out = tmp_path / "report"
     compare = ["compare", "--experiment", "dataset", "--metric", "eval/accuracy", "--out", str(out)]
     proc = run_pgcli([*compare, f"tracking.uri={store.uri}"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| grpo | dataset |")]
-    assert len(rows) == 1 and "| 2 |" in rows[0], proc.stdout  # one group of the two seeds
+    for algo in ("rloo", "ppo_lm"):  # one group of the two seeds each
+        rows = [line for line in proc.stdout.splitlines() if line.startswith(f"| {algo} | dataset |")]
+        assert len(rows) == 1 and "| 2 |" in rows[0], proc.stdout
 
 
 # --------------------------------------------------------------------------------------------------------------------
