@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from pgcli.compare.groups import BASE_KEYS, REWARD_KEY, TRIAL_KEY, Group, reward_meaning, setting_text
+from pgcli.compare.groups import (
+    BASE_KEYS,
+    REWARD_KEY,
+    TRIAL_KEY,
+    Group,
+    is_reward_metric,
+    reward_meaning,
+    setting_text,
+)
 from pgcli.compare.stats import GroupStats, mean_path
 
 FEW_RUNS = 3
@@ -166,7 +174,7 @@ def figure(
     for ax, (env, reward) in zip(axes.flat, panels, strict=False):
         ax.set_title(f"{env}, reward: {reward}" if reward else env)
         ax.set_xlabel(x or "environment steps")
-        ax.set_ylabel(f"{metric}\n({reward_meaning(reward)})" if reward else metric)
+        ax.set_ylabel(f"{metric}\n({reward_meaning(reward)})" if reward and is_reward_metric(metric) else metric)
         ax.grid(alpha=0.3)
         _legend_below(ax, fig)
     if x is None:
