@@ -5,9 +5,11 @@ children of the most recent sweep); only training runs count, not sweep parents 
 grouped into seeds of one experiment (:mod:`pgcli.compare.groups`), each group aggregated (:mod:`pgcli.compare.stats`:
 mean curve with a 95% bootstrap band, final mean +- std, IQM, bootstrap CI; with ``--x``, the curve against another
 logged metric, each run's path and the group's mean path), and reported
-(:mod:`pgcli.compare.report`): ``compare.png``, ``compare.md`` and ``compare.html`` in the output directory, logged to
-the sweep's parent run when there is one, and the table with its notes on the terminal (docs/sweeps.md, "Comparing
-runs").
+(:mod:`pgcli.compare.report`): ``compare-<metric>[-vs-<x>]`` ``.png``, ``.md`` and ``.html`` in the output directory
+(named by what they draw, so comparisons by other metrics keep theirs), logged to the sweep's parent run when there is
+one, and the table with its notes on the terminal (docs/sweeps.md, "Comparing runs"). A reward metric of runs whose
+rewards differ (the task's, a reward model's pairwise accuracy, a reward model's score) is split by reward, said in a
+note.
 """
 
 from __future__ import annotations
@@ -21,12 +23,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, RunCurve, check_keys, make_groups
+from pgcli.compare.groups import (
+    BASE_KEYS,
+    REWARD_KEY,
+    TRIAL_KEY,
+    Group,
+    RunCurve,
+    check_keys,
+    make_groups,
+    mixed_rewards,
+)
 from pgcli.compare.report import (
     FEW_RUNS,
     html_table,
     markdown_table,
     plot_curves,
+    report_stem,
     selection_label,
     table_header,
     table_rows,
@@ -49,16 +61,17 @@ def parse_args(args: list[str]) -> argparse.Namespace:
     parser = CommandParser(
         prog="pgcli compare",
         description="Aggregate runs across seeds: learning curves (mean, 95% bootstrap band), final return "
-        "mean ± std, IQM. Runs are grouped by algo and env id (plus --group-by keys, plus the Optuna trial); runs of "
+        "mean ± std, IQM. Runs are grouped by algo and env id (plus --group-by keys, plus the Optuna trial, plus the "
+        "reward when a reward metric's runs have different rewards: task, pairwise accuracy, a reward model); runs of "
         "different budgets or configs are split (a resumed run counts at the budget it was resumed to), and a seed run "
         "twice counts once; `pgcli eval` runs are left out. With no selection, compares the children of the most "
-        "recent sweep.",
+        "recent sweep. Writes compare-<metric>[-vs-<x>].png, .md, .html.",
         epilog="examples:\n"
         "  pgcli compare                                   # the last sweep (pgcli train -m ...)\n"
         "  pgcli compare --parent 1f2e...                  # a given sweep\n"
         "  pgcli compare --experiment cartpole --group-by algo.learning_rate\n"
         "  pgcli compare --filter \"params.algo = 'ppo' and tags.env_id = 'Hopper-v5'\"\n"
-        "  pgcli compare --experiment addition --group-by algo.beta --metric eval/accuracy --x eval/kl_ref\n"
+        "  pgcli compare --parent 1f2e... --group-by algo.beta --metric eval/accuracy --x eval/kl_ref\n"
         "  pgcli compare --parent 1f2e... tracking.uri=http://127.0.0.1:5000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -105,10 +118,7 @@ def main(args: list[str]) -> int:
         left_out = f" ({len(skipped)} unfinished runs left out: --include-unfinished)" if skipped else ""
         logged = f"both '{ns.metric}' and '{ns.x}'" if ns.x else f"'{ns.metric}'"
         raise ConfigError(f"none of the {len(records)} selected runs logged {logged}{left_out}")
-    check_keys(runs, keys[len(BASE_KEYS) :])
-    if any(TRIAL_KEY in r.tags for r in runs) and TRIAL_KEY not in keys:
-        keys.append(TRIAL_KEY)  # an Optuna trial's seeds are one group; trials are never averaged together
-    groups, notes = make_groups(runs, keys)
+    groups, notes = group_runs(runs, keys, ns.metric)
     stats = [aggregate([(r.steps, r.values) for r in g.runs], n_boot=ns.n_boot) for g in groups]
     few = [s.n_runs for s in stats if s.n_runs < FEW_RUNS]
     if few:
@@ -122,9 +132,10 @@ def main(args: list[str]) -> int:
         sweep=parent.name if parent else None, experiments=ns.experiment, filter_string=ns.filter
     )
     md = write_report(out, groups, stats, keys, ns.metric, notes, selection=selection, x=ns.x)
+    stem = report_stem(ns.metric, ns.x)
     if parent is not None:
-        for name in ("compare.md", "compare.html", "compare.png"):
-            store.log_artifact(parent.run_id, out / name, "compare")
+        for suffix in (".md", ".html", ".png"):
+            store.log_artifact(parent.run_id, out / f"{stem}{suffix}", "compare")
 
     print(md)
     if notes:
@@ -135,8 +146,21 @@ def main(args: list[str]) -> int:
         logged = f"a step logging both '{ns.metric}' and '{ns.x}'" if ns.x else f"'{ns.metric}'"
         print(f"pgcli: {len(records) - len(runs)} run(s) without {logged} left out", file=sys.stderr)
     where = f"; logged to parent run {parent.run_id}" if parent else ""
-    print(f"pgcli: wrote {out / 'compare.png'}, compare.md, compare.html{where}", file=sys.stderr)
+    print(f"pgcli: wrote {out / stem}.png, {stem}.md, {stem}.html{where}", file=sys.stderr)
     return 0
+
+
+def group_runs(runs: Sequence[RunCurve], keys: list[str], metric: str) -> tuple[list[Group], list[str]]:
+    """``runs`` in groups of seeds and the notes on them; ``keys`` (algo, env id, ``--group-by``'s) gains the Optuna
+    trial when runs are trials and the reward when ``metric`` is a reward and the runs' rewards differ."""
+    check_keys(runs, keys[len(BASE_KEYS) :])
+    if any(TRIAL_KEY in r.tags for r in runs) and TRIAL_KEY not in keys:
+        keys.append(TRIAL_KEY)  # an Optuna trial's seeds are one group; trials are never averaged together
+    mixed = mixed_rewards(runs, metric)  # accuracy, pairwise accuracy and a reward model's score: not one scale
+    if mixed and REWARD_KEY not in keys:
+        keys.append(REWARD_KEY)
+    groups, notes = make_groups(runs, keys)
+    return groups, [mixed, *notes] if mixed else notes
 
 
 def open_store(overrides: list[str]) -> Any:
@@ -185,21 +209,23 @@ def write_report(
     selection: str,
     x: str | None = None,
 ) -> str:
-    """Write ``compare.md``, ``compare.html`` and ``compare.png`` into ``out``; returns the markdown table. With
-    ``x``, the table has each group's final ``x`` too and the plot draws ``metric`` against ``x``."""
+    """Write the report's ``.md``, ``.html`` and ``.png`` (:func:`~pgcli.compare.report.report_stem`) into ``out``;
+    returns the markdown table. With ``x``, the table has each group's final ``x`` too and the plot draws ``metric``
+    against ``x``."""
     out.mkdir(parents=True, exist_ok=True)
     with_setting = any(g.setting for g in groups)
     header, rows = table_header(keys, metric, with_setting, x=x), table_rows(groups, stats, with_setting, x=x)
     md = markdown_table(header, rows)
     notes_md = "".join(f"- {n}\n" for n in notes)
     title = f"pgcli compare: {sum(s.n_runs for s in stats)} runs in {len(groups)} group(s)"
-    title += f", {selection}" if selection else ""  # compare.png carries it too
+    title += f", {selection}" if selection else ""  # the plot carries it too
     alt = f"{metric} against {x}" if x else "learning curves"
-    (out / "compare.md").write_text(
-        f"# {title}\n\n{md}\n\n" + (f"{notes_md}\n" if notes else "") + f"![{alt}](compare.png)\n"
+    stem = report_stem(metric, x)
+    (out / f"{stem}.md").write_text(
+        f"# {title}\n\n{md}\n\n" + (f"{notes_md}\n" if notes else "") + f"![{alt}]({stem}.png)\n"
     )
-    (out / "compare.html").write_text(html_table(header, rows, title, notes, alt=alt))
-    plot_curves(groups, stats, list(keys), metric, out / "compare.png", title=title, x=x)
+    (out / f"{stem}.html").write_text(html_table(header, rows, title, notes, alt=alt, image=f"{stem}.png"))
+    plot_curves(groups, stats, list(keys), metric, out / f"{stem}.png", title=title, x=x)
     return md
 
 

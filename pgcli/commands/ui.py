@@ -6,7 +6,15 @@
   MLflow UI"). The store's paths are absolute, so the folder the server runs in does not matter to it.
 - Before it starts: the store must exist and be an MLflow store (nothing is created in a folder without one), the
   port must be in range and free. Bad input exits 2, a fault (port taken, server that never answers) exits 1.
-- It polls the server's ``/health`` endpoint and prints the URL once the UI answers, with the time that took.
+- It polls the server's ``/health`` endpoint and prints the URLs once the UI answers, with the time that took; the
+  server's access log is off (``uvicorn --no-access-log``), and what else the server says is passed on only after
+  the URLs, so no request line lands between them.
+- A sweep's runs are nested under its parent, which MLflow shows collapsed, and the chart view charts only the rows
+  shown: the parent, which logs no metrics ("No charts"). The chart link of an experiment with a sweep therefore
+  filters the runs to the latest sweep's children (``searchFilter=tags.mlflow.parentRunId = '<id>'``, a query
+  parameter of MLflow's runs page, as are ``orderByKey`` and ``compareRunsMode``), sorted by name: MLflow 3.17's UI
+  fetches the parents of the runs it lists only when they are sorted by creation time (its ``shouldFetchParents``),
+  so the children are listed flat and charted.
 - The URLs it prints open MLflow's model-training view. MLflow 3.17's UI takes the view from its sidebar switch
   (GenAI / Model training), kept in the browser's local storage and defaulting to GenAI, where an experiment opens
   on an empty Traces page; ``?workflowType=machine_learning`` selects model training (the experiment's
@@ -25,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections import deque
 from typing import IO, Any
@@ -36,6 +45,8 @@ from pgcli.tracking.uri import TrackingTarget, probe_health, resolve_tracking_ta
 
 ML_VIEW = "workflowType=machine_learning"
 """Query of MLflow UI URLs that selects the model-training view (runs, charts) over the GenAI one."""
+BY_NAME = "tags.`mlflow.runName`"
+"""MLflow UI's ``orderByKey`` for sorting runs by name."""
 DEFAULT_TIMEOUT_S = 180.0
 
 
@@ -52,8 +63,9 @@ def parse_args(args: list[str]) -> argparse.Namespace:
         "     the sweep is one row, `sweep-<date>-<time>`: expand it (+) to see its jobs as child runs;\n"
         "     its Artifacts tab has children.md (each job's status and final return), Optuna's\n"
         "     optimization_results.yaml, and compare/ once `pgcli compare` has run\n"
-        "  3. tick the child runs (select all, then untick the parent) and open Chart view: each metric\n"
-        "     (eval/return_mean, rollout/ep_return_mean, ...) is one chart against env steps, one line per run\n"
+        "  3. the printed 'charts of its latest sweep' URL lists that sweep's runs flat in Chart view: each metric\n"
+        "     (eval/return_mean, rollout/ep_return_mean, ...) is one chart against env steps, one line per run;\n"
+        "     for another sweep, filter tags.mlflow.parentRunId = '<its id>' and sort by Run Name\n"
         "  4. to average over seeds with a confidence band, run `pgcli compare --parent <parent run id>`\n"
         "  filter runs in the search box: tags.mlflow.parentRunId = '<id>', params.algo = 'ppo'",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -123,7 +135,7 @@ def server_command(target: TrackingTarget, ns: argparse.Namespace) -> list[str]:
     ]
     if target.artifact_root:
         cmd += ["--default-artifact-root", target.artifact_root]
-    return cmd
+    return [*cmd, "--uvicorn-opts=--no-access-log"]  # a line per request would bury the URLs and errors
 
 
 def serve(cmd: list[str], url: str, *, timeout_s: float) -> int:
@@ -148,9 +160,11 @@ def serve(cmd: list[str], url: str, *, timeout_s: float) -> int:
     output = ServerOutput(server.stdout)
     try:
         wait_until_healthy(server, url, output, timeout_s=timeout_s)
+        links = ui_links(url)
         print(f"pgcli: MLflow UI ready after {time.monotonic() - start:.1f} s; Ctrl-C to stop", file=sys.stderr)
-        output.forward()
-        print_urls(url)
+        sys.stderr.flush()
+        print("".join(f"  {label}: {link}\n" for label, link in links), end="", flush=True)
+        output.forward()  # the server's own lines (warnings, errors) from now on, after the URLs
         code = server.wait()
     except KeyboardInterrupt:
         stop(server)
@@ -164,14 +178,29 @@ def serve(cmd: list[str], url: str, *, timeout_s: float) -> int:
     raise PgcliError(f"the MLflow UI server stopped with status {code}: {output.last_line()}")
 
 
-def print_urls(url: str) -> None:
-    """The experiments page and, if there is one, the latest experiment's runs and charts, in the training view."""
-    print(f"  experiments: {url}/#/experiments?{ML_VIEW}")
+def ui_links(url: str) -> list[tuple[str, str]]:
+    """(label, URL) to print: the experiments page and, if there is a run, the latest experiment's runs and its
+    charts, in the training view; with a sweep in that experiment, the charts of its latest sweep's runs."""
+    links = [("experiments", f"{url}/#/experiments?{ML_VIEW}")]
     latest = latest_experiment(url)
-    if latest is not None:
-        runs_url = f"{url}/#/experiments/{latest[0]}/runs?{ML_VIEW}"
-        print(f"  latest experiment '{latest[1]}': {runs_url}\n  its charts: {runs_url}&compareRunsMode=CHART")
-    sys.stdout.flush()
+    if latest is None:
+        return links
+    experiment_id, name = latest
+    runs_url = f"{url}/#/experiments/{experiment_id}/runs?{ML_VIEW}"
+    links.append((f"latest experiment '{name}'", runs_url))
+    sweep = latest_sweep(url, experiment_id)
+    if sweep is None:
+        return [*links, ("its charts", f"{runs_url}&compareRunsMode=CHART")]
+    query = urllib.parse.urlencode(
+        {
+            "compareRunsMode": "CHART",
+            "searchFilter": f"tags.mlflow.parentRunId = '{sweep[0]}'",
+            "orderByKey": BY_NAME,  # sorted by creation time, MLflow would fetch the parent too, collapsed
+            "orderByAsc": "true",
+        },
+        quote_via=urllib.parse.quote,
+    )
+    return [*links, (f"charts of its latest sweep '{sweep[1]}'", f"{runs_url}&{query}")]
 
 
 def browser_host(host: str) -> str:
@@ -260,6 +289,22 @@ def latest_experiment(url: str) -> tuple[str, str] | None:
         return None
     experiment_id = str(runs[0]["info"]["experiment_id"])
     return (experiment_id, names[experiment_id]) if experiment_id in names else None
+
+
+def latest_sweep(url: str, experiment_id: str) -> tuple[str, str] | None:
+    """(run id, name) of the sweep parent (tag ``pgcli_role=sweep``) that started last in the experiment; None when
+    it has none or the server cannot say."""
+    query = {
+        "experiment_ids": [experiment_id],
+        "filter": "tags.pgcli_role = 'sweep'",
+        "max_results": 1,
+        "order_by": ["attributes.start_time DESC"],
+    }
+    try:
+        runs = _post(url, "runs/search", query).get("runs", [])
+        return (str(runs[0]["info"]["run_id"]), str(runs[0]["info"]["run_name"])) if runs else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # only a convenience: the experiment's URLs are printed anyway
 
 
 def _post(url: str, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,11 @@
 - two runs with the same seed in one group (the same sweep run twice) are never both averaged: the latest run of
   each seed is used and the others are reported as left out;
 - each Optuna trial's group carries the values it was run with, as a grid sweep's groups do: the config values that
-  differ between the trials of one algo, env and budget (its sampled parameters).
+  differ between the trials of one algo, env and budget (its sampled parameters);
+- a reward metric (``eval/return_mean``, any ``*return*`` or ``*reward*`` key) means what the run's reward is: the
+  task's reward, a ``pgcli rm`` run's pairwise accuracy, or a reward model's score (``env.reward=rm:<run>``), one
+  scale per reward model. When the compared runs' rewards differ, the reward is a key of its own (:func:`reward_of`,
+  :func:`mixed_rewards`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ BASE_KEYS = ("algo", "env_id")
 """Every group is keyed by these; ``--group-by`` adds keys."""
 TRIAL_KEY = "trial"
 """Tag of an Optuna trial's runs (``trial=<n>``): each trial is its own group."""
+REWARD_KEY = "reward"
+"""What a run's reward is (:func:`reward_of`): a key when the compared runs' rewards differ, or with ``--group-by``."""
+TASK_REWARD = "task"
+PAIRWISE = "pairwise accuracy"
+REWARD_MEANINGS = {TASK_REWARD: "the task's reward", PAIRWISE: "held-out pairs ranked right, pgcli rm"}
+"""What a reward metric is, per :func:`reward_of` value; ``rm:<id>``: that reward model's score."""
 KEY_SOURCES = {
     "env_id": ("tags.env_id", "params.env.id"),
     "trial": ("tags.trial",),
@@ -87,6 +97,8 @@ def lookup(run: RunCurve, key: str) -> str:
 
 
 def _find(run: RunCurve, key: str) -> str | None:
+    if key == REWARD_KEY:
+        return reward_of(run)
     for source in KEY_SOURCES.get(key, (f"params.{key}", f"tags.{key}")):
         kind, _, name = source.partition(".")
         value = (run.params if kind == "params" else run.tags).get(name)
@@ -108,6 +120,45 @@ def check_keys(runs: Sequence[RunCurve], keys: Sequence[str]) -> None:
             close = difflib.get_close_matches(key, known, n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
             raise ConfigError(f"--group-by: no compared run has '{key}'; {hint}keys: {', '.join(known)}")
+
+
+def reward_of(run: RunCurve) -> str:
+    """What ``run``'s reward is: ``pairwise accuracy`` for a reward model (``pgcli rm``, algo ``rm``), ``rm:<id>``
+    for RL on a reward model's score (``env.reward=rm:<run>``; the id it recorded, 8 digits, else the reference as
+    typed), else ``task`` (the task's or env's own reward)."""
+    if _find(run, "algo") == "rm":
+        return PAIRWISE
+    reward = run.params.get("env.reward", "")
+    if not reward.startswith("rm:"):
+        return TASK_REWARD
+    run_id = run.tags.get("reward_model_run_id") or ""
+    return f"rm:{run_id[:8]}" if run_id else f"rm:{reward[3:].rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def is_reward_metric(metric: str) -> bool:
+    """Whether ``metric``'s meaning is the run's reward (``eval/return_mean``, ``rollout/reward_mean``, ...), not a
+    checker's verdict as ``eval/accuracy`` is."""
+    name = metric.rsplit("/", 1)[-1]
+    return "return" in name or "reward" in name
+
+
+def mixed_rewards(runs: Sequence[RunCurve], metric: str) -> str | None:
+    """The note when ``runs``' rewards differ and ``metric`` is a reward (so their values are on different scales):
+    which rewards, how many runs each, and how to compare one alone; None when they are alike."""
+    counts = Counter(reward_of(run) for run in runs)
+    if len(counts) < 2 or not is_reward_metric(metric):
+        return None
+    kinds = ", ".join(f"{kind} ({reward_meaning(kind)}): {n} run(s)" for kind, n in sorted(counts.items()))
+    return (
+        f"{metric} is a different score per reward, so each reward has its own rows and panel: {kinds}; to compare "
+        "one alone, select it with --parent <its sweep> or --filter (e.g. \"params.algo = 'rm'\", "
+        "\"tags.reward_model_run_id = '<id>'\")"
+    )
+
+
+def reward_meaning(kind: str) -> str:
+    """What a reward metric is for runs of reward ``kind`` (a :func:`reward_of` value)."""
+    return REWARD_MEANINGS.get(kind, "that reward model's score")
 
 
 def config_of(run: RunCurve) -> dict[str, str]:

@@ -1,24 +1,51 @@
-"""The report of ``pgcli compare``: the results table (terminal, ``compare.md``, ``compare.html``) and the plot.
+"""The report of ``pgcli compare``: the results table (terminal, ``compare-<metric>.md``, ``.html``) and the plot
+(``compare-<metric>.png``; ``compare-<metric>-vs-<x>.*`` with ``--x``: :func:`report_stem`).
 
 Groups of fewer than :data:`FEW_RUNS` runs are marked (a bootstrap over 2 runs is not a confidence interval anyone
-should trust). The plot has one panel per env id, each with its own y-axis. Against another metric (``--x``) it draws
-each run's path and the group's mean path (:func:`pgcli.compare.stats.mean_path`), without a band.
+should trust). The plot has one panel per env id (and per reward, when the reward is a key), each with its own y-axis
+and its legend below it; the figure grows with the legend. Against another metric (``--x``) it draws each run's path
+and the group's mean path (:func:`pgcli.compare.stats.mean_path`), without a band.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pgcli.compare.groups import BASE_KEYS, TRIAL_KEY, Group, setting_text
+from pgcli.compare.groups import (
+    BASE_KEYS,
+    REWARD_KEY,
+    TRIAL_KEY,
+    Group,
+    is_reward_metric,
+    reward_meaning,
+    setting_text,
+)
 from pgcli.compare.stats import GroupStats, mean_path
 
 FEW_RUNS = 3
 """Groups with fewer runs are marked: their spread says little."""
+PANEL_SIZE = (7.0, 4.2)
+"""Inches of one panel's axes and titles, without its legend."""
+LEGEND_LINE = 0.2
+"""Inches per legend entry (small font), below the panel."""
+LEGEND_CHAR = 0.075
+"""Inches per character of a legend entry: a panel widens to fit its longest label."""
+
+
+def report_stem(metric: str, x: str | None = None) -> str:
+    """The report's file name without suffix, by what it draws: ``compare-eval_return_mean``,
+    ``compare-eval_accuracy-vs-eval_kl_ref``; two comparisons of one sweep by different metrics keep both."""
+
+    def slug(key: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.]+", "_", key).strip("_") or "metric"
+
+    return f"compare-{slug(metric)}" + (f"-vs-{slug(x)}" if x else "")
 
 
 def run_mark(n_runs: int) -> str:
@@ -72,7 +99,13 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def html_table(
-    header: list[str], rows: list[list[str]], title: str, notes: Sequence[str], *, alt: str = "learning curves"
+    header: list[str],
+    rows: list[list[str]],
+    title: str,
+    notes: Sequence[str],
+    *,
+    alt: str = "learning curves",
+    image: str = "compare.png",
 ) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -83,7 +116,7 @@ def html_table(
         "padding:4px 8px;text-align:right}th{background:#eee}</style></head><body>"
         f"<h3>{html.escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
         + (f"<ul>{items}</ul>" if items else "")
-        + f"<p><img src='compare.png' alt='{html.escape(alt)}'></p></body></html>\n"
+        + f"<p><img src='{html.escape(image)}' alt='{html.escape(alt)}'></p></body></html>\n"
     )
 
 
@@ -106,47 +139,80 @@ def figure(
     title: str = "",
     x: str | None = None,
 ) -> Any:
-    """The learning-curve figure: one panel per env id, each with its own y-axis (returns between envs are not on
-    one scale); in it, each group's mean curve and, when it has 2+ runs, its bootstrap band; ``title`` (the
-    selection, :func:`selection_label`) on top. With ``x`` (a metric every run has as ``xs``), ``metric`` against
-    ``x``: each run's path as a thin line and the group's mean path (x and y averaged over its runs at each common
-    step) as a thick one, no band."""
+    """The learning-curve figure: one panel per env id (and reward, when it is a key: :func:`panel_of`), each with its
+    own y-axis (returns between envs are not on one scale) and its legend below it, the figure as tall and wide as
+    the legends need; in a panel, each group's mean curve and, when it has 2+ runs, its bootstrap band; ``title``
+    (the selection, :func:`selection_label`) on top. With ``x`` (a metric every run has as ``xs``), ``metric``
+    against ``x``: each run's path as a thin line and the group's mean path (x and y averaged over its runs at each
+    common step) as a thick one, no band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    env_index = keys.index("env_id")
-    envs = sorted({g.key[env_index] for g in groups})
-    n_cols = min(len(envs), 2)
-    n_rows = -(-len(envs) // n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(7 * n_cols, 4.2 * n_rows), dpi=100, squeeze=False)
-    for ax in axes.flat[len(envs) :]:
+    where = [panel_of(g, keys) for g in groups]
+    panels = sorted(set(where))
+    labels = [group_label(g, s, keys) for g, s in zip(groups, stats, strict=True)]
+    n_cols = min(len(panels), 2)
+    n_rows = -(-len(panels) // n_cols)
+    entries = [where.count(panel) for panel in panels]
+    width = max(PANEL_SIZE[0], LEGEND_CHAR * max(map(len, labels)) + 1.0)
+    height = sum(PANEL_SIZE[1] + LEGEND_LINE * max(entries[r * n_cols : (r + 1) * n_cols]) for r in range(n_rows))
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(width * n_cols, height + 0.6), dpi=100, squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
-    for g, s in zip(groups, stats, strict=True):
-        ax = axes.flat[envs.index(g.key[env_index])]
+    for ax, n in zip(axes.flat, entries, strict=False):
+        ax.set_prop_cycle(color=colors(n))
+    for g, s, panel, label in zip(groups, stats, where, labels, strict=True):
+        ax = axes.flat[panels.index(panel)]
         if x is None:
-            _draw_curve(ax, g, s, group_label(g, s, keys))
+            _draw_curve(ax, g, s, label)
         else:
-            _draw_paths(ax, g, group_label(g, s, keys))
-    for ax, env in zip(axes.flat, envs, strict=False):
-        ax.set_title(env)
+            _draw_paths(ax, g, label)
+    for ax, (env, reward) in zip(axes.flat, panels, strict=False):
+        ax.set_title(f"{env}, reward: {reward}" if reward else env)
         ax.set_xlabel(x or "environment steps")
-        ax.set_ylabel(metric)
+        ax.set_ylabel(f"{metric}\n({reward_meaning(reward)})" if reward and is_reward_metric(metric) else metric)
         ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
+        _legend_below(ax, fig)
     if x is None:
         band = "mean over seeds, 95% bootstrap CI band (none for n=1)"
     else:
         band = "thick: mean over seeds of x and y at each step; thin: each run (no band against a metric)"
     fig.suptitle(f"{title}\n{band}" if title else band, fontsize="medium")
-    fig.tight_layout()
     return fig
+
+
+def colors(n: int) -> list[Any]:
+    """``n`` distinct line colours: matplotlib's ten, then tab20's lighter ten, then viridis steps."""
+    import matplotlib
+
+    if n > 20:
+        return [matplotlib.colormaps["viridis"](i / (n - 1)) for i in range(n)]
+    tab20 = list(matplotlib.colormaps["tab20"].colors)  # type: ignore[attr-defined]
+    return tab20[0::2] + tab20[1::2]
+
+
+def panel_of(g: Group, keys: Sequence[str]) -> tuple[str, str]:
+    """The panel a group is drawn in: (env id, reward); the reward is "" unless it is a key (rewards differ)."""
+    return g.key[keys.index("env_id")], g.key[keys.index(REWARD_KEY)] if REWARD_KEY in keys else ""
+
+
+def _legend_below(ax: Any, fig: Any) -> None:
+    """The panel's legend under its x label, one entry a line: beside the axes, 14 groups would cover the curves or
+    run off the figure's edge; the layout makes room for it."""
+    from matplotlib.transforms import offset_copy
+
+    below_label = offset_copy(ax.transAxes, fig=fig, y=-0.45, units="inches")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_label, fontsize="small")
 
 
 def group_label(g: Group, s: GroupStats, keys: Sequence[str]) -> str:
     """A group in the legend: algo, its --group-by values, budget, setting (not a trial's) and n."""
-    extra = [f"{k}={v}" for k, v in zip(keys, g.key, strict=True) if k not in BASE_KEYS and v != "-"]
+    shown = (k not in BASE_KEYS and k != REWARD_KEY for k in keys)  # the reward names the panel
+    extra = [f"{k}={v}" for k, v, show in zip(keys, g.key, shown, strict=True) if show and v != "-"]
     label = " ".join([g.key[keys.index("algo")], *extra, f"{g.budget} steps"])
     trial = TRIAL_KEY in keys and g.key[keys.index(TRIAL_KEY)] != "-"
     label += "" if trial else setting_text(g.setting)  # a trial's parameters are in the table, not the legend

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
 from tests.conftest import Store, run_pgcli
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 TINY = ["algo=ppo", "algo.n_steps=64", "algo.n_epochs=1", "algo.batch_size=64", "env.n_envs=2", "eval.every=128",
         "eval.episodes=2", "checkpoint_every=128", "progress=false"]  # fmt: skip
@@ -73,7 +76,7 @@ def test_eval_runs_are_not_compared_and_a_resumed_run_counts_at_its_new_budget(
     # one group: both seeds at 512 steps; no "?" group of the eval run, no split by the resumed run's old budget
     assert len(rows) == 1, rows
     assert rows[0].startswith("| ppo | CartPole-v1 | 512 | 2 | "), rows
-    assert "?" not in (tmp_path / "report" / "compare.md").read_text()
+    assert "?" not in (tmp_path / "report" / "compare-eval_return_mean.md").read_text()
     assert "split" not in printed  # no note of runs of different budgets
 
 
@@ -152,9 +155,9 @@ def test_x_draws_the_metric_against_another_logged_metric(beta_store: Store, tmp
     assert rows[1].startswith("| ppo_lm | addition | 0.01 | 200 | 2 | 0.300 ± 0.141 | 3.500 ± 0.707 |"), rows
     assert rows[2].startswith("| ppo_lm | addition | 0.1 | 200 | 2 | 0.650 ± 0.071 | 1.250 ± 0.354 |"), rows
     assert "1 run(s) without a step logging both 'eval/accuracy' and 'eval/kl_ref' left out" in proc.stderr
-    report = (out / "compare.md").read_text()
-    assert "![eval/accuracy against eval/kl_ref](compare.png)" in report
-    assert (out / "compare.png").stat().st_size > 1000
+    report = (out / "compare-eval_accuracy-vs-eval_kl_ref.md").read_text()
+    assert "![eval/accuracy against eval/kl_ref](compare-eval_accuracy-vs-eval_kl_ref.png)" in report
+    assert (out / "compare-eval_accuracy-vs-eval_kl_ref.png").stat().st_size > 1000
 
 
 def test_an_x_metric_no_run_logged_is_one_line(beta_store: Store, tmp_path: Path) -> None:
@@ -180,3 +183,106 @@ def test_an_x_metric_no_run_logged_is_one_line(beta_store: Store, tmp_path: Path
         "pgcli: error: none of the 5 selected runs logged both 'eval/accuracy' and 'eval/kl'"
     ), proc.stderr
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Unlike rewards, many groups, several reports of one selection (docs/sweeps.md, "Comparing runs")
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def log_text_run(
+    client: MlflowClient, exp: str, start: int, params: dict[str, str], curve: list[float], **tags: str
+) -> str:
+    """One FINISHED text run as `pgcli train` logs it: its config as params, algo/env/seed tags, eval/return_mean at
+    steps 0, 100, 200, and eval/accuracy (the checker's) unless it is a reward model."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    params = {"env.id": "addition", "total_steps": "200", **params}
+    tags = {"algo": params["algo"], "env_id": "addition", "seed": params["seed"], **tags}
+    run_id = client.create_run(exp, start_time=1_700_000_000_000 + start, tags=tags).info.run_id
+    metrics = [Metric("eval/return_mean", v, 0, 100 * i) for i, v in enumerate(curve)]
+    if params["algo"] != "rm":
+        metrics += [Metric("eval/accuracy", 0.1 * (i + 1), 0, 100 * i) for i in range(len(curve))]
+    client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])  # fmt: skip
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def rewards_store(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> tuple[Store, str]:
+    """An 'addition' experiment as a user fills it: 2 reward-model runs (`pgcli rm`: eval/return_mean is pairwise
+    accuracy), 2 PPO runs on the task's reward (accuracy) and 2 on the first reward model's score
+    (`env.reward=rm:<run>`, its id recorded as the run does); returns the store and that reward model's id."""
+    store = Store(tmp_path_factory.mktemp("rewards") / "store")
+    store.root.mkdir()
+    shutil.copyfile(mlflow_schema_db, store.root / "mlflow.db")
+    client = store.client()
+    exp = client.create_experiment("addition", artifact_location=(store.root / "artifacts").as_uri())
+    rm_ids = [log_text_run(client, exp, s, {"algo": "rm", "seed": str(s)}, [0.5, 0.8, 0.9]) for s in range(2)]
+    for seed in range(2):
+        log_text_run(client, exp, 10 + seed, {"algo": "ppo_lm", "seed": str(seed)}, [0.1, 0.3, 0.5])
+        rm_params = {"algo": "ppo_lm", "seed": str(seed), "env.reward": f"rm:{rm_ids[0][:8]}"}
+        log_text_run(client, exp, 20 + seed, rm_params, [0.5, 2.0, 3.5], reward_model_run_id=rm_ids[0])
+    return store, rm_ids[0]
+
+
+def test_unlike_rewards_get_rows_and_panels_of_their_own_with_a_note(
+    rewards_store: tuple[Store, str], tmp_path: Path
+) -> None:
+    store, rm_id = rewards_store
+    out = tmp_path / "report"
+    args = ["compare", "--experiment", "addition", "--out", str(out), f"tracking.uri={store.uri}"]
+    proc = run_pgcli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| algo | env_id | reward | budget | n | final eval/return_mean"), rows[0]
+    # the reward model's score, the task's accuracy and the pairwise accuracy: three rows, never one average
+    assert rows[1].startswith(f"| ppo_lm | addition | rm:{rm_id[:8]} | 200 | 2 | 3.500 ± 0.000 |"), rows
+    assert rows[2].startswith("| ppo_lm | addition | task | 200 | 2 | 0.500 ± 0.000 |"), rows
+    assert rows[3].startswith("| rm | addition | pairwise accuracy | 200 | 2 | 0.900 ± 0.000 |"), rows
+    (note,) = [line for line in proc.stdout.splitlines() if "different score per reward" in line]
+    assert note.startswith("- eval/return_mean is a different score per reward, so each reward has its own rows"), note
+    assert "pairwise accuracy (held-out pairs ranked right, pgcli rm): 2 run(s)" in note
+    assert f"rm:{rm_id[:8]} (that reward model's score): 2 run(s)" in note and "task (the task's reward)" in note
+    assert "--filter" in note and "split" not in proc.stdout  # no "runs differ in env.reward" note: it is a key
+    # the checker's accuracy means one thing for every policy: no reward key (the config tells the two apart), and
+    # the reward models, which log no accuracy, are left out
+    proc = run_pgcli([*args[:-1], "--metric", "eval/accuracy", args[-1]], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"| ppo_lm | addition | 200 | env.reward=rm:{rm_id[:8]} | 2 | 0.300 ± 0.000 |" in proc.stdout
+    assert "| reward |" not in proc.stdout and "different score per reward" not in proc.stdout
+    assert "2 run(s) without 'eval/accuracy' left out" in proc.stderr
+    # each comparison its own files, named by what they draw: the first is still there
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"compare-{name}.{suffix}" for name in ("eval_accuracy", "eval_return_mean") for suffix in ("html", "md", "png")
+    ]
+    assert "![learning curves](compare-eval_return_mean.png)" in (out / "compare-eval_return_mean.md").read_text()
+
+
+def test_a_plot_of_sixteen_groups_grows_to_hold_its_legend(
+    tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path, tmp_path: Path
+) -> None:
+    """16 settings of algo.beta, one seed each, as a 16-point grid sweep logs them: the png is one panel's height (4.2
+    in, 420 px before) plus 16 legend lines of 0.2 in below the axes (unit test: the legend inside the figure)."""
+    store = Store(tmp_path_factory.mktemp("many") / "store")
+    store.root.mkdir()
+    shutil.copyfile(mlflow_schema_db, store.root / "mlflow.db")
+    client = store.client()
+    exp = client.create_experiment("addition", artifact_location=(store.root / "artifacts").as_uri())
+    for i in range(16):
+        params = {"algo": "ppo_lm", "seed": "0", "algo.beta": f"{0.001 * (i + 1):.3f}"}
+        log_text_run(client, exp, i, params, [0.1, 0.2 + 0.01 * i, 0.3 + 0.02 * i])
+    out = tmp_path / "report"
+    args = ["compare", "--experiment", "addition", "--group-by", "algo.beta", "--out", str(out)]
+    proc = run_pgcli([*args, f"tracking.uri={store.uri}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("| ppo_lm | addition | ") == 16
+    width, height = png_size(out / "compare-eval_return_mean.png")
+    assert height >= (4.2 + 16 * 0.2) * 100 and width >= 700, (width, height)  # 100 dpi
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG's header."""
+    header = path.read_bytes()[16:24]
+    return int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,17 @@ class UI:
                 return line
         raise AssertionError(f"no line with {fragment!r} within {timeout_s} s: {self.seen}")
 
+    def quiet_for(self, seconds: float) -> None:
+        """Fails if pgcli prints a request line (the server's access log) within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                _, line = self.lines.get(timeout=left)
+            except queue.Empty:
+                return
+            self.seen.append(line)
+            assert '"GET ' not in line and '"POST ' not in line, self.seen
+
     def url(self, label: str) -> str:
         return next(line for line in self.seen if line.strip().startswith(label)).split(": ", 1)[1].strip()
 
@@ -127,7 +139,7 @@ def ui(sweep_store: Store, workdir: Path) -> Iterator[UI]:
 
 def test_ui_runs_mlflow_not_the_folder_says_ready_and_stops_with_its_server(ui: UI, workdir: Path, sweep_store: Store):
     ui.wait_for("MLflow UI ready after")
-    charts = ui.wait_for("its charts: ")
+    charts = ui.wait_for("charts of its latest sweep 'sweep-test': ")
     assert not (workdir / "SHADOWED").exists()  # neither `python -m mlflow` nor uvicorn imported ./mlflow.py
     experiment = sweep_store.client().get_experiment_by_name("cartpole")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -135,8 +147,23 @@ def test_ui_runs_mlflow_not_the_folder_says_ready_and_stops_with_its_server(ui: 
     assert ui.url("latest experiment 'cartpole'").endswith(
         f"/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
     )
-    assert charts.endswith("&compareRunsMode=CHART")
+    (parent,) = [r for r in sweep_store.runs("cartpole") if r.data.tags.get("pgcli_role") == "sweep"]
+    assert charts.endswith(
+        f"/runs?workflowType=machine_learning&compareRunsMode=CHART&searchFilter=tags.mlflow.parentRunId%20%3D%20%27"
+        f"{parent.info.run_id}%27&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
+    )
+    # the URLs follow the ready line with nothing between them, and requests to the server log nothing after them
+    ready = next(i for i, line in enumerate(ui.seen) if "MLflow UI ready after" in line)
+    assert [line.split(":")[0].strip() for line in ui.seen[ready + 1 :]] == [
+        "experiments",
+        "latest experiment 'cartpole'",
+        "charts of its latest sweep 'sweep-test'",
+    ], ui.seen
     port = int(ui.url("experiments").split(":")[2].split("/")[0])
+    for _ in range(3):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as answer:
+            assert answer.status == 200
+    ui.quiet_for(3.0)
     ui.proc.send_signal(signal.SIGTERM)
     assert ui.proc.wait(timeout=60) == 0
     with socket.socket() as sock:  # the server went with pgcli: its port is free again
@@ -181,7 +208,7 @@ def test_a_browser_finds_the_sweeps_runs_and_its_eval_chart(ui: UI, browser: Any
     def page_text(driver: Any = browser) -> str:
         return str(driver.find_element(By.TAG_NAME, "body").text)
 
-    ui.wait_for("its charts: ")
+    ui.wait_for("charts of its latest sweep")
     browser.get(ui.url("latest experiment 'cartpole'"))
     wait = WebDriverWait(browser, 120)
     wait.until(lambda d: "sweep-test" in page_text(d))
@@ -207,3 +234,20 @@ def test_a_browser_finds_the_sweeps_runs_and_its_eval_chart(ui: UI, browser: Any
     shots = Path(os.environ.get("PGCLI_UI_SCREENSHOTS", tmp_path))  # kept for the docs when the variable is set
     shots.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(shots / "mlflow_sweep_charts.png"))
+
+
+def test_the_printed_chart_link_opens_on_the_sweeps_learning_curves(ui: UI, browser: Any) -> None:
+    """The sweep's parent logs no metrics and MLflow shows it collapsed: the printed link filters to its children,
+    which the chart view then charts (no "No charts")."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    link = ui.wait_for("charts of its latest sweep 'sweep-test': ").split(": ", 1)[1].strip()
+    browser.get(link)
+    wait = WebDriverWait(browser, 120)
+    points = ".js-plotly-plot .scatterlayer .trace path.point"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, points)) == 10)  # 2 runs x 5 evaluations, untouched
+    text = browser.find_element(By.TAG_NAME, "body").text
+    # the two children listed flat, not the collapsed parent; the eval section holds one chart, which draws both
+    assert "2 matching runs" in text and "sweep-test" not in text and "eval\n(1)" in text, text
+    assert "ppo-cartpole-s0 (eval/return_mean)" in text and "ppo-cartpole-s1 (eval/return_mean)" in text

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from pgcli.commands.compare import main
-from pgcli.compare.groups import Group, RunCurve, check_keys, lookup, make_groups
-from pgcli.compare.report import figure, table_rows
+from pgcli.compare.groups import Group, RunCurve, check_keys, lookup, make_groups, mixed_rewards, reward_of
+from pgcli.compare.report import figure, report_stem, table_rows
 from pgcli.compare.stats import aggregate, bootstrap_ci, common_grid, curves_on_grid, iqm, mean_path
 from pgcli.errors import ConfigError
 from tests.conftest import Store
@@ -157,6 +157,52 @@ def test_lookup_reads_env_id_from_its_tag_then_the_config() -> None:
     assert lookup(tagged, "algo.learning_rate") == "?"
     assert lookup(RunCurve("c", {}, {"trial": "3"}, np.zeros(1), np.zeros(1)), "trial") == "3"
     assert lookup(tagged, "trial") == "-"  # not an Optuna trial
+
+
+def test_a_run_s_reward_is_the_task_s_a_reward_model_s_pairs_or_a_reward_model_s_score() -> None:
+    task = curve("t", seed=0, algo="grpo", env_id="addition")
+    pairs = curve("p", seed=0, algo="rm", env_id="addition")
+    by_id = curve("i", seed=0, algo="ppo_lm", env_id="addition", **{"env.reward": "rm:1f2e3d4c"})
+    by_id.tags["reward_model_run_id"] = "1f2e3d4c5b6a79880011223344556677"
+    by_dir = curve("d", seed=0, algo="grpo", env_id="addition", **{"env.reward": "rm:/runs/rm-addition-s0/"})
+    assert [reward_of(r) for r in (task, pairs, by_id, by_dir)] == [
+        "task",
+        "pairwise accuracy",
+        "rm:1f2e3d4c",
+        "rm:rm-addition-s0",
+    ]
+    assert lookup(by_id, "reward") == "rm:1f2e3d4c"  # --group-by reward
+    assert mixed_rewards([task, curve("t2", seed=1, algo="ppo", env_id="addition")], "eval/return_mean") is None
+    assert mixed_rewards([task, by_id], "eval/accuracy") is None  # the checker's verdict whatever the reward
+    note = mixed_rewards([task, by_id, pairs], "rollout/reward_mean")
+    assert note is not None and note.startswith("rollout/reward_mean is a different score per reward")
+
+
+def test_a_report_is_named_by_its_metric_and_x() -> None:
+    assert report_stem("eval/return_mean") == "compare-eval_return_mean"
+    assert report_stem("eval/accuracy", "eval/kl_ref") == "compare-eval_accuracy-vs-eval_kl_ref"
+
+
+def test_sixteen_groups_keep_their_legend_inside_the_figure_below_the_axes() -> None:
+    runs = [
+        curve(f"r{i}", seed=0, algo="ppo_lm", env_id="addition", **{"algo.beta": f"{0.001 * (i + 1):.3f}"})
+        for i in range(16)
+    ]
+    runs.append(curve("c", seed=0))  # a second panel with one group
+    keys = ["algo", "env_id", "algo.beta"]
+    groups, _ = make_groups(runs, keys)
+    stats = [aggregate([(r.steps, r.values) for r in g.runs]) for g in groups]
+    fig = figure(groups, stats, keys, "eval/return_mean", title="pgcli compare: 17 runs in 17 group(s)")
+    fig.canvas.draw()
+    canvas = fig.bbox
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent()
+        assert canvas.x0 <= legend.x0 and legend.x1 <= canvas.x1 and canvas.y0 <= legend.y0, (legend, canvas)
+        assert legend.y1 < ax.get_window_extent().y0  # below the axes, not over the curves
+    addition = next(ax for ax in fig.axes if ax.get_title() == "addition")
+    colours = [tuple(line.get_color()) for line in addition.get_lines()]
+    assert len(set(colours)) == 16  # no colour twice in one legend
+    assert fig.get_size_inches()[1] > 4.2 + 16 * 0.2
 
 
 def test_groups_split_budgets_and_env_ids_and_say_so() -> None:
@@ -316,7 +362,7 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
     out = tmp_path / "report"
     assert main(["--experiment", "cartpole", "--out", str(out), f"tracking.uri={mixed_store.uri}"]) == 0
     printed = capsys.readouterr()
-    report = (out / "compare.md").read_text()
+    report = (out / "compare-eval_return_mean.md").read_text()
     rows = [line for line in report.splitlines() if line.startswith("| ")]
     assert rows == [
         "| algo | env_id | trial | budget | config | n | final eval/return_mean (mean ± std) | IQM | 95% CI of mean "
@@ -345,7 +391,9 @@ def test_compare_splits_and_marks_what_cannot_be_averaged(
     assert notes[3].startswith("4 of 7 group(s) have fewer than 3 runs")
     assert rows[5] in printed.out and notes[2] in printed.out  # the terminal gets the table and the notes
     assert "1 unfinished run(s) left out" in printed.err
-    assert (out / "compare.png").stat().st_size > 1000 and "duplicate seeds" in (out / "compare.html").read_text()
+    assert (out / "compare-eval_return_mean.png").stat().st_size > 1000 and "duplicate seeds" in (
+        out / "compare-eval_return_mean.html"
+    ).read_text()
     assert report.splitlines()[0] == "# pgcli compare: 16 runs in 7 group(s), experiment cartpole"
 
 
@@ -397,7 +445,7 @@ def test_compare_a_sweep_gives_the_expected_table_and_logs_it(
     out = tmp_path / "report"
     assert main(["--parent", parent, "--out", str(out), f"tracking.uri={store.uri}"]) == 0
     printed = capsys.readouterr()
-    table = (out / "compare.md").read_text()
+    table = (out / "compare-eval_return_mean.md").read_text()
     assert table.splitlines()[2].startswith("| algo | env_id | budget | n |")
     # a2c finals 0, 3, 6: mean 3, std 3, IQM 3, bootstrap CI edges = min and max (3 runs)
     assert "| a2c | CartPole-v1 | 2000 | 3 | 3.000 ± 3.000 | 3.000 | [0.000, 6.000] | - |" in table
@@ -406,13 +454,13 @@ def test_compare_a_sweep_gives_the_expected_table_and_logs_it(
     assert ppo_row.startswith("| ppo | CartPole-v1 | 2000 | 4 | 26.5 ± 49.0 | 2.5 | [")
     assert ppo_row in printed.out and "1 unfinished run(s) left out" in printed.err
     logged = {a.path for a in store.client().list_artifacts(parent, "compare")}
-    assert logged == {"compare/compare.md", "compare/compare.html", "compare/compare.png"}
+    assert logged == {f"compare/compare-eval_return_mean.{s}" for s in ("md", "html", "png")}
 
 
 def test_compare_without_selection_takes_the_latest_sweep_and_groups_by_more_keys(store: Store, tmp_path: Path) -> None:
     log_synthetic_sweep(store)
     assert main(["--group-by", "seed", "--out", str(tmp_path), f"tracking.uri={store.uri}"]) == 0
-    table = (tmp_path / "compare.md").read_text()
+    table = (tmp_path / "compare-eval_return_mean.md").read_text()
     assert "| ppo | CartPole-v1 | 3 | 2000 | 1 | 100.0 | 100.0 | - | n=1: no spread, no CI |" in table
 
 
