@@ -137,7 +137,10 @@ def test_a_dead_worker_is_a_one_line_error_not_a_hang(vectorization: str, env_cl
 
 
 @pytest.mark.parametrize("vectorization", ["worker", "shm"])
-def test_an_exception_in_a_worker_sub_env_is_reported_as_one_line(vectorization: str):
+def test_an_exception_in_a_worker_sub_env_is_reported_as_one_line(vectorization: str, monkeypatch):
+    # A worker that is not told to stop is waited for STOP_TIMEOUT_S, then terminated: a long timeout tells the two
+    # apart on a loaded machine, where even a told worker may take a few seconds to exit
+    monkeypatch.setattr("pgcli.hardware.child.STOP_TIMEOUT_S", 60.0)
     env = make_vec_env(EnvConfig(id="CartPole-v1", n_envs=2), seed=0, vectorization=vectorization)
     try:
         with pytest.raises(EnvWorkerError) as err:
@@ -146,7 +149,7 @@ def test_an_exception_in_a_worker_sub_env_is_reported_as_one_line(vectorization:
     finally:
         start = time.perf_counter()
         env.close()
-        assert time.perf_counter() - start < 4  # the worker that reported the error is told to stop, not timed out
+        assert time.perf_counter() - start < 30  # the worker that reported the error is told to stop, not timed out
 
 
 def test_one_sub_env_falls_back_to_sync_and_n_worker_is_checked():
