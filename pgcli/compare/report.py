@@ -131,7 +131,7 @@ def figure(
             _draw_paths(ax, g, group_label(g, s, keys))
     for ax, env in zip(axes.flat, envs, strict=False):
         ax.set_title(env)
-        ax.set_xlabel(x or "environment steps")
+        ax.set_xlabel(x or steps_label(env, {g.key[keys.index("algo")] for g in groups if g.key[env_index] == env}))
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
@@ -142,6 +142,21 @@ def figure(
     fig.suptitle(f"{title}\n{band}" if title else band, fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+TEXT_STEP_UNITS = {"sft": "demonstrations", "rm": "preference pairs"}
+"""What a step counts on a text task for the algorithms whose step is not a sampled completion (docs/lm.md)."""
+
+
+def steps_label(env: str, algos: set[str]) -> str:
+    """The x axis of ``env``'s panel: environment steps, or on a text task what its runs' steps count (sampled
+    completions; turns on a multi-turn task; demonstrations for SFT, preference pairs for a reward model)."""
+    from pgcli.config import TEXT_ENV_CONFIGS
+
+    if env not in TEXT_ENV_CONFIGS:
+        return "environment steps"
+    rl = "sampled turns" if env == "countdown_tool" else "sampled completions"
+    return " / ".join(sorted({TEXT_STEP_UNITS.get(algo, rl) for algo in algos})) or rl
 
 
 def group_label(g: Group, s: GroupStats, keys: Sequence[str]) -> str:
