@@ -97,10 +97,12 @@ def main(args: Sequence[str]) -> int:
 def task_settings(env: Any) -> list[str]:
     """``env.<key>=<value>`` for each task setting of ``env`` that differs from the task's default (those ``init=``
     carries, and a dataset's ``env.path``): the hint trains the exported run's task, not the default one."""
+    from pgcli.config import TextEnvConfig
     from pgcli.lm.init import NOT_CARRIED
 
+    shared = {f.name for f in fields(TextEnvConfig)}
     out = []
-    for f in fields(env):
+    for f in sorted(fields(env), key=lambda f: f.name in shared):  # the task's own settings (n_digits) first
         value = getattr(env, f.name)
         if f.name in NOT_CARRIED or not isinstance(value, int | float | str):
             continue

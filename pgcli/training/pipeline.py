@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from pgcli.config import LMModelConfig, TextEnvConfig, TrainConfig
@@ -258,8 +258,9 @@ def export_overrides(overrides: list[str]) -> list[str]:
     if cfg.env.id != record.get("config", {}).get("env", {}).get("id"):
         return []  # another task: the export's settings are not this task's
     source = InitSource(Path(path), record, record.get("source_run_id"))
-    carried = _differing(source, cfg.env, cfg.model, typed)
-    if carried:
+    shared = {f"env.{f.name}" for f in fields(TextEnvConfig)}
+    carried = sorted(_differing(source, cfg.env, cfg.model, typed), key=lambda o: override_key(o) in shared)
+    if carried:  # the task's own settings (n_digits) first
         print(
             f"pgcli: note: model.path={path} sets {' '.join(carried)} (the exported run's task settings; "
             "a value on the command line wins)",

@@ -87,7 +87,8 @@ def _check_resume(rm: RMRun, total: int, eval_steps: list[int]) -> None:
     proc = run_pgcli(args, cwd=rm.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = rm.store.client()
-    assert client.get_run(rm.run_id).info.status == "FINISHED" and len(rm.store.runs("addition")) == 1
+    trained = [r for r in rm.store.runs("addition") if "source_run_id" not in r.data.tags]  # not its evaluations
+    assert client.get_run(rm.run_id).info.status == "FINISHED" and len(trained) == 1
     assert [m.step for m in client.get_metric_history(rm.run_id, "eval/pairwise_accuracy")] == eval_steps
     losses = [m.step for m in client.get_metric_history(rm.run_id, "train/loss")]
     batch = total // len(losses)
