@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pgcli.config.overrides import override_key
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.training.logged import LoggedRun, Wording
-from pgcli.training.progress import write_line
+from pgcli.training.progress import number, write_line
 
 if TYPE_CHECKING:
     from gymnasium.vector import VectorEnv
@@ -398,8 +398,6 @@ KEY_WIDTH = 19
 def text_result_lines(extra: dict[str, float], logged: dict[str, float], width: int = KEY_WIDTH) -> list[str]:
     """One line per ``eval/*`` metric of a text evaluation (keys in a column ``width`` wide), with the run's own last
     value where it logged one."""
-    from pgcli.training.summary import number
-
     lines = []
     for key, value in extra.items():
         was = f"  (logged {number(logged[key])})" if key in logged else ""

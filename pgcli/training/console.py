@@ -18,9 +18,9 @@ from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.config.overrides import override_key, split_override
 from pgcli.redact import redact_text
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
-from pgcli.training.progress import parallel_job, write_line
+from pgcli.training.progress import number, parallel_job, write_line
 from pgcli.training.run import RUN_FILE
-from pgcli.training.summary import TrainSummary, number
+from pgcli.training.summary import TrainSummary
 
 log = logging.getLogger("pgcli")
 

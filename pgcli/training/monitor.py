@@ -50,9 +50,8 @@ from pgcli.training.checkpoints import (
 )
 from pgcli.training.evaluation import Evaluator, EvaluatorLike
 from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
-from pgcli.training.progress import progress_bar
+from pgcli.training.progress import number, progress_bar
 from pgcli.training.run import StopRequest
-from pgcli.training.summary import number
 
 log = logging.getLogger("pgcli")
 

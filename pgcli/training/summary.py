@@ -49,12 +49,6 @@ class TrainSummary:
         return self.step_unit != "env steps"
 
 
-def number(value: float) -> str:
-    """``value`` to three decimals, a rounded negative zero as ``0.000`` (a KL estimate of -1e-9 is 0)."""
-    text = f"{value:.3f}"
-    return "0.000" if text == "-0.000" else text
-
-
 def summarize(
     run: Run,
     monitor: TrainingMonitor,
