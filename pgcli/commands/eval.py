@@ -15,9 +15,10 @@ logs them as ``videos/`` artifacts of that run; ``--no-log`` logs nothing.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pgcli.config.overrides import override_key
 from pgcli.errors import CommandParser, ConfigError
 from pgcli.training.logged import LoggedRun, Wording
+from pgcli.training.progress import number, write_line
 
 if TYPE_CHECKING:
     from gymnasium.vector import VectorEnv
@@ -284,24 +286,58 @@ def evaluate_text_target(
 ) -> int:
     """``pgcli eval`` of a text policy (docs/lm.md, "Evaluation"): the run's own held-out evaluation
     (``pgcli.lm.evaluation``), with the same sampling seed, so a final model scores exactly the run's last
-    ``eval/accuracy``; ``--seed`` changes the seed of the pass@k samples. The samples table is logged as
-    ``samples/eval.json``."""
-    import json
-
+    ``eval/accuracy``; ``--seed`` changes the seed of the pass@k samples. A reward model's is its own: pairwise
+    accuracy and margin on the run's held-out pairs (:func:`_reward_model_evaluation`). The full samples table is
+    written under ``--out`` (default ``<run dir>/eval/<time>_<which>``) and logged as ``samples/eval.json``; its
+    first rows are printed."""
     import torch
 
-    from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
-    from pgcli.lm.load import make_text_policy, make_text_task
-    from pgcli.training.references import learned_reward
+    from pgcli.config import RMConfig
 
-    if ns.video:
-        raise ConfigError("--video: a text task has no frames; its samples table is logged instead")
     cfg = target.cfg
     if cfg.hardware.torch_threads > 0:  # the run's own, as its evaluations had it
         torch.set_num_threads(cfg.hardware.torch_threads)
     device = torch.device("cpu")
-    from pgcli.config.saved_agent import read_agent_spec
+    seed = cfg.seed if ns.seed is None else ns.seed
+    evaluation = _reward_model_evaluation if isinstance(cfg.algo, RMConfig) else _policy_evaluation
+    what, run_eval = evaluation(target, seed, device)
+    if ns.video:
+        write_line(sys.stderr, "pgcli: note: --video: a text task has no frames; the samples table is written instead")
+    source = _source_run(target, store) if store is not None else target.run
+    write_line(sys.stderr, f"pgcli: evaluating {what} of {target.env}, {target.which} model...")
+    with eval_run(store, target, source, artifact_root) as run:
+        start = time.perf_counter()
+        result = run_eval()
+        elapsed = time.perf_counter() - start
+        table = _write_table(ns.out or _default_out(target), result.samples or [])
+        if run is not None:
+            assert store is not None  # eval_run opens a run only in a store
+            store.log_params(run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
+            store.log_metrics(run.run_id, {"eval/return_mean": result.mean, **result.extra})
+            store.log_artifact(run.run_id, table, "samples")
+    where = f"run {source.run_id}" if source is not None else str(target.model_dir)
+    seeded = "" if isinstance(cfg.algo, RMConfig) else f", sampling seed {seed}"
+    lines = [f"{target.algo} on {target.env}, {target.which} model ({where}): {what}{seeded}, {elapsed:.1f} s"]
+    width = max([KEY_WIDTH, *(len(key.removeprefix("eval/")) for key in result.extra)])
+    logged = source.metrics if source is not None and target.which == "final" else {}
+    lines += text_result_lines(result.extra, logged, width)
+    lines += sample_lines(result.samples or [])
+    lines.append(f"  {'samples table':<{width}} {table}" + (" (artifact samples/eval.json)" if run else ""))
+    if run is not None:
+        assert store is not None  # eval_run opens a run only in a store
+        lines.append(f"  {'MLflow run':<{width}} {run.run_id}  ({store.uri})")
+    print("\n".join(lines), flush=True)
+    return 0
 
+
+def _policy_evaluation(target: EvalTarget, seed: int, device: Any) -> tuple[str, Callable[[], Any]]:
+    """What a text policy's evaluation plays (``32 held-out problems``) and the evaluation itself."""
+    from pgcli.config.saved_agent import read_agent_spec
+    from pgcli.lm.evaluation import TextEvalSettings, evaluate_text
+    from pgcli.lm.load import make_text_policy, make_text_task
+    from pgcli.training.references import learned_reward
+
+    cfg = target.cfg
     task = make_text_task(cfg.env, cfg.model, saved=read_agent_spec(target.model_dir))  # a dataset run's characters
     reward_model, _ = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>: its proxy
     if reward_model is not None:
@@ -313,37 +349,108 @@ def evaluate_text_target(
         top_p=cfg.model.top_p,
         n_table_rows=cfg.env.eval_samples,
     )
-    seed = cfg.seed if ns.seed is None else ns.seed
-    source = _source_run(target, store) if store is not None else target.run
-    with eval_run(store, target, source, artifact_root) as run:
-        start = time.perf_counter()
-        result = evaluate_text(
-            task, policy, task.eval_problems(), settings, seed=seed, device=device, learned_reward=task.learned_reward
+    problems = task.eval_problems()
+
+    def run() -> Any:
+        return evaluate_text(
+            task, policy, problems, settings, seed=seed, device=device, learned_reward=task.learned_reward
         )
-        elapsed = time.perf_counter() - start
-        if run is not None:
-            assert store is not None  # eval_run opens a run only in a store
-            store.log_params(run.run_id, {"seed": seed, "which": target.which, "n_eval": len(result.returns)})
-            store.log_metrics(run.run_id, {"eval/return_mean": result.mean, **result.extra})
-            with tempfile.TemporaryDirectory() as tmp:
-                table = Path(tmp) / "eval.json"
-                table.write_text(json.dumps(result.samples or [], indent=1) + "\n")
-                store.log_artifact(run.run_id, table, "samples")
-    where = f"run {source.run_id}" if source is not None else str(target.model_dir)
-    lines = [
-        f"{target.algo} on {target.env}, {target.which} model ({where}): {len(result.returns)} held-out "
-        f"problems, sampling seed {seed}, {elapsed:.1f} s"
-    ]
-    lines += [f"  {key.removeprefix('eval/'):<15} {value:.3f}" for key, value in result.extra.items()]
-    if source is not None and "eval/accuracy" in source.metrics and target.which == "final":
-        lines.append(
-            f"  logged          {source.metrics['eval/accuracy']:.3f} (eval/accuracy of the run's last evaluation)"
-        )
-    if run is not None:
-        assert store is not None  # eval_run opens a run only in a store
-        lines.append(f"  MLflow run      {run.run_id}  ({store.uri})")
-    print("\n".join(lines), flush=True)
-    return 0
+
+    return f"{len(problems)} held-out problems", run
+
+
+def _reward_model_evaluation(target: EvalTarget, seed: int, device: Any) -> tuple[str, Callable[[], Any]]:
+    """A reward model's held-out evaluation, as its run evaluated it: pairwise accuracy, margin and loss on the
+    run's held-out pairs (generated from the task's held-out problems, or the held-out rows of ``env=dataset``)."""
+    from types import SimpleNamespace
+
+    from pgcli.config.saved_agent import read_agent_spec
+    from pgcli.lm.dataset_rows import on_rows, supervised_rows
+    from pgcli.lm.load import make_text_policy, make_text_task
+    from pgcli.lm.reward_model import load_reward_model, reward_model_evaluator
+    from pgcli.lm.rows_eval import rows_evaluator
+    from pgcli.training.references import init_source
+
+    cfg, spec = target.cfg, read_agent_spec(target.model_dir)
+    evaluator: Any
+    if on_rows(cfg.env, cfg.algo):
+        # a reward model's rows are preference pairs (PreferenceRows), read in the characters the run recorded
+        task: Any = supervised_rows(cfg.env, cfg.model, cfg.algo, recorded=spec.get("vocab") or None)
+        reward_model = load_reward_model(task, cfg.model, device, target.model_dir)
+        evaluator = rows_evaluator(task, reward_model.backbone, cfg.env, cfg.model, device)
+    else:
+        task = make_text_task(cfg.env, cfg.model, saved=spec)
+        reward_model = load_reward_model(task, cfg.model, device, target.model_dir)
+        reference = None
+        if cfg.algo.pairs == "policy":  # the wrong completions are the init model's samples, as in the run
+            source = init_source(cfg)
+            assert source is not None  # TrainConfig's rule: algo.pairs=policy needs init
+            reference = make_text_policy(task, cfg.model, device, source.model_dir).eval()
+        evaluator = reward_model_evaluator(cfg, task, reference, device)
+    n_pairs = len(evaluator.pairs)
+    return f"{n_pairs} held-out preference pairs", lambda: evaluator(SimpleNamespace(reward_model=reward_model))
+
+
+KEY_WIDTH = 19
+"""Width of the key column of ``pgcli eval``'s text report (``proxy_reward_sampled_mean`` runs past it)."""
+
+
+def text_result_lines(extra: dict[str, float], logged: dict[str, float], width: int = KEY_WIDTH) -> list[str]:
+    """One line per ``eval/*`` metric of a text evaluation (keys in a column ``width`` wide), with the run's own last
+    value where it logged one."""
+    lines = []
+    for key, value in extra.items():
+        was = f"  (logged {number(logged[key])})" if key in logged else ""
+        lines.append(f"  {key.removeprefix('eval/'):<{width}} {number(value)}{was}")
+    return lines
+
+
+SAMPLE_ROWS = 4
+"""Rows of the samples table ``pgcli eval`` prints (the whole table is a file)."""
+SAMPLE_COLUMNS = (
+    ("prompt", "prompt"),
+    ("reference", "reference"),
+    ("greedy", "greedy answer"),
+    ("correct", "correct"),
+    ("chosen", "chosen"),
+    ("rejected", "rejected"),
+    ("reward_chosen", "r(chosen)"),
+    ("reward_rejected", "r(rejected)"),
+    ("ranked_right", "ranked right"),
+)
+"""The columns printed, where the table has them: a policy's (a multi-turn task's greedy answer is its transcript), a
+reward model's."""
+CELL_WIDTH = 40
+
+
+def sample_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The first :data:`SAMPLE_ROWS` rows of a samples table as aligned columns (long cells cut with ``...``)."""
+    if not rows:
+        return []
+    columns = [(key, title) for key, title in SAMPLE_COLUMNS if key in rows[0]]
+    cells = [[title for _, title in columns]]
+    for row in rows[:SAMPLE_ROWS]:
+        cells.append([_cell(row.get(key)) for key, _ in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    shown = min(SAMPLE_ROWS, len(rows))
+    lines = [f"  samples ({shown} of {len(rows)} in the table):"]
+    lines += ["    " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
+    return lines
+
+
+def _cell(value: Any) -> str:
+    text = f"{value:.3f}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 3] + "..."
+
+
+def _write_table(out: Path, rows: list[dict[str, Any]]) -> Path:
+    """The samples table as ``<out>/eval.json``."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    table = out / "eval.json"
+    table.write_text(json.dumps(rows, indent=1) + "\n")
+    return table
 
 
 def _default_out(target: EvalTarget) -> Path:

@@ -2,14 +2,18 @@
 (:mod:`pgcli.lm.export`; docs/lm.md, "Exporting a text run").
 
 A TinyGPT run becomes a GPT-2 with the same logits and its character tokenizer; a ``model=hf`` run its base model with
-the run's weights merged in. Either trains on with ``model=hf model.path=<export>``.
+the run's weights merged in. Either trains on with ``model=hf model.path=<export>``, which takes the run's task settings
+from the export's ``pgcli_task.json`` as ``init=`` does (:func:`pgcli.training.pipeline.export_overrides`).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
+from dataclasses import MISSING, fields
 from pathlib import Path
+from typing import Any
 
 from pgcli.config.overrides import override_key
 from pgcli.errors import CommandParser, ConfigError
@@ -48,7 +52,7 @@ def main(args: Sequence[str]) -> int:
 
     from pgcli.commands.eval import resolve_target
     from pgcli.config import HFModelConfig, TextEnvConfig
-    from pgcli.config.saved_agent import read_agent_spec
+    from pgcli.config.saved_agent import read_agent_spec, write_export_task
     from pgcli.lm.load import make_text_policy, make_text_task
     from pgcli.tracking.store import open_run_store
     from pgcli.training.checks import train_config
@@ -81,10 +85,30 @@ def main(args: Sequence[str]) -> int:
             assert isinstance(policy, TinyGPT) and isinstance(task.vocab, CharVocab)
             export_tiny_gpt(policy, task.vocab, out)
             kind = "GPT-2, the same logits"
+        run_id = target.run.run_id if target.run is not None else None
+        write_export_task(out, read_agent_spec(target.model_dir), run_id)
     n_params = sum(p.numel() for p in policy.parameters())
     print(f"wrote {out} ({kind}; {n_params / 1e6:.2f}M parameters)")
-    print(f"train from it: pgcli train algo=grpo env={cfg.env.id} model=hf model.path={out}")
+    command = ["pgcli", "train", "algo=grpo", f"env={cfg.env.id}", *task_settings(cfg.env), "model=hf"]
+    print(f"train from it: {shlex.join([*command, f'model.path={out}'])}")
     return 0
+
+
+def task_settings(env: Any) -> list[str]:
+    """``env.<key>=<value>`` for each task setting of ``env`` that differs from the task's default (those ``init=``
+    carries, and a dataset's ``env.path``): the hint trains the exported run's task, not the default one."""
+    from pgcli.config import TextEnvConfig
+    from pgcli.lm.init import NOT_CARRIED
+
+    shared = {f.name for f in fields(TextEnvConfig)}
+    out = []
+    for f in sorted(fields(env), key=lambda f: f.name in shared):  # the task's own settings (n_digits) first
+        value = getattr(env, f.name)
+        if f.name in NOT_CARRIED or not isinstance(value, int | float | str):
+            continue
+        if f.default is MISSING or value != f.default:
+            out.append(f"env.{f.name}={value}")
+    return out
 
 
 def _default_out(run_dir: Path | None, name: str) -> Path:

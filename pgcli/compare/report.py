@@ -173,7 +173,12 @@ def figure(
             _draw_paths(ax, g, label)
     for ax, (env, reward) in zip(axes.flat, panels, strict=False):
         ax.set_title(f"{env}, reward: {reward}" if reward else env)
-        ax.set_xlabel(x or "environment steps")
+        ax.set_xlabel(
+            x
+            or steps_label(
+                env, {g.key[keys.index("algo")] for g, p in zip(groups, where, strict=True) if p == (env, reward)}
+            )
+        )
         ax.set_ylabel(f"{metric}\n({reward_meaning(reward)})" if reward and is_reward_metric(metric) else metric)
         ax.grid(alpha=0.3)
         _legend_below(ax, fig)
@@ -207,6 +212,21 @@ def _legend_below(ax: Any, fig: Any) -> None:
 
     below_label = offset_copy(ax.transAxes, fig=fig, y=-0.45, units="inches")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_label, fontsize="small")
+
+
+TEXT_STEP_UNITS = {"sft": "demonstrations", "rm": "preference pairs"}
+"""What a step counts on a text task for the algorithms whose step is not a sampled completion (docs/lm.md)."""
+
+
+def steps_label(env: str, algos: set[str]) -> str:
+    """The x axis of ``env``'s panel: environment steps, or on a text task what its runs' steps count (sampled
+    completions; turns on a multi-turn task; demonstrations for SFT, preference pairs for a reward model)."""
+    from pgcli.config import TEXT_ENV_CONFIGS
+
+    if env not in TEXT_ENV_CONFIGS:
+        return "environment steps"
+    rl = "sampled turns" if env == "countdown_tool" else "sampled completions"
+    return " / ".join(sorted({TEXT_STEP_UNITS.get(algo, rl) for algo in algos})) or rl
 
 
 def group_label(g: Group, s: GroupStats, keys: Sequence[str]) -> str:

@@ -46,3 +46,31 @@ def agent_config(spec: dict[str, Any]) -> TrainConfig:
     """The run's config stored in an ``agent.json``, typed as every logged config is
     (:func:`pgcli.config.logged.train_config_from_dict`)."""
     return train_config_from_dict(spec["config"], spec["algo"])
+
+
+EXPORT_TASK_FILE = "pgcli_task.json"
+"""What ``pgcli export`` records beside the Hugging Face files: the task the exported run trained on (its ``env``
+section), so ``model=hf model.path=<export>`` trains that task as ``init=`` would (``pgcli.training.pipeline``)."""
+
+
+def write_export_task(out: Path, spec: dict[str, Any], run_id: str | None) -> Path:
+    """Record the task of the run whose ``agent.json`` is ``spec`` in the export directory ``out``."""
+    record = {
+        "format": FORMAT_VERSION,
+        "algo": spec.get("algo"),
+        "env": spec.get("env"),
+        "source_run_id": run_id,
+        "config": {"env": spec.get("config", {}).get("env", {})},
+    }
+    path = out / EXPORT_TASK_FILE
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def read_export_task(model_dir: Path) -> dict[str, Any] | None:
+    """The task ``pgcli export`` recorded in ``model_dir`` (None: not an export, or unreadable)."""
+    try:
+        record = json.loads((model_dir / EXPORT_TASK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("format") == FORMAT_VERSION else None

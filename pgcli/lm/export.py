@@ -3,7 +3,9 @@
 - TinyGPT becomes a GPT-2 (``GPT2LMHeadModel``): the same pre-LN blocks, learned positions, a head tied to the token
   embedding and exact GELU, so the exported model computes the same logits (tests: max abs difference <= 1e-5). Its
   tokenizer is the task's character vocabulary as a word-level tokenizer over single characters, with the same ids
-  (``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2), so ``model=hf model.path=<export>`` trains on the same tokens.
+  (``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2), so ``model=hf model.path=<export>`` trains on the same tokens. It puts
+  ``<bos>`` before a text itself (a post-processor, as Llama's tokenizers do): ``tokenizer("12+34=")`` gives the ids
+  TinyGPT was trained on, so ``AutoTokenizer`` + ``generate`` answer as pgcli does.
 - A ``model=hf`` run is its base model with the run's weights (LoRA adapters merged), and the base's tokenizer.
 
 Either directory loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``.
@@ -78,7 +80,7 @@ def gpt2_state(model: TinyGPT) -> dict[str, torch.Tensor]:
 
 def char_tokenizer(vocab: CharVocab) -> Any:
     """The task's character vocabulary as a ``PreTrainedTokenizerFast`` with the same ids."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     ids = {PAD: vocab.pad_id, BOS: vocab.bos_id, EOS: vocab.eos_id}
@@ -86,7 +88,16 @@ def char_tokenizer(vocab: CharVocab) -> Any:
     tok = Tokenizer(models.WordLevel(vocab=ids, unk_token=PAD))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, bos_token=BOS, eos_token=EOS)
+    # TinyGPT read every prompt after <bos>: without it generate answers another model's question (issue 34)
+    bos = [(BOS, vocab.bos_id)]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=bos
+    )
+    # no token_type_ids: GPT-2 would add their embeddings (token 0's) to every position
+    names = ["input_ids", "attention_mask"]
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, bos_token=BOS, eos_token=EOS, model_input_names=names
+    )
 
 
 def export_tiny_gpt(model: TinyGPT, vocab: CharVocab, out: Path) -> Path:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pgcli.config import EvalConfig, RMConfig
+from pgcli.config import EvalConfig, RMConfig, TextEnvConfig, TrainConfig
 from pgcli.contracts import Agent, EvalResult
 from pgcli.lm.load import TextModelConfig, make_text_policy
 from pgcli.lm.model import CausalLM
@@ -256,3 +256,17 @@ def pair_metrics(
         "eval/loss": float(np.logaddexp(0.0, -margin).mean()),  # -log sigmoid(m) = log(1 + e^-m)
     }
     return EvalResult(ranked, lengths, extra=extra, samples=table or None)
+
+
+def reward_model_evaluator(
+    cfg: TrainConfig, task: Task, reference: CausalLM | None, device: torch.device
+) -> PairEvaluator:
+    """The held-out evaluator of the reward-model run ``cfg`` (``algo=rm`` on a generated task): its pairs drawn as
+    the run draws them (``policy`` pairs sample ``reference``, the init model), the same for training and
+    ``pgcli eval``."""
+    assert isinstance(cfg.algo, RMConfig) and isinstance(cfg.env, TextEnvConfig)  # a reward-model run's config
+    assert isinstance(cfg.model, TextModelConfig)
+    pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)
+    return PairEvaluator(
+        task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples, device=device
+    )

@@ -33,6 +33,9 @@ class Panel:
     keys: tuple[str, ...]
     unit_interval: bool = False
     """The y axis is [0, 1] (an accuracy)."""
+    right: tuple[str, ...] = ()
+    """Keys drawn against a second y axis on the right (a learned reward's proxy score beside the gold accuracy)."""
+    right_label: str = ""
 
 
 def write_metrics_csv(history: History, path: Path) -> Path:
@@ -113,15 +116,30 @@ def _multi_turn(history: History) -> bool:
     return "eval/turns_mean" in history or "rollout/turns_mean" in history
 
 
+PROXY = "eval/proxy_reward_mean"
+"""A run on a learned reward (``env.reward=rm:<run>``): the reward model's mean score of the held-out greedy
+completions, the proxy beside the checker's gold ``eval/accuracy``."""
+
+
+def _proxy(history: History) -> bool:
+    return bool(history.get(PROXY))
+
+
 def text_panels(history: History) -> list[Panel]:
     """What a text run's curve shows, top to bottom, each where logged: held-out greedy accuracy and pass@k on [0, 1];
     the training signal (an RL run's mean reward of its sampled completions, else SFT's loss); the KL to the
     reference policy."""
     pass_k = sorted((k for k in history if k.startswith("eval/pass_at_")), key=lambda k: int(k.rpartition("_")[2]))
     accuracy = tuple(k for k in ("eval/accuracy", *pass_k, "eval/pairwise_accuracy") if history.get(k))
-    panels = [Panel("held-out accuracy", accuracy, unit_interval=True)] if accuracy else []
+    proxy = _proxy(history)
+    panels = []
+    if proxy and accuracy:  # RL on a learned reward: the gold and the proxy it optimised, on one panel
+        panels.append(Panel("gold: held-out accuracy", accuracy, True, (PROXY,), "proxy: reward-model score"))
+    elif accuracy:
+        panels.append(Panel("held-out accuracy", accuracy, unit_interval=True))
     if history.get("rollout/reward_mean"):
-        panels.append(Panel("reward of sampled completions", ("rollout/reward_mean",)))
+        what = "proxy reward (reward model)" if proxy else "reward"
+        panels.append(Panel(f"{what} of sampled completions", ("rollout/reward_mean",)))
     elif history.get("train/loss"):
         panels.append(Panel("training loss", tuple(k for k in ("train/loss", "eval/loss") if history.get(k))))
     if history.get("train/kl_ref"):
@@ -135,6 +153,7 @@ SERIES_LABELS = {
     "train/loss": "NLL per answer token, each update",
     "eval/pairwise_accuracy": "reward model ranks the pair right",
     "eval/loss": "Bradley-Terry loss, held-out pairs",
+    PROXY: "proxy: reward model's score, greedy",
     "train/kl_ref": "k3 estimate, each update",
 }
 
@@ -149,6 +168,10 @@ def _label(key: str, history: History) -> str:
         k = key.removeprefix("eval/pass_at_")
         what = "trajectories solved" if _multi_turn(history) else "sampled correct"
         return f"pass@{k}: one of {k} {what} ({key})"
+    if key == "eval/accuracy" and _proxy(history):
+        return f"gold: task checker, greedy correct ({key})"
+    if key == "rollout/reward_mean" and _proxy(history):
+        return f"proxy: reward model's score, mean over each update's batch ({key})"
     return f"{SERIES_LABELS.get(key, key)} ({key})"
 
 
@@ -176,10 +199,24 @@ def _plot_text(history: History) -> tuple[Any, str]:
         ax.set_ylabel(panel.ylabel)
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
+        handles, labels = ax.get_legend_handles_labels()
+        if panel.right:
+            twin = ax.twinx()
+            for key in panel.right:
+                twin.plot(*zip(*history[key], strict=True), "s--", color="tab:red", label=_label(key, history))
+            twin.set_ylabel(panel.right_label)
+            more = twin.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        ax.legend(handles, labels, loc="best", fontsize="small")
     axes[-1, 0].set_xlabel(step_unit(history))
-    described = "; ".join(f"{p.ylabel}{' [0, 1]' if p.unit_interval else ''}: {', '.join(p.keys)}" for p in panels)
+    described = "; ".join(_described(p) for p in panels)
     return fig, f"x {step_unit(history)}; {described}"
+
+
+def _described(panel: Panel) -> str:
+    """A panel in train.log: ``held-out accuracy [0, 1]: eval/accuracy`` (``; right axis ...: <keys>``)."""
+    text = f"{panel.ylabel}{' [0, 1]' if panel.unit_interval else ''}: {', '.join(panel.keys)}"
+    return text + (f" with {panel.right_label} (right axis): {', '.join(panel.right)}" if panel.right else "")
 
 
 def _pyplot() -> Any:

@@ -413,14 +413,11 @@ def text_monitor(
 
         evaluator = rows_evaluator(task, policy, cfg.env, cfg.model, device)
     elif isinstance(cfg.algo, RMConfig):  # a reward model: held-out pairwise accuracy (pgcli/lm/reward_model.py)
-        from pgcli.lm.reward_model import PairEvaluator, pair_generator
+        from pgcli.lm.reward_model import reward_model_evaluator
         from pgcli.lm.tasks import Task
 
         assert isinstance(task, Task)  # generated pairs are a puzzle's (a dataset's preference rows: pgcli rm's own)
-        pairs = pair_generator(cfg.algo, task, reference, cfg.model, device)  # policy pairs: samples of the init model
-        evaluator = PairEvaluator(
-            task, pairs, cfg.eval, seed=cfg.env.eval_seed, n_table_rows=cfg.env.eval_samples, device=device
-        )
+        evaluator = reward_model_evaluator(cfg, task, reference, device)  # policy pairs: samples of the init model
     else:
         settings = TextEvalSettings(
             pass_k=cfg.env.eval_pass_k,

@@ -18,7 +18,7 @@ from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
 from pgcli.config.overrides import override_key, split_override
 from pgcli.redact import redact_text
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
-from pgcli.training.progress import parallel_job, write_line
+from pgcli.training.progress import number, parallel_job, write_line
 from pgcli.training.run import RUN_FILE
 from pgcli.training.summary import TrainSummary
 
@@ -34,32 +34,76 @@ def _relative(path: Path) -> str:
 
 def print_summary(summary: TrainSummary, *, algo: str, env: str, seed: int) -> None:
     """A short end-of-run report: final evaluation, run id, output dir, and how to look at it; written at once, so
-    that the jobs of a parallel sweep print whole blocks, each naming its job."""
+    that the jobs of a parallel sweep print whole blocks, each naming its job. A text run reports its held-out metrics
+    by name (:func:`text_rows`), not as an episode return."""
     job = parallel_job()
     which = f"seed {seed}" if job is None else f"seed {seed}, job {job}"
-    lines = [f"\n{algo} on {env} ({which}): {summary.steps:,} {summary.step_unit} in {summary.wall_time_s:.1f} s"]
-    if not math.isnan(summary.final_return):
+    head = f"\n{algo} on {env} ({which}): {summary.steps:,} {summary.step_unit} in {summary.wall_time_s:.1f} s"
+    rows: list[tuple[str, str]] = []
+    if summary.text:
+        rows += text_rows(summary)
+    elif not math.isnan(summary.final_return):
         solved = ""
         if summary.reward_threshold is not None:
             mark = "solved" if summary.final_return >= summary.reward_threshold else "not solved"
             solved = f"  [{mark}: threshold {summary.reward_threshold:g}]"
-        lines.append(f"  final eval return  {summary.final_return:.1f} ± {summary.final_return_std:.1f}{solved}")
-    for key, value in summary.final_metrics.items():  # a text task's held-out accuracy, pass@k, ...
-        lines.append(f"  {key.removeprefix('eval/'):<18} {value:.3f}")
+        rows.append(("final eval return", f"{summary.final_return:.1f} ± {summary.final_return_std:.1f}{solved}"))
+        rows += [(key.removeprefix("eval/"), number(value)) for key, value in summary.final_metrics.items()]
     if summary.best_step is not None and summary.best_return > summary.final_return:
         saved = summary.output_dir / "best_model"
         where = f" ({_relative(saved)})" if saved.is_dir() else ""  # eval.save_best=false saves none
-        lines.append(f"  best eval return   {summary.best_return:.1f} at step {summary.best_step:,}{where}")
+        label, value = _best(summary)
+        rows.append((label, f"{value} at step {summary.best_step:,}{where}"))
     if summary.compute:
-        lines.append(f"  device             {summary.compute}")
+        rows.append(("device", summary.compute))
     if summary.run_id:
-        lines.append(f"  MLflow run         {summary.run_id}  ({redact_text(summary.tracking_uri or '')})")
-    lines.append(f"  output dir         {_relative(summary.output_dir)}")
+        rows.append(("MLflow run", f"{summary.run_id}  ({redact_text(summary.tracking_uri or '')})"))
+    rows.append(("output dir", _relative(summary.output_dir)))
     if summary.run_id:
-        lines.append("  compare in the UI  pgcli ui")
+        rows.append(("compare in the UI", "pgcli ui"))
+    width = max([SUMMARY_KEY_WIDTH, *(len(label) + 1 for label, _ in rows)])  # two spaces at least
+    lines = [head, *(f"  {label:<{width}} {value}" for label, value in rows)]
     write_line(sys.stdout, "\n".join(lines))
     for line in lines:
         log.info(line.strip())
+
+
+SUMMARY_KEY_WIDTH = 18
+"""The summary's label column (a longer label widens it for every row, keeping two spaces before the values)."""
+GOLD, PROXY = "eval/accuracy", "eval/proxy_reward_mean"
+"""A run on a learned reward (``env.reward=rm:<run>``): the task checker's accuracy is the gold, the reward model's
+score the proxy it optimised (docs/lm.md, "RL on a learned reward")."""
+
+
+def text_rows(summary: TrainSummary) -> list[tuple[str, str]]:
+    """A text run's final evaluation, by name: on how many held-out problems (pairs), then each ``eval/*`` metric,
+    from its step-0 value where the run evaluated its starting model; on a learned reward the gold (the task checker)
+    and the proxy (the reward model) first, named as such."""
+    metrics, start = summary.final_metrics, summary.start_metrics
+    if not metrics:
+        return []
+    pairs = "eval/pairwise_accuracy" in metrics
+    rows = [("final evaluation", f"{summary.final_n} held-out {'pairs' if pairs else 'problems'}")]
+    named = {GOLD: "gold (task checker)", PROXY: "proxy (reward model)"} if PROXY in metrics else {}
+    for key in [*named, *(k for k in metrics if k not in named)]:
+        value = number(metrics[key]) if key not in start else f"{number(start[key])} -> {number(metrics[key])}"
+        rows.append((named.get(key, key.removeprefix("eval/")), value))
+    return rows
+
+
+def _best(summary: TrainSummary) -> tuple[str, str]:
+    """The best evaluation's label and value: an episode return, or what a text run chose its best model by."""
+    if not summary.text:
+        return "best eval return", f"{summary.best_return:.1f}"
+    metrics = summary.final_metrics
+    by = (
+        "pairwise accuracy"
+        if "eval/pairwise_accuracy" in metrics
+        else "proxy reward"
+        if PROXY in metrics
+        else "greedy reward"
+    )
+    return "best eval", f"{number(summary.best_return)} ({by})"
 
 
 BUDGET_KEYS = ("total_steps", "algo.n_steps", "env.n_envs", "algo.n_groups", "algo.group_size")

@@ -50,7 +50,7 @@ from pgcli.training.checkpoints import (
 )
 from pgcli.training.evaluation import Evaluator, EvaluatorLike
 from pgcli.training.monitor_state import read_monitor_state, write_monitor_state
-from pgcli.training.progress import progress_bar
+from pgcli.training.progress import number, progress_bar
 from pgcli.training.run import StopRequest
 
 log = logging.getLogger("pgcli")
@@ -155,6 +155,8 @@ class TrainingMonitor:
         self._last_logged_step: int | None = None
         self._bar = _progress_bar(schedule.total_steps) if progress else None
         self._postfix: dict[str, str] = {}
+        self._signal: tuple[str, float] | None = None
+        """The last training signal the bar shows (:data:`BAR_SIGNALS`)."""
 
     @property
     def best_dir(self) -> Path | None:
@@ -187,9 +189,14 @@ class TrainingMonitor:
         self.n_episodes += len(returns)
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Log a trainer's diagnostics (``train/*``) at ``step``."""
+        """Log a trainer's diagnostics (``train/*``) at ``step``; the progress bar shows a text trainer's training
+        signal (:data:`BAR_SIGNALS`)."""
         if metrics:
             self.logger.log_metrics({k: float(v) for k, v in metrics.items()}, step)
+            for key, label in BAR_SIGNALS:
+                if key in metrics:
+                    self._signal = (label, float(metrics[key]))
+                    break
 
     def update(self, step: int, agent: Agent) -> None:
         """After an update: rollout statistics, SPS, progress; evaluate / checkpoint when due.
@@ -378,15 +385,7 @@ class TrainingMonitor:
             },
             step,
         )
-        extra = "".join(f", {k.removeprefix('eval/')} {v:.3f}" for k, v in result.extra.items())
-        log.info(
-            "eval at step %d: return %.2f ± %.2f over %d episodes%s",
-            step,
-            result.mean,
-            result.std,
-            len(result.returns),
-            extra,
-        )
+        log.info(eval_line(step, result, text=bool(result.extra) and not isinstance(self.evaluator, Evaluator)))
         if self.on_eval is not None:
             self.on_eval(step if scheduled is None else scheduled, result.mean)
 
@@ -510,11 +509,38 @@ class TrainingMonitor:
             postfix["sps"] = f"{sps:,.0f}"
         if self.recent_returns:
             postfix["return"] = f"{np.mean(self.recent_returns):.1f}"
+        elif self._signal is not None:  # a text run has no episodes: its reward (RL) or loss (SFT, reward model)
+            postfix[self._signal[0]] = f"{self._signal[1]:.3f}"
         if self.last_eval is not None:
-            postfix["eval"] = f"{self.last_eval.mean:.1f}"
+            postfix["eval"] = _eval_postfix(self.last_eval)
         self._postfix = postfix
         self._bar.set_postfix(postfix, refresh=False)  # shown with this step's count by the update below
         self._bar.update(max(0, step - self._bar.n))
+
+
+BAR_SIGNALS = (("rollout/reward_mean", "reward"), ("train/loss", "loss"))
+"""What the progress bar shows of a run without episodes (a text run), first found: an RL run's mean reward of its
+sampled completions, else the loss (SFT, a reward model)."""
+EVAL_HEADLINES = ("eval/accuracy", "eval/pairwise_accuracy")
+"""A text evaluation's headline metric (the bar's ``eval``), first found; else its mean return."""
+
+
+def _eval_postfix(result: EvalResult) -> str:
+    for key in EVAL_HEADLINES:
+        if key in result.extra:
+            return f"{result.extra[key]:.3f}"
+    return f"{result.mean:.1f}"
+
+
+def eval_line(step: int, result: EvalResult, *, text: bool) -> str:
+    """The train.log line of one evaluation: episode returns, or a text run's metrics on its held-out problems (or
+    pairs)."""
+    extra = "".join(f", {k.removeprefix('eval/')} {number(v)}" for k, v in result.extra.items())
+    n = len(result.returns)
+    if not text:
+        return f"eval at step {step}: return {result.mean:.2f} ± {result.std:.2f} over {n} episodes{extra}"
+    what = "pairs" if "eval/pairwise_accuracy" in result.extra else "problems"
+    return f"eval at step {step} on {n} held-out {what}: return {number(result.mean)}{extra}"
 
 
 def _progress_bar(total: int) -> Any:

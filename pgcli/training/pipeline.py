@@ -4,7 +4,8 @@
 The passes (:data:`REWRITES`, then :data:`CHECKS`), in order:
 
 1. ``init=<run>`` carry-over: the init run's task settings and model sizes the command line leaves out
-   (:func:`init_overrides`, with its ``pgcli: note:`` line);
+   (:func:`init_overrides`, with its ``pgcli: note:`` line); likewise the task settings ``pgcli export`` recorded in
+   the directory ``model.path`` names (:func:`export_overrides`);
 2. the group choices a text task or an image env implies (``env=addition`` adds ``model=tiny_gpt algo=grpo``);
    then an algo key typed under its old name renamed in place (``algo=trpo algo.cg_iters=5`` trains with
    ``algo.cg_max_steps=5``, :func:`pgcli.config.renames.renamed_overrides`, with its ``pgcli: note:`` line);
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from pgcli.config import LMModelConfig, TextEnvConfig, TrainConfig
@@ -74,6 +75,7 @@ class JobDraft:
 
 def carry_init(job: JobDraft) -> None:
     job.add(init_overrides(job.overrides))
+    job.add(export_overrides(job.overrides))
 
 
 def imply_groups(job: JobDraft) -> None:
@@ -225,6 +227,42 @@ def init_overrides(overrides: list[str]) -> list[str]:
     if carried:
         print(
             f"pgcli: note: init={init} sets {' '.join(carried)} (the init run's model and task settings; "
+            "a value on the command line wins)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return carried
+
+
+def export_overrides(overrides: list[str]) -> list[str]:
+    """The task settings ``pgcli export`` recorded in the directory ``model.path`` names (``pgcli_task.json``), each
+    where it differs from what the command line composes to and the command line does not set it, announced as
+    :func:`init_overrides` announces its own: an export of a 2-digit SFT run trains 2-digit addition. Only for the
+    task the export was trained on, and not with ``init=`` (whose own settings apply) or ``--from-run``."""
+    if not any(override_key(o) == "model.path" for o in overrides):
+        return []  # no model.path typed: nothing to read (every `pgcli train` passes here)
+    from pgcli.config.saved_agent import read_export_task
+    from pgcli.training.from_run import FROM_RUN_GROUP
+
+    parsed = Overrides.parse(overrides)
+    typed = parsed.keys()
+    if not parsed.is_fixed("model.path") or "init" in typed or FROM_RUN_GROUP in typed:
+        return []
+    path = parsed.value_of("model.path") or ""
+    record = read_export_task(Path(path).expanduser())
+    if record is None:
+        return []
+    cfg = compose_train_config(parsed.fixed())
+    if not isinstance(cfg.env, TextEnvConfig) or not isinstance(cfg.model, TextModelConfig):
+        return []
+    if cfg.env.id != record.get("config", {}).get("env", {}).get("id"):
+        return []  # another task: the export's settings are not this task's
+    source = InitSource(Path(path), record, record.get("source_run_id"))
+    shared = {f"env.{f.name}" for f in fields(TextEnvConfig)}
+    carried = sorted(_differing(source, cfg.env, cfg.model, typed), key=lambda o: override_key(o) in shared)
+    if carried:  # the task's own settings (n_digits) first
+        print(
+            f"pgcli: note: model.path={path} sets {' '.join(carried)} (the exported run's task settings; "
             "a value on the command line wins)",
             file=sys.stderr,
             flush=True,

@@ -98,3 +98,9 @@ def write_line(stream: Any, text: str) -> None:
     """``text`` and a newline in one write: lines of processes that share a terminal do not interleave."""
     stream.write(text + "\n")
     stream.flush()
+
+
+def number(value: float) -> str:
+    """``value`` to three decimals, a rounded negative zero as ``0.000`` (a KL estimate of -1e-9 is 0)."""
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text

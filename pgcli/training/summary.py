@@ -37,6 +37,16 @@ class TrainSummary:
     """What a step counts: env steps, or on text tasks sampled completions (RL) or demonstrations (SFT)."""
     compute: str = ""
     """Where and in what precision the run computed: ``cpu, float32`` (``pgcli.hardware.placement.compute_of``)."""
+    start_metrics: dict[str, float] = field(default_factory=dict)
+    """The step-0 evaluation's ``eval/*`` metrics (a run from ``init=``: the model it started from); empty without
+    one."""
+    final_n: int = 0
+    """Episodes (held-out problems, pairs) the final evaluation scored."""
+
+    @property
+    def text(self) -> bool:
+        """A text run: its evaluation is an accuracy on held-out problems (or pairs), not an episode return."""
+        return self.step_unit != "env steps"
 
 
 def summarize(
@@ -54,6 +64,9 @@ def summarize(
     (from ``monitor``), and the wall time since ``start`` (a :func:`time.perf_counter` reading)."""
     from pgcli.tracking.uri import resolve_tracking_target
 
+    history = run.logger.history
+    extra = dict(final.extra) if final else {}
+    start_metrics = {key: history[key][0][1] for key in extra if history.get(key) and history[key][0][0] == 0}
     return TrainSummary(
         run_id=run.logger.run_id,
         steps=steps,
@@ -65,6 +78,8 @@ def summarize(
         reward_threshold=threshold,
         best_return=monitor.best_eval.mean if monitor.best_eval else float("nan"),
         best_step=monitor.best_step,
-        final_metrics=dict(final.extra) if final else {},
+        final_metrics=extra,
         step_unit=step_unit,
+        start_metrics=start_metrics,
+        final_n=len(final.returns) if final else 0,
     )

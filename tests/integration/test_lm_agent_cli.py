@@ -92,8 +92,13 @@ def test_eval_plays_the_final_model_and_scores_what_the_run_logged(agent_sft):
     assert proc.returncode == 0, proc.stderr[-3000:]
     logged = store.client().get_run(sft_id).data.metrics["eval/accuracy"]
     (line,) = [x for x in proc.stdout.splitlines() if x.strip().startswith("accuracy")]
-    assert float(line.split()[-1]) == pytest.approx(logged, abs=5e-4)
+    assert float(line.split()[1]) == pytest.approx(logged, abs=5e-4)
     assert "turns_mean" in proc.stdout
+    # the first transcripts of the samples table: the reference's and the greedy trajectory's turns
+    lines = proc.stdout.splitlines()
+    start = lines.index("  samples (4 of 4 in the table):")
+    assert lines[start + 1].split() == ["prompt", "reference", "greedy", "answer", "correct"]
+    assert all(line.count("=") >= 2 for line in lines[start + 2 : start + 6])  # 'a,b>t=' and '3*5=15; ...'
 
 
 def test_a_resumed_flow_grpo_run_logs_what_a_straight_run_logs(agent_sft):

@@ -176,9 +176,43 @@ def test_pgcli_eval_of_the_sft_run_repeats_its_last_evaluation(sft):
     assert evaluation.info.status == "FINISHED" and evaluation.info.run_name == "eval-sft-addition-s0"
     for key in ("eval/accuracy", "eval/pass_at_2", "eval/reward_mean", "eval/completion_len"):
         assert evaluation.data.metrics[key] == source.data.metrics[key], key  # same problems, same sampling seed
-    assert "accuracy" in proc.stdout
+    assert "pgcli: evaluating 32 held-out problems of addition, final model..." in proc.stderr
+    lines = proc.stdout.splitlines()
+    accuracy = f"{source.data.metrics['eval/accuracy']:.3f}"
+    assert any(line.split() == ["accuracy", accuracy, "(logged", f"{accuracy})"] for line in lines), proc.stdout
     tables = {a.path for a in store.client().list_artifacts(evaluation.info.run_id, "samples")}
     assert tables == {"samples/eval.json"}
+    # the first rows of the samples table, and where the whole table is
+    start = lines.index("  samples (4 of 4 in the table):")
+    assert lines[start + 1].split() == ["prompt", "reference", "greedy", "answer", "correct"]
+    table = json.loads(Path(lines[-2].split()[2]).read_text())  # "  samples table  <path> (artifact ...)"
+    assert lines[-2].split()[:2] == ["samples", "table"] and lines[-2].endswith("(artifact samples/eval.json)")
+    for row, line in zip(table, lines[start + 2 : start + 6], strict=True):
+        assert line.split() == [repr(row["prompt"]), repr(row["reference"]), repr(row["greedy"]), str(row["correct"])]
+    artifact = store.client().download_artifacts(evaluation.info.run_id, "samples/eval.json", str(workdir))
+    assert json.loads(Path(artifact).read_text()) == table
+
+
+def test_pgcli_eval_video_of_a_text_run_says_where_the_table_went(sft, tmp_path: Path):
+    store, workdir, run_id = sft
+    out = tmp_path / "eval-out"
+    proc = run_pgcli(
+        ["eval", run_id, "--video", "--no-log", "--out", str(out), f"tracking.uri={store.uri}"],
+        cwd=workdir,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pgcli: note: --video: a text task has no frames; the samples table is written instead" in proc.stderr
+    assert f"  samples table       {out / 'eval.json'}" in proc.stdout.splitlines()
+    assert len(json.loads((out / "eval.json").read_text())) == 4
+
+
+def test_the_sft_summary_names_accuracy_on_held_out_problems(sft):
+    store, _, run_id = sft
+    log = (Path(store.client().get_run(run_id).data.tags["output_dir"]) / "train.log").read_text()
+    assert "eval at step 512 on 32 held-out problems: return " in log and "over 32 episodes" not in log
+    assert "final eval return" not in log  # an accuracy, not an episode return
+    assert "final evaluation   32 held-out problems" in log
 
 
 def test_resume_continues_the_sft_run(sft):

@@ -4,6 +4,7 @@ eval``, bit-exact resume, and the one-line errors of a bad model."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -188,13 +189,17 @@ def test_export_writes_a_tiny_gpt_run_as_a_gpt2_with_the_same_logits_that_trains
 
     from pgcli.config.saved_agent import agent_config, read_agent_spec
     from pgcli.lm.load import make_text_policy, make_text_task
-    from tests.integration.conftest import LM_SMALL
 
     store, workdir, run_id = lm_sft_run
     out = tmp_path / "addition-sft"
     proc = run_pgcli(["export", run_id, "--out", str(out), f"tracking.uri={store.uri}"], cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"model=hf model.path={out}" in proc.stdout
+    # the printed command trains the exported run's task: 2-digit addition, not the 4-digit default
+    hint = next(line for line in proc.stdout.splitlines() if line.startswith("train from it: "))
+    assert hint.removeprefix("train from it: ").split() == [
+        "pgcli", "train", "algo=grpo", "env=addition", "env.n_digits=2", "env.n_eval=32", "env.eval_pass_k=2",
+        "env.eval_samples=4", "model=hf", f"model.path={out}",
+    ]  # fmt: skip
     run_dir = Path(store.client().get_run(run_id).data.tags["output_dir"])
     cfg = agent_config(read_agent_spec(run_dir / "model"))
     task = make_text_task(cfg.env, cfg.model)
@@ -209,7 +214,14 @@ def test_export_writes_a_tiny_gpt_run_as_a_gpt2_with_the_same_logits_that_trains
         with torch.no_grad():
             diff = (ours(x, torch.ones_like(x, dtype=torch.bool)) - theirs(input_ids=x).logits).abs().max()
         assert float(diff) <= 1e-5
-    # GRPO on the exported model through model=hf: the same task, in the exported tokenizer
+    # the tokenizer adds <bos> itself: plain transformers answers as the run's greedy evaluation did (docs/lm.md)
+    table = json.loads((run_dir / "samples" / "step_1024.json").read_text())
+    for row in table:
+        encoded = tokenizer(row["prompt"], return_tensors="pt")
+        assert encoded["input_ids"][0].tolist() == task.vocab.encode_prompt(row["prompt"])
+        answer = theirs.generate(**encoded, max_new_tokens=4, do_sample=False)
+        assert tokenizer.decode(answer[0], skip_special_tokens=True) == row["prompt"] + row["greedy"]
+    # GRPO on the exported model through model=hf: the export's task settings carried over, as init= carries them
     args = [
         "train",
         "algo=grpo",
@@ -219,14 +231,20 @@ def test_export_writes_a_tiny_gpt_run_as_a_gpt2_with_the_same_logits_that_trains
         "model.lora.r=0",
         f"tracking.uri={store.uri}",
         "run_name=grpo-exported",
+        "env.eval_samples=2",  # typed: the command line wins
         *RL_SMALL,
-        *[o for o in LM_SMALL if o.startswith("env.")],
         "progress=false",
     ]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        f"pgcli: note: model.path={out} sets env.n_digits=2 env.n_eval=32 env.eval_pass_k=2 (the exported run's task "
+        "settings; a value on the command line wins)"
+    ) in proc.stderr
     (run,) = [r for r in store.runs("addition") if r.info.run_name == "grpo-exported"]
     assert run.info.status == "FINISHED" and "eval/accuracy" in run.data.metrics
+    params = run.data.params
+    assert (params["env.n_digits"], params["env.n_eval"], params["env.eval_samples"]) == ("2", "32", "2")
 
 
 def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):

@@ -5,6 +5,7 @@ before anything is created."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,6 +82,19 @@ def test_rl_on_the_reward_model_logs_gold_proxy_and_kl(rlhf: RLHFSetup, algo: st
     assert len(rewards) == 2 and any(value not in (0.0, 0.25, 0.5, 0.75, 1.0) for value in rewards)
     proxy = dict(history("eval/proxy_reward_mean"))
     assert proxy == pytest.approx(dict(history("eval/return_mean")), abs=1e-9)  # no format reward: the same scores
+    # the summary names the gold and the proxy, each from the init model's score at step 0
+    rows = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in proc.stdout.splitlines()]
+    summary = {row[0]: row[1] for row in rows if len(row) == 2}
+    gold = history("eval/accuracy")
+    assert summary["gold (task checker)"] == f"{gold[0][1]:.3f} -> {gold[-1][1]:.3f}", proc.stdout
+    assert summary["proxy (reward model)"] == f"{proxy[0]:.3f} -> {proxy[32]:.3f}", proc.stdout
+    assert "final eval return" not in proc.stdout
+    # learning_curve.png draws them on one panel (train.log names its series), the reward panel is the proxy's
+    log = (Path(run.data.tags["output_dir"]) / "train.log").read_text()
+    assert "gold: held-out accuracy [0, 1]: eval/accuracy, eval/pass_at_2 with proxy: reward-model score (right " in log
+    assert (
+        "axis): eval/proxy_reward_mean; proxy reward (reward model) of sampled completions: rollout/reward_mean" in log
+    )
     # pgcli eval of the run repeats its last evaluation, the reward model's scores included
     proc = run_pgcli(["eval", run.info.run_id, f"tracking.uri={rlhf.store.uri}"], cwd=rlhf.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

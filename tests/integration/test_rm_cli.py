@@ -87,7 +87,8 @@ def _check_resume(rm: RMRun, total: int, eval_steps: list[int]) -> None:
     proc = run_pgcli(args, cwd=rm.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = rm.store.client()
-    assert client.get_run(rm.run_id).info.status == "FINISHED" and len(rm.store.runs("addition")) == 1
+    trained = [r for r in rm.store.runs("addition") if "source_run_id" not in r.data.tags]  # not its evaluations
+    assert client.get_run(rm.run_id).info.status == "FINISHED" and len(trained) == 1
     assert [m.step for m in client.get_metric_history(rm.run_id, "eval/pairwise_accuracy")] == eval_steps
     losses = [m.step for m in client.get_metric_history(rm.run_id, "train/loss")]
     batch = total // len(losses)
@@ -100,6 +101,23 @@ def test_rm_lands_a_finished_run_with_pairwise_accuracy_and_a_model(tiny_rm: RMR
 
 def test_the_rm_model_scores_prompt_completion_pairs(tiny_rm: RMRun):
     _check_scores(tiny_rm)
+
+
+def test_pgcli_eval_of_the_rm_run_repeats_its_pairwise_evaluation(tiny_rm: RMRun):
+    """A reward model is evaluated as its run evaluated it: held-out pairwise accuracy and margin, not as a policy."""
+    proc = run_pgcli(["eval", tiny_rm.run_id, f"tracking.uri={tiny_rm.store.uri}"], cwd=tiny_rm.workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pgcli: evaluating 32 held-out preference pairs of addition, final model..." in proc.stderr
+    client = tiny_rm.store.client()
+    source = client.get_run(tiny_rm.run_id).data.metrics
+    (evaluation,) = [r for r in tiny_rm.store.runs("addition") if r.data.tags.get("source_run_id") == tiny_rm.run_id]
+    for key in ("eval/pairwise_accuracy", "eval/reward_margin", "eval/loss"):
+        assert evaluation.data.metrics[key] == pytest.approx(source[key], abs=1e-6), key
+        name = key.removeprefix("eval/")
+        line = next(line for line in proc.stdout.splitlines() if line.split()[:1] == [name])
+        assert line.split()[1:] == [f"{evaluation.data.metrics[key]:.3f}", "(logged", f"{source[key]:.3f})"], line
+    assert "eval/accuracy" not in evaluation.data.metrics  # not scored as a policy
+    assert "r(chosen)" in proc.stdout and "ranked right" in proc.stdout
 
 
 def test_resume_continues_the_rm_run(tiny_rm: RMRun):

@@ -528,3 +528,47 @@ def test_only_a_background_evaluator_has_a_concurrent_side():
         assert TextEvaluator.concurrent is None
     finally:
         train_env.close()
+
+
+class RecordingBar:
+    """The progress bar's interface, keeping each postfix it was given."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.n, self.postfixes = total, 0, []
+
+    def set_postfix(self, stats: Mapping[str, str], refresh: bool = False) -> None:
+        self.postfixes.append(dict(stats))
+
+    def update(self, n: int) -> None:
+        self.n += n
+
+    def close(self) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("stats", "shown"),
+    [
+        ({"train/loss": 0.512345, "train/grad_norm": 1.0}, {"loss": "0.512"}),  # SFT, a reward model
+        ({"rollout/reward_mean": 0.25, "train/loss": -0.01}, {"reward": "0.250"}),  # GRPO: the reward, not the loss
+    ],
+)
+def test_the_progress_bar_shows_a_text_runs_training_signal(monkeypatch, stats, shown):
+    bars: list[RecordingBar] = []
+    monkeypatch.setattr(monitor_module, "_progress_bar", lambda total: bars.append(RecordingBar(total)) or bars[-1])
+    monitor = TrainingMonitor(RecordingLogger(), Schedule(total_steps=64, log_every_steps=1), progress=True)
+    monitor.log(32, stats)
+    monitor.update(32, RowPolicy())
+    (bar,) = bars
+    assert {k: v for k, v in bar.postfixes[-1].items() if k != "sps"} == shown
+    monitor.close()
+
+
+def test_a_text_evaluation_is_logged_on_held_out_problems_not_episodes():
+    result = EvalResult(np.ones(32), np.ones(32), extra={"eval/accuracy": 0.5, "eval/kl_ref": -1e-9})
+    line = monitor_module.eval_line(512, result, text=True)
+    assert line == "eval at step 512 on 32 held-out problems: return 1.000, accuracy 0.500, kl_ref 0.000"
+    pairs = EvalResult(np.ones(8), np.ones(8), extra={"eval/pairwise_accuracy": 1.0})
+    assert monitor_module.eval_line(0, pairs, text=True).startswith("eval at step 0 on 8 held-out pairs:")
+    assert monitor_module.eval_line(0, pairs, text=False).startswith(
+        "eval at step 0: return 1.00 ± 0.00 over 8 episodes"
+    )

@@ -380,3 +380,23 @@ def test_restored_history_keeps_the_logged_order_of_points_at_one_step(tmp_path:
     logger = RunLogger(tmp_path)
     logger.restore_history({"rollout/ep_len": [(176, 99.0), (176, 96.0), (128, 50.0)]})
     assert logger.history["rollout/ep_len"] == [(128, 50.0), (176, 99.0), (176, 96.0)]
+
+
+def test_an_rlhf_curve_draws_gold_and_proxy_together_and_names_the_reward_the_proxy(tmp_path: Path, caplog):
+    history = {
+        "rollout/reward_mean": [(16, 0.2), (32, 0.4)],
+        "train/kl_ref": [(16, 0.0), (32, 0.01)],
+        "eval/accuracy": [(0, 0.055), (32, 0.043)],
+        "eval/proxy_reward_mean": [(0, 0.41), (32, 0.653)],
+    }
+    gold, reward, kl = text_panels(history)
+    assert kl.keys == ("train/kl_ref",)
+    assert gold.keys == ("eval/accuracy",) and gold.right == ("eval/proxy_reward_mean",) and gold.unit_interval
+    assert gold.ylabel.startswith("gold") and gold.right_label.startswith("proxy")
+    assert reward.keys == ("rollout/reward_mean",) and reward.ylabel.startswith("proxy reward (reward model)")
+    fig = learning_curve_figure(history)
+    labels = [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
+    assert any(label.startswith("gold: task checker") for label in labels)
+    assert any(label.startswith("proxy: reward model's score, greedy") for label in labels)  # in the gold's legend
+    assert "proxy: reward-model score" in [ax.get_ylabel() for ax in fig.axes]  # the right axis
+    assert plot_learning_curve(history, tmp_path / "rlhf.png") == tmp_path / "rlhf.png"
