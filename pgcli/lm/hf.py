@@ -76,7 +76,7 @@ def resolve_model_dir(path: str) -> Path:
     except HFValidationError:
         raise ConfigError(f"model.path={path}: no such directory, and not a Hugging Face hub id") from None
     except Exception as exc:  # network, auth, missing repo: all say the same to the user
-        reason = _last_line(exc, 160)
+        reason = whole_message(exc)
         raise ConfigError(
             f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
             f"cache and cannot be fetched ({reason}); download it where there is a network "
@@ -107,6 +107,11 @@ def check_hf_model(cfg: HFModelConfig) -> None:
     with torch.device("meta"):
         empty = AutoModelForCausalLM.from_config(config)
     _with_lora(empty, cfg)
+
+
+def whole_message(exc: BaseException) -> str:
+    """``exc``'s message whole, on one line (its lines joined; its type when it has none): quoted, never cut."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _last_line(exc: BaseException, limit: int = 200) -> str:

@@ -30,6 +30,7 @@ from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
 from pgcli.training.owner import check_one_writer, claim_run, release_run
+from pgcli.training.references import recorded_references
 from pgcli.training.run import RUN_FILE, ResumePoint, read_run_file
 
 log = logging.getLogger("pgcli")
@@ -89,7 +90,9 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     changes = resume_changes([o for o in renamed_overrides(overrides, [logged.algo]) if o not in logged.overrides])
     # The store the run is in, whatever the current directory or $MLFLOW_TRACKING_URI.
     uri = [f"tracking.uri={run.store.uri}"] if run.store is not None else []
-    cfg = check_world(logged.train_config([*changes, *uri], context="resume: "))
+    # init= and rm: as the run found them (their whole id and directory), not looked up again as typed
+    recorded = recorded_references(run.record.tags) if run.record is not None else []
+    cfg = check_world(logged.train_config([*changes, *uri, *recorded], context="resume: "))
     original_total = int(logged.values["total_steps"])
     if cfg.total_steps < original_total:
         raise ConfigError(
