@@ -100,6 +100,9 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
                 f"init={init}: the source fine-tuned model.path={src_model.get('path')} and this run "
                 f"has model.path={model.path}; set model.path={src_model.get('path')}"
             )
+        from pgcli.lm.hf import check_weights_fit
+
+        check_weights_fit(source.model_dir, model)  # the base may have changed since the source trained on it
         return
     if not isinstance(env, DatasetEnvConfig):
         _check_characters(source, env, init)
