@@ -139,7 +139,7 @@ def prompt_notes(puzzle: Puzzle, task: str, prompts: Sequence[str]) -> list[str]
         outside = sorted(set(prompt) - set(puzzle.chars))
         if outside:
             raise ValueError(
-                f"prompt {prompt!r}: character {outside[0]!r} is not one env={task}'s prompts hold ({puzzle.chars!r})"
+                f"prompt {prompt!r}: character {outside[0]!r} is not in the vocabulary {puzzle.chars!r} of env={task}"
             )
         if len(prompt) > puzzle.max_prompt_chars:
             notes.append(

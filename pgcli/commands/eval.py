@@ -133,9 +133,7 @@ def _artifact_root(tracking: Any) -> str | None:
 
 
 @contextmanager
-def resolve_target(
-    target: str, *, best: bool, store: RunStore | None, wording: Wording = EVAL
-) -> Iterator[EvalTarget]:
+def resolve_target(target: str, *, best: bool, store: RunStore | None, wording: Wording = EVAL) -> Iterator[EvalTarget]:
     """The model directory and config ``target`` names; a one-line ConfigError when it names none.
 
     A run id, or a unique prefix of one, is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its

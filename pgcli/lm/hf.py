@@ -133,7 +133,9 @@ def check_weights_fit(weights: Path, cfg: HFModelConfig) -> None:
     directory = resolve_model_dir(cfg.path)
     state = torch.load(weights / POLICY_FILE, map_location="cpu", weights_only=True, mmap=True)
     shapes = {name: tuple(t.shape) for name, t in state.items()}
-    check_state_fits(shapes, base_shapes(directory, cfg.path), weights / POLICY_FILE, directory, f"model.path={cfg.path}")
+    check_state_fits(
+        shapes, base_shapes(directory, cfg.path), weights / POLICY_FILE, directory, f"model.path={cfg.path}"
+    )
 
 
 def whole_message(exc: BaseException) -> str:

@@ -125,7 +125,11 @@ def _check_zip(path: Path, option: str) -> None:
 
 
 def check_state_fits(
-    state: Mapping[str, tuple[int, ...]], base: Mapping[str, tuple[int, ...]], weights: Path, directory: Path, option: str
+    state: Mapping[str, tuple[int, ...]],
+    base: Mapping[str, tuple[int, ...]],
+    weights: Path,
+    directory: Path,
+    option: str,
 ) -> None:
     """The tensors of a run's weights file ``weights`` (name -> shape) are the base model's (``directory``, as it is
     now): else one line naming both (the base was replaced after the run trained on it)."""
@@ -139,5 +143,6 @@ def check_state_fits(
         if tuple(shape) != tuple(want):
             raise ConfigError(
                 f"{option}: {weights} holds {name} of shape {list(shape)} and the base model in {directory} "
-                f"({directory / 'config.json'}) has {list(want)}; the base is not the model the run trained (restore it)"
+                f"({directory / 'config.json'}) has {list(want)}; the base is not the model the run trained "
+                "(restore it)"
             )

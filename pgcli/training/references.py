@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,7 +237,8 @@ def _check_record(tags: Mapping[str, str], run_id: str, how: ModelRef) -> None:
     env_id, algo = tags.get("env_id"), tags.get("algo")
     if env_id is not None and env_id not in TEXT_ENV_CONFIGS:
         raise ConfigError(
-            f"{how.option}: run {run_id} trained on env {env_id}, not a text task; pass {how.kind}'s run id or directory"
+            f"{how.option}: run {run_id} trained on env {env_id}, not a text task; pass {how.kind} (its run id or "
+            "directory)"
         )
     if how.algo is not None and algo is not None and algo != how.algo:
         raise ConfigError(
