@@ -125,3 +125,17 @@ def test_prompts_outside_a_generated_task_are_refused_or_noted():
     assert note.startswith("prompt '1234+5678=' is longer than env=addition's (6 characters at most)")
     with pytest.raises(ValueError, match=r"^prompt '12\*34=': character '\*' is not in the vocabulary"):
         prompt_notes(puzzle, "addition", ["12*34="])
+
+
+def test_a_resume_that_repeats_the_command_types_its_references_as_the_run_recorded_them(tmp_path, monkeypatch):
+    from pgcli.training.resume import _as_recorded
+
+    (tmp_path / "tl").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_train_config(["env=addition", "algo=grpo", "tracking=off"])
+    recorded = ["model=hf", f"model.path={tmp_path / 'tl'}"]
+    assert _as_recorded(["model=hf", "model.path=./tl", "total_steps=9"], recorded, cfg) == [
+        "model=hf",
+        f"model.path={tmp_path / 'tl'}",
+        "total_steps=9",
+    ]
