@@ -135,7 +135,8 @@ def _failed_copy(rlhf: RLHFSetup, root: Path) -> tuple[str, Path]:
     run_dir = root / "failed-rm"
     shutil.copytree(rm.data.tags["output_dir"], run_dir)
     experiment = client.get_experiment_by_name("addition").experiment_id
-    failed = client.create_run(experiment, run_name="rm-failed", tags={**rm.data.tags, "output_dir": str(run_dir)})
+    tags = {k: v for k, v in rm.data.tags.items() if not k.startswith("mlflow.")} | {"output_dir": str(run_dir)}
+    failed = client.create_run(experiment, run_name="rm-failed", tags=tags)
     client.set_terminated(failed.info.run_id, "FAILED")
     info = json.loads((run_dir / "run.json").read_text())
     (run_dir / "run.json").write_text(json.dumps({**info, "run_id": failed.info.run_id, "status": "FAILED"}))
