@@ -140,7 +140,7 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert re.fullmatch(r"\d+s", row[6]) and row[7] == f"{final:.1f}" and row[-1] == "ppo-cartpole-s0"
     row = rows[resumed.run_id[:8]]
     assert row[1:8] == ["KILLED", "cartpole", "trpo", "CartPole-v1", "1k/3k", "0s", "31.5"]  # 1000 of its new 3000
-    assert row[-1].startswith("trpo-resumed-xxx") and "…" in row[-1]  # a long name is cut to fit, in its middle
+    assert row[-1].startswith("trpo-resume") and "…" in row[-1]  # a long name is cut to fit, in its middle
     assert rows[text.run_id[:8]][1:9] == ["FINISHED", "countdown", "grpo", "countdown", "64", "0s", "acc", "0.750"]
 
     assert lines[split + 1] == "eval runs (pgcli eval)"
