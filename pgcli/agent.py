@@ -41,6 +41,21 @@ from pgcli.errors import ConfigError
 from pgcli.redact import redact_tree
 
 
+def eval_env(model_dir: str | Path, *, n_envs: int = 1, seed: int | None = None) -> VectorEnv:
+    """The evaluation env of the run whose model is ``model_dir`` (a model directory, or the ``model`` artifact as
+    ``mlflow.artifacts.download_artifacts("runs:/<run id>/model")`` gives it): the env its ``agent.json`` records, with
+    evaluation's preprocessing (an image env's whole games on raw rewards), ``n_envs`` sub-envs reset with ``seed``
+    (default: the seed of the run's evaluations, so one deterministic episode replays its last one). Its observations
+    are what the run's MLflow Model takes (docs/models.md, "Frames")."""
+    from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
+
+    cfg = agent_config(read_agent_spec(Path(model_dir)))
+    if not isinstance(cfg.env, EnvConfig):
+        raise ConfigError(f"{model_dir} is the model of a text run: it takes prompts, not an env's observations")
+    start = cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
+    return make_vec_env(cfg.env, seed=start, n_envs=n_envs, vectorization="lean", training=False)
+
+
 def space_spec(space: gym.Space) -> dict[str, Any]:
     """A JSON-able description of a Discrete or Box space."""
     if isinstance(space, gym.spaces.Discrete):

@@ -21,13 +21,18 @@ class, and the model directory holds no pickled Python object of ours -- the wei
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from pgcli.agent import RawPolicy
+
+if TYPE_CHECKING:
+    from pgcli.lm.tasks import Puzzle
 
 
 class AgentPyfunc:
@@ -115,11 +120,33 @@ class TextPyfunc:
                 prompts = [self.task.render(p) for p in prompts]
             except ValueError as exc:
                 raise ValueError(f"a prompt is a string or a list of {{role, content}} messages (got {exc})") from None
+        elif getattr(self.task, "puzzle", None) is not None:  # a generated task: prompts as it writes them
+            for note in prompt_notes(self.task.puzzle, self.task.name, prompts):
+                warnings.warn(note, UserWarning, stacklevel=2)
         vocab = self.task.vocab
         _, _, gen = generate_for_task(
             self.task, self.policy, [Problem(prompt=p, answer="") for p in prompts], temperature=0.0
         )
         return decode_completions(vocab, gen.tokens)
+
+
+def prompt_notes(puzzle: Puzzle, task: str, prompts: Sequence[str]) -> list[str]:
+    """The warnings for prompts of a generated task (``env=addition|sort|countdown``) that its model never saw: one
+    longer than the task's prompts (a 4-digit sum asked of a 2-digit model). A prompt with a character the task never
+    writes is refused (ValueError), whatever the model's tokenizer reads: TinyGPT's vocabulary is these characters."""
+    notes = []
+    for prompt in prompts:
+        outside = sorted(set(prompt) - set(puzzle.chars))
+        if outside:
+            raise ValueError(
+                f"prompt {prompt!r}: character {outside[0]!r} is not in the vocabulary {puzzle.chars!r} of env={task}"
+            )
+        if len(prompt) > puzzle.max_prompt_chars:
+            notes.append(
+                f"prompt {prompt!r} is longer than env={task}'s ({puzzle.max_prompt_chars} characters at most): the "
+                "model was trained on shorter problems, and its completion may be wrong"
+            )
+    return notes
 
 
 def _is_messages(value: Any) -> bool:

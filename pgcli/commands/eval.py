@@ -135,7 +135,7 @@ def _artifact_root(tracking: Any) -> str | None:
 
 
 @contextmanager
-def resolve_target(target: str, *, best: bool, store: RunStore | None) -> Iterator[EvalTarget]:
+def resolve_target(target: str, *, best: bool, store: RunStore | None, wording: Wording = EVAL) -> Iterator[EvalTarget]:
     """The model directory and config ``target`` names; a one-line ConfigError when it names none.
 
     A run id, or a unique prefix of one, is looked up in ``store`` (:class:`~pgcli.training.logged.LoggedRun`); its
@@ -153,7 +153,7 @@ def resolve_target(target: str, *, best: bool, store: RunStore | None) -> Iterat
         run = LoggedRun(target, path.parent, None, None) if (path.parent / ".hydra").is_dir() else None
         yield _target(path, "final", run)
         return
-    run = LoggedRun.locate(target, store=lambda: store, wording=EVAL)
+    run = LoggedRun.locate(target, store=lambda: store, wording=wording)
     if run.record is None:  # a run directory
         if not (path / ".hydra").is_dir() and not (path / "model").is_dir():
             raise ConfigError(

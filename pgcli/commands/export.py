@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def main(args: Sequence[str]) -> int:
     ns = parse_args(args)
     import torch
 
-    from pgcli.commands.eval import resolve_target
+    from pgcli.commands.eval import EVAL, resolve_target
     from pgcli.config import HFModelConfig, TextEnvConfig
     from pgcli.config.saved_agent import read_agent_spec, write_export_task
     from pgcli.lm.load import make_text_policy, make_text_task
@@ -59,7 +59,7 @@ def main(args: Sequence[str]) -> int:
     from pgcli.training.preflight import check_out_dir
 
     store = open_run_store(train_config(ns.overrides).tracking)
-    with resolve_target(ns.target, best=ns.best, store=store) as target:
+    with resolve_target(ns.target, best=ns.best, store=store, wording=replace(EVAL, doing="export")) as target:
         cfg = target.cfg
         if not isinstance(cfg.env, TextEnvConfig):
             raise ConfigError(

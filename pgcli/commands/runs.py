@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from pgcli.tracking.store import RunRecord, RunStore
 
 WIDTH = 120
-"""The listing fits a terminal this wide: the name column takes what the others leave, and is cut to fit."""
+"""The listing fits a terminal this wide: the name column takes what the others leave, and is cut in its middle to
+fit."""
 MIN_NAME = 16
 """The name column keeps at least this many characters, however wide the other columns are."""
 CAPS = {"experiment": 16, "env": 18, "algo": 10}
@@ -239,14 +240,24 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     for name in CAPS:
         i, excess = header.index(name), sum(widths) + gaps - WIDTH
         widths[i] -= max(0, min(excess, widths[i] - MIN_CAPPED))
+    cuts = [*([_cut] * (len(widths) - 1)), cut_middle]  # names share their start (<algo>-<env>-...), not their end
     return [
-        "  ".join(_cut(cell, w).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        "  ".join(cut(cell, w).ljust(w) for cell, w, cut in zip(line, widths, cuts, strict=True)).rstrip()
         for line in (header, *rows)
     ]
 
 
 def _cut(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: width - 1] + "…"
+
+
+def cut_middle(cell: str, width: int) -> str:
+    """``cell`` within ``width`` characters, its middle replaced by "…": the start and the end stay (run names differ
+    at their end: ``...-algo.beta=0.1-s0``, ``...-s1``)."""
+    if len(cell) <= width:
+        return cell
+    tail = (width - 1) // 2
+    return cell[: width - 1 - tail] + "…" + cell[len(cell) - tail :]
 
 
 def _without_offline_ends(store: RunStore, stale: list[StaleRun]) -> tuple[list[StaleRun], int]:

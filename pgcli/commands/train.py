@@ -374,9 +374,10 @@ def _seed_context(
 ) -> RunContext:
     """How one seed's run is named, tagged and nested, from Hydra's job record."""
     from pgcli.config.labels import env_label, preset_label
+    from pgcli.config.overrides import swept_label
     from pgcli.training.build import RunContext
     from pgcli.training.from_run import source_preset, source_tags
-    from pgcli.training.run import PARENT_RUN_ENV
+    from pgcli.training.run import PARENT_RUN_ENV, SWEPT_KEYS_ENV
 
     output_dir = Path(hc.runtime.output_dir)
     return RunContext(
@@ -389,4 +390,6 @@ def _seed_context(
         extra_tags=sweep_tags | source_tags(),
         trial=trial.number if trial else None,
         on_eval=trial.reporter(offset=(seed - run_cfg.seed) * run_cfg.total_steps) if trial else None,
+        # a grid job named by what it varies (a search trial is named by its number)
+        label="" if trial else swept_label(hc.overrides.task, os.environ.get(SWEPT_KEYS_ENV, "").split(",")),
     )

@@ -8,6 +8,7 @@ the budget note of every job).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,23 @@ def split_override(line: str) -> tuple[str, str, str]:
 def override_key(line: str) -> str:
     """The key of one override without Hydra's ``+``/``++``/``~`` prefix (``~preset`` -> ``preset``)."""
     return split_override(line)[1]
+
+
+def plain_override(line: str) -> str:
+    """An override as a user types it: a sweep job's as Hydra writes it (``env.reward=rm\\:abc``, its special
+    characters escaped) without the backslashes."""
+    return re.sub(r"\\(.)", r"\1", line)
+
+
+NAMED_KEYS = frozenset({"algo", "env", "env.id", "seed"})
+"""The keys a run's name shows already (``<algo>-<env label>-s<seed>``)."""
+
+
+def swept_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
+    """What tells a sweep job's run name from its siblings': ``-key=value`` for each ``swept`` key its name does not
+    show already (:data:`NAMED_KEYS`), as typed (``-algo.beta=0.04``); empty outside a sweep."""
+    keys = set(swept) - NAMED_KEYS
+    return "".join(f"-{plain_override(line)}" for line in overrides if override_key(line) in keys)
 
 
 def is_hydra_override(line: str) -> bool:

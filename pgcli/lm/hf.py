@@ -76,7 +76,7 @@ def resolve_model_dir(path: str) -> Path:
     except HFValidationError:
         raise ConfigError(f"model.path={path}: no such directory, and not a Hugging Face hub id") from None
     except Exception as exc:  # network, auth, missing repo: all say the same to the user
-        reason = _last_line(exc, 160)
+        reason = whole_message(exc)
         raise ConfigError(
             f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
             f"cache and cannot be fetched ({reason}); download it where there is a network "
@@ -94,19 +94,53 @@ def check_hf_model(cfg: HFModelConfig) -> None:
     for package in ("transformers", "peft"):
         if importlib.util.find_spec(package) is None:
             raise ConfigError(f"model=hf needs the {package} package: pip install 'pgcli[lm]'")
+    from pgcli.lm.model_files import check_model_dir
+
     directory = resolve_model_dir(cfg.path)
+    check_model_dir(directory, f"model.path={cfg.path}", base_shapes(directory, cfg.path))
     load_tokenizer(cfg, directory)
     if cfg.lora.r == 0:
         return
+    _with_lora(_empty_model(directory, cfg.path), cfg)
+
+
+def _empty_model(directory: Path, path: str) -> nn.Module:
+    """The model of ``directory``'s ``config.json`` on the meta device: its shapes, no weights read."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"model.path={cfg.path}: cannot read its config.json ({_last_line(exc)})") from None
+        raise ConfigError(f"model.path={path}: cannot read {directory / 'config.json'} ({_last_line(exc)})") from None
     with torch.device("meta"):
-        empty = AutoModelForCausalLM.from_config(config)
-    _with_lora(empty, cfg)
+        empty: nn.Module = AutoModelForCausalLM.from_config(config)
+    return empty
+
+
+@functools.lru_cache(maxsize=4)
+def base_shapes(directory: Path, path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every weight of the model ``config.json`` describes in ``directory`` (name as in its state
+    dict)."""
+    return {name: tuple(t.shape) for name, t in _empty_model(directory, path).state_dict().items()}
+
+
+def check_weights_fit(weights: Path, cfg: HFModelConfig) -> None:
+    """A run's ``policy.pt`` (``weights``: a model directory of it) fits the base model of ``model.path`` as it is now;
+    one line naming both otherwise (only the shapes are read: the file is memory-mapped)."""
+    from pgcli.lm.model import POLICY_FILE
+    from pgcli.lm.model_files import check_state_fits
+
+    directory = resolve_model_dir(cfg.path)
+    state = torch.load(weights / POLICY_FILE, map_location="cpu", weights_only=True, mmap=True)
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    check_state_fits(
+        shapes, base_shapes(directory, cfg.path), weights / POLICY_FILE, directory, f"model.path={cfg.path}"
+    )
+
+
+def whole_message(exc: BaseException) -> str:
+    """``exc``'s message whole, on one line (its lines joined; its type when it has none): quoted, never cut."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _last_line(exc: BaseException, limit: int = 200) -> str:
@@ -182,6 +216,9 @@ def _tokenizer(directory: Path, path: str, chat_template: bool) -> HFTokenizer:
     tokens reads the whole vocabulary (151,936 tokens for Qwen2.5)."""
     from transformers import AutoTokenizer
 
+    from pgcli.lm.model_files import check_tokenizer_files
+
+    check_tokenizer_files(directory, f"model.path={path}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
     except (OSError, ValueError, TypeError) as exc:
@@ -300,14 +337,25 @@ class AdapterOff(CausalLM):
         return self._policy.new_cache(batch, max_len)
 
 
-def load_hf_policy(cfg: HFModelConfig, device: torch.device, state: dict[str, Tensor] | None = None) -> HFCausalLM:
+def load_hf_policy(
+    cfg: HFModelConfig, device: torch.device, state: dict[str, Tensor] | None = None, weights: Path | None = None
+) -> HFCausalLM:
     """The policy of ``model=hf`` on ``device``: the base model of ``model.path`` in ``model.dtype``, then ``state``
-    (merged weights of an earlier run, :meth:`HFCausalLM.policy_state`) when given, then fresh LoRA adapters."""
+    (merged weights of an earlier run, :meth:`HFCausalLM.policy_state`, read from ``weights``) when given, then fresh
+    LoRA adapters. A damaged base, or one ``state`` does not fit, is one line (:mod:`pgcli.lm.model_files`)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from pgcli.lm.model_files import check_model_dir, check_state_fits
+
     hf_logging.disable_progress_bar()  # a bar per load of a few files: pgcli's own bar is the one that matters
     directory = resolve_model_dir(cfg.path)
+    option = f"model.path={cfg.path}"
+    shapes = base_shapes(directory, cfg.path)
+    check_model_dir(directory, option, shapes)
+    if state is not None:
+        where = weights if weights is not None else Path("the run's weights")
+        check_state_fits({k: tuple(v.shape) for k, v in state.items()}, shapes, where, directory, option)
     lm: Any
     try:
         lm = AutoModelForCausalLM.from_pretrained(

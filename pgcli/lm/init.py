@@ -45,6 +45,17 @@ class InitSource:
     """Its ``agent.json``."""
     run_id: str | None
     """The run's MLflow run id (None for a ``tracking=off`` run)."""
+    run_dir: Path | None = None
+    """The run's directory on this machine, absolute (None when only the store has the run)."""
+
+
+def same_model_path(a: str, b: str) -> bool:
+    """Whether two ``model.path`` values name the same base model: the same hub id, or the same directory however
+    it was typed (relative, with ``~``, through a link)."""
+    if a == b:
+        return True
+    left, right = Path(a).expanduser(), Path(b).expanduser()
+    return left.is_dir() and right.is_dir() and left.resolve() == right.resolve()
 
 
 def source_model(source: InitSource) -> tuple[str, dict[str, Any]]:
@@ -84,11 +95,14 @@ def check_init(source: InitSource, env: TextEnvConfig, model: TextModelConfig, i
             f"init={init}: the source is a model={kind} run and this run has model={model.name}; set model={kind}"
         )
     if isinstance(model, HFModelConfig):  # the tokenizer is the model's: any task; the base must be the same
-        if src_model.get("path") != model.path:
+        if not same_model_path(str(src_model.get("path")), model.path):
             raise ConfigError(
                 f"init={init}: the source fine-tuned model.path={src_model.get('path')} and this run "
                 f"has model.path={model.path}; set model.path={src_model.get('path')}"
             )
+        from pgcli.lm.hf import check_weights_fit
+
+        check_weights_fit(source.model_dir, model)  # the base may have changed since the source trained on it
         return
     if not isinstance(env, DatasetEnvConfig):
         _check_characters(source, env, init)

@@ -64,12 +64,14 @@ def make_text_policy(
 ) -> CausalLM:
     """The policy of ``model`` on ``device``: fresh (TinyGPT) or the pretrained weights (``model=hf``), then the
     weights in ``weights/policy.pt`` when given (an earlier run's final model)."""
-    from pgcli.lm.model import TinyGPT, TinyGPTSizes, load_policy, read_policy
+    from pgcli.lm.model import POLICY_FILE, TinyGPT, TinyGPTSizes, load_policy, read_policy
 
     if isinstance(model, HFModelConfig):
         from pgcli.lm.hf import load_hf_policy
 
-        return load_hf_policy(model, device, None if weights is None else read_policy(weights, device))
+        if weights is None:
+            return load_hf_policy(model, device)
+        return load_hf_policy(model, device, read_policy(weights, device), weights / POLICY_FILE)
     sizes = TinyGPTSizes(
         vocab_size=task.vocab.size,
         max_len=model.max_len,

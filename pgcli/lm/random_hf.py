@@ -99,14 +99,18 @@ def write_random_model(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pgcli.lm.random_hf", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", type=Path)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--intermediate", type=int, default=None)
+    parser.add_argument("directory", type=Path, help="where to write the model (made if missing)")
+    parser.add_argument("--hidden", type=int, default=64, help="width of the residual stream (default: 64)")
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default: 2)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads; --hidden divides by it (default: 4)")
+    parser.add_argument(
+        "--kv-heads", type=int, default=2, help="key/value heads (grouped-query attention); --heads divides by it"
+    )
+    parser.add_argument(
+        "--intermediate", type=int, default=None, help="width of the SwiGLU MLP (default: 4 x --hidden)"
+    )
     parser.add_argument("--vocab", type=int, default=None, help="embedding rows (at least the tokenizer's 128)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
     args = parser.parse_args(argv)
     write_random_model(
         args.directory,

@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pgcli.config.overrides import plain_override
 from pgcli.sweeps.failures import quiet_failure
 from pgcli.sweeps.leftover import Leftover, SweepPlan, leftover
 from pgcli.sweeps.results import search_summary
 from pgcli.tracking.status import FINISHED, KILLED, PRUNED, RUNNING
 from pgcli.training.owner import process_tags
-from pgcli.training.run import PARENT_RUN_ENV, sweep_status
+from pgcli.training.run import PARENT_RUN_ENV, SWEPT_KEYS_ENV, sweep_status
 
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
@@ -82,6 +83,8 @@ class SweepCallback(Callback):
 
     def __init__(self, final_metric: str = FINAL_METRIC) -> None:
         self.final_metric = final_metric
+        self.swept = ""
+        """The keys the sweep varies, comma-separated (its jobs' run names show them)."""
         self.parent_run_id: str | None = None
         self.tracking_uri: str | None = None
         self.sweep_dir: Path | None = None
@@ -124,6 +127,8 @@ class SweepCallback(Callback):
         self.parent_run_id = parent.run_id
         self.plan = SweepPlan.from_config(config)  # what a stopped sweep has left to run
         os.environ[PARENT_RUN_ENV] = parent.run_id
+        self.swept = ",".join(sorted(swept))
+        os.environ[SWEPT_KEYS_ENV] = self.swept
         _CURRENT = self
         self.store.log_params(parent.run_id, parent_params(config, overrides, self.sweep_dir))
         print(
@@ -137,6 +142,7 @@ class SweepCallback(Callback):
         limit_threads(self.torch_threads)
         if self.parent_run_id:
             os.environ[PARENT_RUN_ENV] = self.parent_run_id
+            os.environ[SWEPT_KEYS_ENV] = self.swept
         multirun_yaml = Path(str(config.hydra.sweep.dir)) / "multirun.yaml"  # Hydra saves it after on_multirun_start
         if multirun_yaml.is_file():
             from pgcli.redact import redact_yaml_file
@@ -170,6 +176,7 @@ class SweepCallback(Callback):
             return self.outcome
         store, parent_id = self.store, self.parent_run_id
         os.environ.pop(PARENT_RUN_ENV, None)
+        os.environ.pop(SWEPT_KEYS_ENV, None)
         try:
             parent = store.get(parent_id)
             children = sorted(store.children(parent), key=_job_order)
@@ -349,7 +356,7 @@ def child_row(child: RunRecord, final_metric: str = FINAL_METRIC) -> dict[str, s
         "run_name": child.name,
         "status": PRUNED if child.tags.get("pruned") == "true" else child.status,
         "seed": child.tags.get("seed", ""),
-        "overrides": child.tags.get("hydra_overrides", ""),
+        "overrides": " ".join(plain_override(o) for o in child.tags.get("hydra_overrides", "").split()),
         "final_return": "" if value is None or math.isnan(value) else f"{value:.2f}",
         "error": child.tags.get("error", ""),
     }

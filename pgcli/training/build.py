@@ -61,6 +61,8 @@ class RunContext:
     """The monitor's evaluation hook: a search trial reports to its study there (and is pruned)."""
     preset: str = "none"
     """The preset the config was composed with (``conf/preset/<name>.yaml``), or 'none'."""
+    label: str = ""
+    """What tells a sweep job from its siblings in its run name (:func:`pgcli.config.overrides.swept_label`)."""
 
 
 class TrainerFactory(Protocol):
@@ -178,7 +180,7 @@ def open_backend(cfg: TrainConfig, ctx: RunContext, tags: dict[str, str], run_id
     return MLflowBackend(
         resolve_tracking_target(cfg.tracking),
         experiment=cfg.experiment or ctx.env_name,
-        run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}{trial}-s{cfg.seed}",
+        run_name=cfg.run_name or f"{ctx.algo_name}-{ctx.env_name}{trial}{ctx.label}-s{cfg.seed}",
         tags=tags,
         parent_run_id=ctx.parent_run_id,
         flush_every_s=cfg.tracking.flush_every_s,

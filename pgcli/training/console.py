@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pgcli.config import GRPOConfig, TextEnvConfig, TrainConfig
-from pgcli.config.overrides import override_key, split_override
+from pgcli.config.overrides import override_key, plain_override, split_override
 from pgcli.redact import redact_text
 from pgcli.training.checkpoints import checkpoints_dir, latest_checkpoint
 from pgcli.training.progress import number, parallel_job, write_line
@@ -148,10 +148,17 @@ LAUNCHER_INTERNALS = ("Joblib.Parallel(",)
 
 class HideLauncherInternals(logging.Filter):
     """Keeps the :data:`LAUNCHER_INTERNALS` lines off the terminal (``conf/hydra/hydra_logging/pgcli.yaml``); the
-    lines that say which job runs which overrides stay."""
+    lines that say which job runs which overrides stay, written as a user types them (``env.reward=rm:<run>``, not
+    Hydra's ``rm\\:<run>``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(LAUNCHER_INTERNALS)
+        message = str(record.msg)
+        if message.startswith(LAUNCHER_INTERNALS):
+            return False
+        job, sep, overrides = message.partition(" : ")
+        if sep and job.strip().startswith("#") and not record.args:  # "\t#3 : algo=grpo env.reward=rm\:..."
+            record.msg = f"{job}{sep}{plain_override(overrides)}"
+        return True
 
 
 LOOKUP_KEYS = ("tracking.uri", "tracking.store_dir")

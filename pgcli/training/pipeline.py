@@ -15,7 +15,9 @@ The passes (:data:`REWRITES`, then :data:`CHECKS`), in order:
 6. the tracking store and the run directory (:func:`pgcli.training.preflight.check_train_environment`, on the one
    :class:`~pgcli.training.preflight.StorePlan`);
 7. ``init=<run>`` found and fitting (:func:`check_init_overrides`);
-8. the notices: the dropped preset's, and which preset applies (:func:`preset_note`, ``pgcli train`` only).
+8. the references written whole: ``init``, ``env.reward=rm:``, ``model.path``
+   (:func:`pgcli.training.references.pin_references`; the errors above quote them as typed);
+9. the notices: the dropped preset's, and which preset applies (:func:`preset_note`, ``pgcli train`` only).
 
 Where the two callers differ on purpose it is a field of :class:`Preflight`. Every failure is one line
 (:class:`~pgcli.errors.ConfigError`, exit 2; :class:`~pgcli.errors.PgcliError` for the environment's faults).
@@ -117,6 +119,19 @@ def check_init_source(job: JobDraft) -> None:
         check_init_overrides(job.overrides)
 
 
+def pin(job: JobDraft) -> None:
+    """The references as the run records them (:func:`~pgcli.training.references.pin_references`), resolved as the
+    checks resolved them; the checked config follows."""
+    if not job.mode.writes or job.cfg is None:
+        return
+    from pgcli.training.references import pin_references
+
+    pinned = pin_references(job.overrides, job.cfg.tracking)
+    if pinned != job.overrides:
+        job.overrides = pinned
+        job.cfg = compose_train_config(job_overrides(pinned, multirun=job.multirun)[-1])
+
+
 def announce(job: JobDraft) -> None:
     """The notices, once every check passed (an error stays the only line)."""
     job.preset_drop.announce()
@@ -134,6 +149,7 @@ CHECKS: tuple[Callable[[JobDraft], None], ...] = (
     check_sweep,
     check_store,
     check_init_source,
+    pin,
     announce,
 )
 """The passes that check the job (and drop a stale preset) before anything is created."""

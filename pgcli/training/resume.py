@@ -30,6 +30,7 @@ from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
 from pgcli.training.logged import LoggedRun, Wording
 from pgcli.training.owner import check_one_writer, claim_run, release_run
+from pgcli.training.references import PINNED_KEYS, pin_references, recorded_references
 from pgcli.training.run import RUN_FILE, ResumePoint, read_run_file
 
 log = logging.getLogger("pgcli")
@@ -86,10 +87,13 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
     logged = run.logged_config(context="resume: ")
     # the run's own overrides, repeated as they were (the command that started it, with resume= added), change nothing
     # (an old algo key in either is read under its new name: pgcli.config.renames)
-    changes = resume_changes([o for o in renamed_overrides(overrides, [logged.algo]) if o not in logged.overrides])
     # The store the run is in, whatever the current directory or $MLFLOW_TRACKING_URI.
     uri = [f"tracking.uri={run.store.uri}"] if run.store is not None else []
-    cfg = check_world(logged.train_config([*changes, *uri], context="resume: "))
+    repeated = _as_recorded(renamed_overrides(overrides, [logged.algo]), logged.overrides, logged.train_config(uri))
+    changes = resume_changes([o for o in repeated if o not in logged.overrides])
+    # init= and rm: as the run found them (their whole id and directory), not looked up again as typed
+    recorded = recorded_references(run.record.tags) if run.record is not None else []
+    cfg = check_world(logged.train_config([*changes, *uri, *recorded], context="resume: "))
     original_total = int(logged.values["total_steps"])
     if cfg.total_steps < original_total:
         raise ConfigError(
@@ -109,6 +113,16 @@ def plan_resume(target: str, overrides: list[str]) -> ResumePlan:
         point=resume_point(run, cfg),
         resume_overrides=changes,
     )
+
+
+def _as_recorded(overrides: list[str], recorded: list[str], cfg: TrainConfig) -> list[str]:
+    """``overrides`` with a reference typed again as the run was started (``init=<prefix>``) in the whole form the
+    run recorded it (:func:`~pgcli.training.references.pin_references`), so repeating the command changes nothing."""
+    typed = [o for o in overrides if o not in recorded and override_key(o) in PINNED_KEYS]
+    if not typed:
+        return overrides
+    whole = dict(zip(typed, pin_references(typed, cfg.tracking), strict=True))
+    return [whole.get(o, o) for o in overrides]
 
 
 def _checked_syntax(overrides: list[str]) -> list[str]:

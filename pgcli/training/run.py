@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from pgcli.tracking.logger import RunLogger
 
 PARENT_RUN_ENV = "PGCLI_PARENT_RUN_ID"
+SWEPT_KEYS_ENV = "PGCLI_SWEPT_KEYS"
+"""The keys a sweep varies (comma-separated), set by the sweep for its jobs: their run names show them."""
 """Set by the sweep callback: children of a multirun attach to this MLflow run."""
 RUN_FILE = "run.json"
 """``<run dir>/run.json``: run id, tracking URI, process, and (at the end) status and what could not be written."""

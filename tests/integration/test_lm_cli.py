@@ -80,6 +80,9 @@ def test_the_logged_model_completes_prompts_as_the_run_did(sft):
     assert model.predict(prompts[0]) == greedy[:1]
     with pytest.raises(ValueError, match="character 'x' is not in the vocabulary"):
         model.predict(["1x+2="])
+    longer = r"prompt '1234\+5678=' is longer than env=addition's \(6 characters at most\)"
+    with pytest.warns(UserWarning, match=longer):
+        model.predict(["1234+5678="])  # a 4-digit sum asked of the 2-digit model: answered, with a warning
 
 
 def test_a_text_run_starts_from_the_sft_run_by_id(sft):

@@ -73,7 +73,11 @@ def test_the_logged_model_completes_prompts_as_the_run_did(hf_sft: HFRun):
     table = json.loads(Path(path).read_text())
     prompts, greedy = [row["prompt"] for row in table], [row["greedy"] for row in table]
     mlflow.set_tracking_uri(hf_sft.store.uri)
-    assert mlflow.pyfunc.load_model(f"runs:/{hf_sft.run_id}/model").predict(prompts) == greedy
+    model = mlflow.pyfunc.load_model(f"runs:/{hf_sft.run_id}/model")
+    assert model.predict(prompts) == greedy
+    # prompts outside the task are refused as TinyGPT's model refuses them, whatever the tokenizer reads
+    with pytest.raises(ValueError, match=r"prompt '12\*34=': character '\*' is not in the vocabulary"):
+        model.predict(["12*34="])
 
 
 def test_a_full_fine_tune_lands_a_finished_run(hf_sft: HFRun):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pgcli.agent import load_agent
+from pgcli.agent import eval_env, load_agent
 from pgcli.config.saved_agent import agent_config, read_agent_spec
 from pgcli.envs.episodes import run_episodes
 from pgcli.envs.make import EVAL_SEED_OFFSET, make_vec_env
@@ -98,10 +98,11 @@ def test_predict_on_frames_gives_the_trained_agents_actions(runs, case: str):
     env.close()
 
     # the run's final evaluation, replayed with predict: its logged return
-    eval_env = make_vec_env(cfg.env, seed=EVAL_SEED_OFFSET, n_envs=1, vectorization="lean", training=False)
-    result = run_episodes(eval_env, Predicting(model), 1, deterministic=True, seed=EVAL_SEED_OFFSET)
+    replay = eval_env(model_dir)  # the run's evaluation env, from its model directory alone (docs/models.md)
+    assert replay.single_observation_space == space
+    result = run_episodes(replay, Predicting(model), 1, deterministic=True, seed=EVAL_SEED_OFFSET)
     assert float(np.mean(result.returns)) == last(store, run.info.run_id, "eval/return_mean")
-    eval_env.close()
+    replay.close()
 
 
 @pytest.mark.parametrize("case", ["sb3_ppo-minatar", "ppo_kl-minatar"])

@@ -6,6 +6,7 @@ before anything is created."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -136,3 +137,62 @@ def test_an_unusable_reward_model_is_one_line_before_anything_is_created(rlhf: R
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr == f"pgcli: error: {message}\n"
     assert len(rlhf.store.runs("addition")) == before and not (workdir / "outputs").exists()
+
+
+def _failed_copy(rlhf: RLHFSetup, root: Path) -> tuple[str, Path]:
+    """A reward-model run that ended FAILED: the fixture's run directory copied, under a run of its own that the store
+    and its run.json both record as FAILED (as a run that crashed after saving its model would be)."""
+    import json
+
+    client = rlhf.store.client()
+    (rm,) = [r for r in rlhf.store.runs("addition") if r.info.run_id == rlhf.rm_run_id]
+    run_dir = root / "failed-rm"
+    shutil.copytree(rm.data.tags["output_dir"], run_dir)
+    experiment = client.get_experiment_by_name("addition").experiment_id
+    tags = {k: v for k, v in rm.data.tags.items() if not k.startswith("mlflow.")} | {"output_dir": str(run_dir)}
+    failed = client.create_run(experiment, run_name="rm-failed", tags=tags)
+    client.set_terminated(failed.info.run_id, "FAILED")
+    info = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**info, "run_id": failed.info.run_id, "status": "FAILED"}))
+    return failed.info.run_id, run_dir
+
+
+@pytest.mark.parametrize("form", ["id", "dir"])
+def test_a_failed_reward_model_is_refused_by_directory_as_by_id(rlhf: RLHFSetup, tmp_path: Path, form: str):
+    run_id, run_dir = _failed_copy(rlhf, tmp_path)
+    ref = run_id if form == "id" else str(run_dir)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    args = ["train", "algo=grpo", "env=addition", f"env.reward=rm:{ref}", f"tracking.uri={rlhf.store.uri}"]
+    args += [*RL_TINY, *LM_SMALL]
+    proc = run_pgcli(args, cwd=workdir, timeout=120)
+    message = f"env.reward=rm:{ref}: run {run_id} is FAILED, not FINISHED; its final model may be missing"
+    assert (proc.returncode, proc.stderr) == (2, f"pgcli: error: {message}\n")
+    assert not (workdir / "outputs").exists()
+
+
+def test_resume_finds_the_reward_model_by_the_whole_id_and_directory_it_recorded(rlhf: RLHFSetup, tmp_path: Path):
+    prefix = rlhf.rm_run_id[:8]
+    args = ["train", "algo=grpo", "env=addition", f"init={rlhf.sft_dir}", f"env.reward=rm:{prefix}"]
+    args += [f"tracking.uri={rlhf.store.uri}", "run_name=rlhf-resumed", "total_steps=16", "checkpoint_every=16"]
+    args += [*(o for o in RL_TINY if not o.startswith("total_steps")), *LM_SMALL]
+    proc = run_pgcli(args, cwd=rlhf.workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = [r for r in rlhf.store.runs("addition") if r.info.run_name == "rlhf-resumed"]
+    run_dir = Path(run.data.tags["output_dir"])
+    rm_dir = Path(run.data.tags["reward_model"]).parent
+    assert f"env.reward=rm:{rm_dir}" in (run_dir / ".hydra" / "overrides.yaml").read_text()  # whole, not the prefix
+    assert run.data.tags["reward_model_run_id"] == rlhf.rm_run_id
+    client = rlhf.store.client()
+    client.delete_run(rlhf.rm_run_id)  # gone from the store (its prefix names no run), its directory intact
+    try:
+        proc = run_pgcli(
+            ["train", f"resume={run.info.run_id}", "total_steps=32", f"tracking.uri={rlhf.store.uri}"],
+            cwd=tmp_path,
+            timeout=300,
+        )
+    finally:
+        client.restore_run(rlhf.rm_run_id)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = client.get_run(run.info.run_id)
+    assert resumed.info.status == "FINISHED" and resumed.data.tags["reward_model_run_id"] == rlhf.rm_run_id

@@ -140,7 +140,7 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert re.fullmatch(r"\d+s", row[6]) and row[7] == f"{final:.1f}" and row[-1] == "ppo-cartpole-s0"
     row = rows[resumed.run_id[:8]]
     assert row[1:8] == ["KILLED", "cartpole", "trpo", "CartPole-v1", "1k/3k", "0s", "31.5"]  # 1000 of its new 3000
-    assert row[-1].startswith("trpo-resumed-xxx") and row[-1].endswith("…")  # a long name is cut to fit
+    assert row[-1].startswith("trpo-resume") and "…" in row[-1]  # a long name is cut to fit, in its middle
     assert rows[text.run_id[:8]][1:9] == ["FINISHED", "countdown", "grpo", "countdown", "64", "0s", "acc", "0.750"]
 
     assert lines[split + 1] == "eval runs (pgcli eval)"
@@ -175,6 +175,19 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert only.returncode == 0, only.stderr
     assert [line.split()[0] for line in only.stdout.splitlines()] == ["id", text.run_id[:8]]
     assert f"pgcli: 1 of 1 runs in {store.uri}" in only.stderr
+
+
+def test_names_that_share_their_start_stay_apart(migrated_store: Store, workdir: Path):
+    runs = RunStore(migrated_store.uri)
+    names = [f"ppo_lm-addition-lora-algo.learning_rate=0.000{i}-s0" for i in range(1, 6)]
+    tags = {"algo": "ppo_lm", "env_id": "a-long-custom-env-id-v0"}
+    for name in names:
+        runs.end(runs.create_run("a-long-experiment-name", run_name=name, tags=tags).run_id, "FINISHED")
+    proc = run_pgcli(["runs", f"tracking.uri={migrated_store.uri}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    shown = [line.split()[-1] for line in proc.stdout.splitlines()[1:]]
+    assert len(shown) == 5 and len(set(shown)) == 5 and all("…" in cell for cell in shown), shown
+    assert {cell[-7:] for cell in shown} == {name[-7:] for name in names}  # where they differ: their end
 
 
 def test_an_id_as_pgcli_runs_lists_it_names_the_run_for_eval_and_resume(migrated_store: Store, workdir: Path):

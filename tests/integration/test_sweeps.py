@@ -84,6 +84,16 @@ def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store,
     assert proc.stderr.count("a parallel sweep job runs in one process") == 4
 
 
+def test_jobs_that_differ_in_one_value_get_their_own_names_and_lines_as_typed(store: Store, workdir: Path) -> None:
+    proc = sweep(store, workdir, "env=cartpole", "algo=ppo", "algo.learning_rate=0.001,0.002")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, children = tree(store)
+    names = {c.info.run_name for c in children}
+    assert names == {"ppo-cartpole-algo.learning_rate=0.001-s0", "ppo-cartpole-algo.learning_rate=0.002-s0"}
+    jobs = [line for line in proc.stderr.splitlines() if "[HYDRA] \t#" in line]
+    assert len(jobs) == 2 and all(f"tracking.uri={store.uri}" in line and "\\" not in line for line in jobs), jobs
+
+
 def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store: Store, workdir: Path) -> None:
     # Two jobs at once with the progress display on (docs/sweeps.md, "Launchers"): no live bars redrawing one line
     # in turn, no joblib machinery, each job's summary a block of its own that names the job

@@ -98,6 +98,7 @@ def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypa
         "check_sweep",
         "check_store",
         "check_init_source",
+        "pin",
         "announce",
     ]
     job = prepare_job(["env=addition", "env.n_envs=0"], mode=Preflight(checks=False))  # --info: Hydra judges it
