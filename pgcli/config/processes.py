@@ -4,14 +4,11 @@ completions per update as one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from pgcli.config.rules import require
 from pgcli.config.text import TextEnvConfig
 from pgcli.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pgcli.config.run import TrainConfig
 
 SHARED_SIZES = ("n_groups", "batch_size")
 """The global sizes of a text algo that each rank trains 1/N of (those its config has)."""
@@ -19,8 +16,9 @@ DISTRIBUTED_ALGOS = ("sft", "grpo", "rloo", "reinforce", "gspo", "reinforce_pp")
 """The algos that train on several processes (docs/distributed.md)."""
 
 
-def check_processes(cfg: TrainConfig) -> None:
-    """One line, before anything runs, where ``hardware.processes`` = N > 1 cannot train ``cfg``: a gymnasium env, an
+def check_processes(cfg: Any) -> None:
+    """One line, before anything runs, where ``hardware.processes`` = N > 1 cannot train ``cfg`` (a ``TrainConfig``,
+    from its own rules): a gymnasium env, an
     algo that trains in one process, a global batch size that does not divide by N, or a row filter that would leave
     the ranks with unequal shares."""
     n = cfg.hardware.processes

@@ -26,7 +26,8 @@ class TextParts:
     """The run's task (the evaluator's)."""
     trainer_task: Any
     """What the trainer trains on (a multi-turn task's turns for SFT)."""
-    vocab: str
+    vocab: Any
+    """The characters recorded with the model (TinyGPT's), where there are."""
     policy: CausalLM
     reference: CausalLM | None
     """The frozen ``init`` model (None without ``init``)."""

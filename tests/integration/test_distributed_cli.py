@@ -1,0 +1,114 @@
+"""One text run on two processes through the real CLI (docs/distributed.md): `hardware.processes=2` and `torchrun`
+each land exactly one FINISHED MLflow run, written by rank 0 alone, with the number of processes and each rank's seed
+as params and one metric point per global update; a rank killed with SIGKILL ends the run in bounded time, FAILED or
+KILLED; a batch that does not divide is one line, exit 2. Tiny TinyGPT, gloo on the CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.integration.conftest import LM_SMALL
+
+SFT = ["sft", "env=addition", "algo.batch_size=16", "algo.warmup_steps=0", *LM_SMALL]
+GRPO = ["train", "algo=grpo", "env=addition", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8", *LM_SMALL]
+
+
+def one_run(store: Store, experiment: str = "addition"):
+    runs = store.runs(experiment)
+    assert len(runs) == 1, [r.info.run_id for r in runs]  # rank 0 alone opened a run
+    return runs[0]
+
+
+def assert_two_process_run(store: Store, workdir: Path, metric: str, steps: list[int]) -> None:
+    run = one_run(store)
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["hardware.processes"] == "2"
+    seeds = params["rank_seeds"].split(",")
+    assert seeds[0] == params["seed"] == "0" and len(set(seeds)) == 2
+    history = store.client().get_metric_history(run.info.run_id, metric)
+    assert [m.step for m in history] == steps  # one point per global update, from rank 0 only
+    assert len(list((workdir / "outputs" / "runs").glob("*/*"))) == 1  # one run directory
+
+
+def test_sft_on_two_processes_lands_one_finished_run(migrated_store: Store, workdir: Path):
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=64", "eval.every=64", "hardware.processes=2"]
+    proc = run_pgcli(args, cwd=workdir, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, "train/loss", [16, 32, 48, 64])  # 16 demonstrations a step
+    assert proc.stdout.count("MLflow run") == 1  # one summary: rank 0's
+
+
+def test_grpo_on_two_processes_lands_one_finished_run(migrated_store: Store, workdir: Path):
+    args = [*GRPO, f"tracking.uri={migrated_store.uri}", "total_steps=32", "eval.every=32", "hardware.processes=2"]
+    proc = run_pgcli(args, cwd=workdir, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, "rollout/reward_mean", [16, 32])  # 16 completions an update
+    run = one_run(migrated_store)
+    assert {"train/policy_loss", "train/grad_norm", "rollout/accuracy", "eval/accuracy"} <= set(run.data.metrics)
+
+
+def test_torchrun_launches_the_same_run(migrated_store: Store, workdir: Path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=32", "eval.every=32"]
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "pgcli", *args]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=240, env=cli_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, "train/loss", [16, 32])  # hardware.processes from WORLD_SIZE
+
+
+def test_a_batch_that_does_not_divide_is_one_line(store: Store, workdir: Path):
+    proc = run_pgcli([*SFT, f"tracking.uri={store.uri}", "algo.batch_size=9", "hardware.processes=2"], cwd=workdir)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "pgcli: error: algo.batch_size must be a multiple of hardware.processes=2 (got 9); each process trains 1/2 "
+        "of it, e.g. algo.batch_size=8"
+    ]
+    assert not (workdir / "outputs").exists()
+
+
+def rank_pid(launcher: int, rank: int) -> int | None:
+    """The pid of worker ``rank`` among the launcher's children (its RANK in its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == launcher and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the rank's process through /proc")
+def test_killing_rank_1_ends_the_run_in_bounded_time_not_running(migrated_store: Store, workdir: Path):
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=100000", "eval.every=0", "hardware.processes=2"]
+    stderr = workdir / "stderr.txt"
+    exe = Path(sys.executable).parent / "pgcli"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    try:
+        wait_until(
+            lambda: "pgcli: sft on addition" in stderr.read_text(), "training", timeout=180, proc=proc, stderr=stderr
+        )
+        victim = wait_until(lambda: rank_pid(proc.pid, 1), "rank 1", timeout=30, proc=proc, stderr=stderr)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        code = proc.wait(timeout=90)
+        assert time.monotonic() - killed < 90
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code != 0
+    run = one_run(migrated_store)
+    assert run.info.status in ("FAILED", "KILLED"), stderr.read_text()[-2000:]
