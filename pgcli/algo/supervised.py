@@ -77,6 +77,7 @@ class SupervisedTrainer(Generic[Cfg]):
         self.seed = seed  # on rank r of several processes: pgcli.hardware.distributed.rank_seed(run seed, r)
         self.rng = np.random.default_rng(seed)
         self.steps = 0
+        self.world = distributed.world_size() if distributed.active() else 1
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""

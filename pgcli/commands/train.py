@@ -179,7 +179,8 @@ def rank_args(args: list[str]) -> list[str]:
 
     scratch = tempfile.mkdtemp(prefix=f"pgcli-rank{distributed.rank()}-")
     atexit.register(shutil.rmtree, scratch, True)
-    return [*args, f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
+    own = ("hydra.run.dir=", "hydra.output_subdir=")  # rank 0's run directory is not this rank's
+    return [*(a for a in args if not a.startswith(own)), f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
 
 
 def _launched() -> bool:
@@ -222,7 +223,7 @@ def _checked(args: list[str], *, command: str = "train") -> tuple[list[str], Tra
     mode = Preflight(
         checks=not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args),
         writes=not any(a in ("--cfg", "-c") for a in args),  # nothing is written when only the config is printed
-        preset_note=distributed.is_main(),  # one note for a run on several processes
+        preset_note=distributed.says_notes(),  # one note for a run on several processes
         sweep_check=_check_search,
     )
     task = task_overrides(args)

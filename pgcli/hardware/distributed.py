@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 LAUNCH_ENV = "TORCHELASTIC_RUN_ID"
 """Set by torch.distributed's launcher in each worker it starts (``torchrun`` and :func:`launch` alike)."""
+PGCLI_LAUNCH_ENV = "PGCLI_LAUNCHED"
+"""Set by :func:`launch` for its workers: the command line was checked, and its notes printed, before they started."""
 
 
 def world_size() -> int:
@@ -49,6 +51,12 @@ def is_main() -> bool:
 def launched() -> bool:
     """This process is a worker of torch.distributed's launcher (``torchrun`` or :func:`launch`)."""
     return LAUNCH_ENV in os.environ and "WORLD_SIZE" in os.environ
+
+
+def says_notes() -> bool:
+    """This process prints the command line's notes (a preset applied): one process, rank 0 under ``torchrun``, and
+    not the workers of :func:`launch` (it printed them)."""
+    return is_main() and PGCLI_LAUNCH_ENV not in os.environ
 
 
 def rank_seed(seed: int, of_rank: int) -> int:
@@ -189,11 +197,13 @@ def launch(module_args: list[str], *, processes: int, threads: int) -> int:
     """Run ``python -m pgcli <module_args>`` as ``processes`` workers on this machine through torch.distributed's
     elastic launcher (``torchrun --standalone``: a rendezvous on a free local port, no restarts); returns rank 0's
     exit status, else the first failed worker's (1 when the launcher failed itself)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     # torchrun's own default is 1 thread per worker, announced with a warning: pgcli's hardware.torch_threads says it
     os.environ.setdefault("OMP_NUM_THREADS", str(max(threads, 1)))
+    os.environ[PGCLI_LAUNCH_ENV] = "1"
     args = parse_args(
         [
             "--standalone",
@@ -209,6 +219,8 @@ def launch(module_args: list[str], *, processes: int, threads: int) -> int:
         run(args)
     except ChildFailedError as exc:
         return _exit_status(exc)
+    except SignalException as exc:  # Ctrl-C, SIGTERM: the workers stop as one process does; rank 0 says how to go on
+        return 128 + int(exc.sigval)
     except Exception as exc:  # a rendezvous or launch failure: one line, as every pgcli error
         print(f"pgcli: error: starting {processes} processes failed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1

@@ -56,6 +56,23 @@ def test_grpo_on_two_processes_lands_one_finished_run(migrated_store: Store, wor
     assert {"train/policy_loss", "train/grad_norm", "rollout/accuracy", "eval/accuracy"} <= set(run.data.metrics)
 
 
+@pytest.mark.parametrize(
+    ("args", "metric"),
+    [
+        (["rm", "env=addition", "algo.batch_size=16", *LM_SMALL], "train/pairwise_accuracy"),
+        (["train", "algo=ppo_lm", *GRPO[2:]], "train/value_loss"),
+    ],
+    ids=["rm", "ppo_lm"],
+)
+def test_the_reward_model_and_ppo_train_on_two_processes(
+    args: list[str], metric: str, migrated_store: Store, workdir: Path
+):
+    run_args = [*args, f"tracking.uri={migrated_store.uri}", "total_steps=32", "eval.every=32", "hardware.processes=2"]
+    proc = run_pgcli(run_args, cwd=workdir, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, metric, [16, 32])
+
+
 def test_torchrun_launches_the_same_run(migrated_store: Store, workdir: Path):
     torchrun = Path(sys.executable).parent / "torchrun"
     args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=32", "eval.every=32"]
@@ -112,3 +129,41 @@ def test_killing_rank_1_ends_the_run_in_bounded_time_not_running(migrated_store:
     assert code != 0
     run = one_run(migrated_store)
     assert run.info.status in ("FAILED", "KILLED"), stderr.read_text()[-2000:]
+
+
+def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated_store: Store, workdir: Path):
+    run_dir, stderr = workdir / "run", workdir / "first.txt"
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=1024", "checkpoint_every=32", "eval.every=0"]
+    args += ["hardware.processes=2", "tracking.flush_every_s=0.1", f"hydra.run.dir={run_dir}"]
+    exe = Path(sys.executable).parent / "pgcli"
+    with stderr.open("w") as err:  # a session of its own: the launcher and its workers are one process group
+        proc = subprocess.Popen(
+            [str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(), start_new_session=True
+        )
+    try:
+        found = lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # noqa: E731
+        wait_until(found, "a checkpoint", timeout=180, proc=proc, stderr=stderr, interval=0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # every process of the job: nothing can end the run
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    killed = one_run(migrated_store)
+    assert killed.info.status == "RUNNING"
+    run_id = killed.info.run_id
+
+    second = workdir / "second.txt"
+    with second.open("w") as err:
+        resume = [str(exe), "train", f"resume={run_id}", f"tracking.uri={migrated_store.uri}"]
+        proc = subprocess.Popen(resume, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    try:  # the run trained on 2 processes resumes on 2: the launcher starts a rank 1
+        wait_until(lambda: rank_pid(proc.pid, 1), "rank 1 of the resume", timeout=120, proc=proc, stderr=second)
+        assert proc.wait(timeout=300) == 0, second.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = one_run(migrated_store)  # the same run, re-opened
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert int(run.data.tags["resumed_from_step"]) % 32 == 0
+    steps = [m.step for m in migrated_store.client().get_metric_history(run_id, "train/loss")]
+    assert sorted(steps) == list(range(16, 1025, 16))  # every global step once: no duplicate, none missing

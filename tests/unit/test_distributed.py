@@ -188,9 +188,8 @@ def test_one_process_helpers_are_the_identity():
         (["algo=sft", "env=addition", "algo.batch_size=9"], "algo.batch_size must be a multiple of hardware.processes"),
         (["algo=ppo", "env=cartpole"], "trains text tasks"),
         (["algo=grpo", "env=addition", "algo.drop_degenerate_groups=true"], "algo.drop_degenerate_groups must be"),
-        (["algo=rm", "env=addition"], "algo=rm trains in one process"),
-        (["algo=ppo_lm", "env=addition"], "algo=ppo_lm trains in one process"),
-        (["algo=flow_grpo", "env=countdown_tool"], "algo=flow_grpo trains in one process"),
+        (["algo=flow_grpo", "env=countdown_tool"], "a multi-turn task trains in one process"),
+        (["algo=sft", "env=countdown_tool"], "a multi-turn task trains in one process"),
     ],
 )
 def test_sizes_that_do_not_divide_over_the_processes_are_one_line(overrides: list[str], message: str):
