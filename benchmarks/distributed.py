@@ -5,8 +5,8 @@ run (the three settings of a workload one after another, then the next repeat).
 Every run is a real ``pgcli`` subprocess (``tracking=off``, no evaluation before the end, no checkpoints) on the
 default TinyGPT of the ``sft_addition`` / ``grpo_addition`` presets; the rate is the run's last ``time/sps``
 (completions, or demonstrations, trained per second of training: rank 0's monitor counts every process's), from
-the run directory's metrics.csv. Results: one JSON per run in benchmarks/results/distributed/ (ignored by git), the
-table printed as Markdown.
+the run directory's metrics.csv. Results: one JSON per run in benchmarks/results/distributed/ (run directories
+under runs/, ignored by git), the table printed as Markdown.
 
     nice -n 5 .venv/bin/python benchmarks/distributed.py --repeats 1
 """
@@ -29,8 +29,8 @@ PGCLI = str(Path(sys.executable).parent / "pgcli")
 RESULTS = REPO / "benchmarks" / "results" / "distributed"
 
 WORKLOADS = {
-    "sft": ["sft", "env=addition", "total_steps=3072", "algo.batch_size=64"],
-    "grpo": ["train", "algo=grpo", "env=addition", "total_steps=1024"],
+    "sft": ["sft", "env=addition", "total_steps=2048", "algo.batch_size=64"],
+    "grpo": ["train", "algo=grpo", "env=addition", "total_steps=512"],
 }
 """Workload -> its command (the presets' model and batch sizes: SFT 64 demonstrations a step, GRPO 16 x 8)."""
 SETTINGS = {

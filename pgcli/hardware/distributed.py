@@ -87,11 +87,30 @@ def init(device: torch.device, *, timeout_s: float) -> None:
 
     if world_size() <= 1 or dist.is_initialized():
         return
+    _end_with_launcher()
     backend = "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         backend = "nccl"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def _end_with_launcher() -> None:
+    """A worker gets SIGTERM when its launcher dies (Linux: ``PR_SET_PDEATHSIG``): the launcher starts workers in
+    sessions of their own, so a launcher killed with SIGKILL would otherwise leave them training; with it, rank 0 ends
+    the run KILLED with a checkpoint, as for ``kill``."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def teardown() -> None:

@@ -133,21 +133,22 @@ def test_killing_rank_1_ends_the_run_in_bounded_time_not_running(migrated_store:
 
 def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated_store: Store, workdir: Path):
     run_dir, stderr = workdir / "run", workdir / "first.txt"
-    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=1024", "checkpoint_every=32", "eval.every=0"]
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=4096", "checkpoint_every=64", "eval.every=0"]
     args += ["hardware.processes=2", "tracking.flush_every_s=0.1", f"hydra.run.dir={run_dir}"]
     exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:  # a session of its own: the launcher and its workers are one process group
-        proc = subprocess.Popen(
-            [str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(), start_new_session=True
-        )
+    with stderr.open("w") as err:
+        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
     try:
         found = lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # noqa: E731
         wait_until(found, "a checkpoint", timeout=180, proc=proc, stderr=stderr, interval=0.05)
-        os.killpg(proc.pid, signal.SIGKILL)  # every process of the job: nothing can end the run
+        ranks = [rank_pid(proc.pid, 0), rank_pid(proc.pid, 1)]
+        for pid in [*ranks, proc.pid]:  # every process of the job at once: nothing can end the run
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
     killed = one_run(migrated_store)
     assert killed.info.status == "RUNNING"
     run_id = killed.info.run_id
@@ -164,6 +165,6 @@ def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated
             proc.kill()
     run = one_run(migrated_store)  # the same run, re-opened
     assert run.info.run_id == run_id and run.info.status == "FINISHED"
-    assert int(run.data.tags["resumed_from_step"]) % 32 == 0
+    assert int(run.data.tags["resumed_from_step"]) % 64 == 0
     steps = [m.step for m in migrated_store.client().get_metric_history(run_id, "train/loss")]
-    assert sorted(steps) == list(range(16, 1025, 16))  # every global step once: no duplicate, none missing
+    assert sorted(steps) == list(range(16, 4097, 16))  # every global step once: no duplicate, none missing
