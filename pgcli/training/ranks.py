@@ -5,7 +5,9 @@ divergence guard stops it at the same update as rank 0's (the metrics it checks 
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from pgcli.config import TrainConfig
@@ -35,8 +37,23 @@ class QuietMonitor:
         return DivergenceError(quantity, step, value)
 
 
+class StopSignals:
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) on a rank other than 0, held until rank 0 has stopped: rank 0 finishes
+    its update, saves a checkpoint and the model, ends the run KILLED and leaves; this rank's next collective then
+    breaks, and it exits quietly with the signal's status instead of failing (:func:`follow_text`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+
+
 def follow_text(cfg: TrainConfig) -> int:
     """Train this rank's share of the text run ``cfg`` (a rank other than 0); returns the steps trained (all ranks')."""
+    stops = StopSignals()
     device = prepare_process(cfg)
     try:
         trainer = text_trainer(cfg, text_parts(cfg, device), device)
@@ -44,6 +61,10 @@ def follow_text(cfg: TrainConfig) -> int:
             steps: int = trainer.learn(cfg.total_steps, QuietMonitor())
         finally:
             trainer.close()
+    except Exception:
+        if stops.signum is None:
+            raise
+        raise SystemExit(128 + stops.signum) from None  # rank 0 stopped the run: nothing to report here
     finally:
         distributed.teardown()
     return steps

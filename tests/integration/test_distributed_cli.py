@@ -168,3 +168,28 @@ def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated
     assert int(run.data.tags["resumed_from_step"]) % 64 == 0
     steps = [m.step for m in migrated_store.client().get_metric_history(run_id, "train/loss")]
     assert sorted(steps) == list(range(16, 4097, 16))  # every global step once: no duplicate, none missing
+
+
+def test_ctrl_c_stops_both_processes_and_ends_the_run_killed_with_a_checkpoint(migrated_store: Store, workdir: Path):
+    run_dir, stderr = workdir / "run", workdir / "stderr.txt"
+    args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=100000", "checkpoint_every=100000"]
+    args += ["eval.every=0", "hardware.processes=2", f"hydra.run.dir={run_dir}"]
+    exe = Path(sys.executable).parent / "pgcli"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    try:
+        wait_until(
+            lambda: "pgcli: sft on addition" in stderr.read_text(), "training", timeout=180, proc=proc, stderr=stderr
+        )
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the command (the workers run in sessions of their own)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = stderr.read_text()
+    assert code == 130, text[-3000:]
+    assert "pgcli: error" not in text, text[-3000:]  # no rank failed
+    run = one_run(migrated_store)
+    assert run.info.status == "KILLED"
+    assert list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # a checkpoint to resume from
+    assert "continue the run with: pgcli train resume=" in text
