@@ -36,6 +36,7 @@ def check_processes(cfg: Any) -> None:
             f"hardware.processes={n}: algo={cfg.algo.name} trains in one process (several: "
             f"{', '.join(DISTRIBUTED_ALGOS)}); drop hardware.processes"
         )
+    require(cfg.n_seeds == 1, "n_seeds", cfg.n_seeds, f"1 with hardware.processes={n}", "one run per command")
     for name in SHARED_SIZES:
         size = getattr(cfg.algo, name, None)
         if size is not None:

@@ -190,6 +190,7 @@ def test_one_process_helpers_are_the_identity():
         (["algo=grpo", "env=addition", "algo.drop_degenerate_groups=true"], "algo.drop_degenerate_groups must be"),
         (["algo=flow_grpo", "env=countdown_tool"], "a multi-turn task trains in one process"),
         (["algo=sft", "env=countdown_tool"], "a multi-turn task trains in one process"),
+        (["algo=sft", "env=addition", "n_seeds=2"], "n_seeds must be 1 with hardware.processes=2"),
     ],
 )
 def test_sizes_that_do_not_divide_over_the_processes_are_one_line(overrides: list[str], message: str):
