@@ -49,6 +49,7 @@ from pgcli.config import (
     RLOOConfig,
 )
 from pgcli.contracts import Learner, Monitor
+from pgcli.hardware import distributed
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.lm import micro_batches
@@ -143,29 +144,49 @@ class TextRLTrainer(Generic[Cfg]):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, foreach=True)
         # pi_ref: the model the run starts from (kl_reference), None without a KL term
         self.reference = None if reference is None else reference.to(device).eval().requires_grad_(False)
+        self.seed = seed  # on rank r of several processes: pgcli.hardware.distributed.rank_seed(run seed, r)
         self.prompt_rng = np.random.default_rng(seed)  # training prompts
         self.generator = torch.Generator(device=device).manual_seed(seed)  # token sampling
         self.steps = 0
         self.n_updates = 0
+        self.world = distributed.world_size() if distributed.active() else 1
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
+        self._start_ranks()
         while self.steps < total_steps:
             start = time.perf_counter()
             batch, stats = self._sample()
-            self.steps += len(batch.rewards)
+            self.steps += len(batch.rewards) * self.world  # every rank samples an equal share
             stats |= self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
             stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
+            stats = distributed.mean_stats(stats)  # over every completion of the global batch
             losses = self.checked_losses if "train/grad_norm" in stats else ()
             check_update(monitor, self.steps, stats, losses, params=self._trained_parameters())
             monitor.log(self.steps, stats)
             monitor.update(self.steps, agent=self)
         return self.steps
 
+    def _start_ranks(self) -> None:
+        """On several processes: rank 0's networks, optimiser state and counters on every rank (a resumed run's
+        checkpoint is rank 0's), and the other ranks' generators seeded afresh where a resumed run continues."""
+        if not distributed.active():
+            return
+        values = distributed.broadcast_state(self._modules(), {"steps": self.steps, "n_updates": self.n_updates})
+        self.steps, self.n_updates = values["steps"], values["n_updates"]
+        if self.steps and not distributed.is_main():
+            seed = distributed.resumed_seed(self.seed, self.steps)
+            self.prompt_rng = np.random.default_rng(seed)
+            self.generator.manual_seed(seed)
+
+    def _minibatch_rows(self) -> int:
+        """The rows of this rank's share of a minibatch (``algo.batch_size`` over the processes)."""
+        return distributed.local_size(self.cfg.batch_size, "algo.batch_size")
+
     def _sample(self) -> tuple[CompletionBatch, dict[str, float]]:
         """1. G completions of each of M prompts from the old policy, scored by the task; their ``rollout/*``
-        metrics."""
-        problems = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+        metrics (on several processes, this rank's share of the M prompts)."""
+        problems = self.task.sample(self.prompt_rng, distributed.local_size(self.cfg.n_groups, "algo.n_groups"))
         batch = sample_completions(
             self.task,
             self.policy,

@@ -44,8 +44,9 @@ from torch import Tensor
 from pgcli.algo.lm_base import CriticFreeConfig, TextRLTrainer
 from pgcli.algo.lm_rollout import CompletionBatch, batch_prompts
 from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
+from pgcli.hardware import distributed
 from pgcli.lm.model import CausalLM, completion_logprobs
-from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals, batch_totals
+from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals
 from pgcli.ops.grpo import KL_ESTIMATORS, clip_bounds, k3_kl
 from pgcli.ops.lm import (
     PolicyLoss,
@@ -228,7 +229,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         stats["train/dropped_frac"] = 1.0 - len(rows) / len(keep)
         if len(rows) == 0:
             return stats
-        first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
+        first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows())
         # pi_old: the sampler's log-probs where they are the forward pass's function; else the first step's
         # minibatch reads its own forward pass (the policy has not moved since sampling) and one pass covers the rest.
         # A KL in the reward takes pi_old of every completion from the pass pi_ref's comes from, so that k1 is exactly
@@ -247,7 +248,9 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         self.policy.train()
         for epoch in range(cfg.n_iterations):  # mu policy updates per batch
             order = (
-                first_epoch if epoch == 0 else rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size)
+                first_epoch
+                if epoch == 0
+                else rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows())
             )
             for mb in order:
                 fresh = n_minibatches == 0 and len(own) > 0
@@ -281,7 +284,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         accumulated, each pass's loss its share of the minibatch's (docs/lm.md, "Memory"); then one clip and one
         step. `on_policy`: the policy is still the sampling one, so these rows' pi_old is their own log-probs,
         written into `old_logp` for later epochs. Returns the minibatch's loss terms, diagnostics and gradient norm."""
-        totals = None if self.micro_batch == 0 else batch_totals(batch.mask[mb])
+        totals = distributed.minibatch_totals(batch.mask[mb], micro_batch=self.micro_batch)
         stats = dict.fromkeys(STEP_STATS, 0.0)
         self.optimizer.zero_grad(set_to_none=True)
         for rows in micro_batches(mb, self.micro_batch):
@@ -307,8 +310,9 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
             stats["kl_ref"] += out.kl_ref
             stats["clip_fraction"] += out.clip_fraction
             stats["approx_kl"] += out.approx_kl
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm))
-        self.optimizer.step()
+        stats["grad_norm"] = distributed.optimizer_step(
+            self.optimizer, self.policy.parameters(), self.cfg.max_grad_norm, stats
+        )
         return stats
 
     def _advantages(self, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:

@@ -31,8 +31,9 @@ from pgcli.algo.checkpoint import Stateful
 from pgcli.algo.lm_base import TextRLTrainer
 from pgcli.algo.lm_rollout import CompletionBatch
 from pgcli.config import PPOLMConfig
+from pgcli.hardware import distributed
 from pgcli.lm.model import CausalLM
-from pgcli.ops.aggregate import BatchTotals, batch_totals
+from pgcli.ops.aggregate import BatchTotals
 from pgcli.ops.grpo import clip_bounds, k3_kl
 from pgcli.ops.lm import (
     clipped_policy_loss,
@@ -105,8 +106,8 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
         )
         n_minibatches = 0
         for _ in range(cfg.n_iterations):
-            for mb in rows[torch.randperm(len(rows), device=self.device)].split(cfg.batch_size):
-                mb_totals = None if self.micro_batch == 0 else batch_totals(mask[mb])
+            for mb in rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows()):
+                mb_totals = distributed.minibatch_totals(mask[mb], micro_batch=self.micro_batch)
                 step = self._policy_step(
                     batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, totals=mb_totals
                 )
@@ -164,8 +165,9 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             stats["approx_kl"] += float(masked_mean(k3_kl(old_logp[rows, :width], logp.detach()), mask, totals=totals))
             if self.reference is not None:
                 stats["kl_ref"] += float(masked_mean(k3_kl(logp.detach(), ref_logp[rows, :width]), mask, totals=totals))
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm))
-        self.optimizer.step()
+        stats["grad_norm"] = distributed.optimizer_step(
+            self.optimizer, self.policy.parameters(), cfg.max_grad_norm, stats
+        )
         return stats
 
     def _critic_step(
@@ -188,9 +190,9 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             vf_loss = 0.5 * masked_mean(value_loss, mask, totals=totals)
             vf_loss.backward()
             vf_loss_sum += vf_loss.item()
-        torch.nn.utils.clip_grad_norm_(self.value.parameters(), cfg.max_grad_norm)
-        self.vf_optimizer.step()
-        return vf_loss_sum
+        shares = {"value_loss": vf_loss_sum}
+        distributed.optimizer_step(self.vf_optimizer, self.value.parameters(), cfg.max_grad_norm, shares)
+        return shares["value_loss"]
 
     def _values(self, batch: CompletionBatch, rows: Tensor, width: int) -> Tensor:
         """V_phi [B', width] before each of the first `width` sampled tokens of completions `rows`."""

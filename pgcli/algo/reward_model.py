@@ -27,6 +27,7 @@ from torch import Tensor
 
 from pgcli.algo.supervised import SupervisedTrainer
 from pgcli.config import RMConfig
+from pgcli.hardware import distributed
 from pgcli.lm.dataset_rows import PreferenceRows
 from pgcli.lm.datasets import RowOrder
 from pgcli.lm.load import TextModelConfig
@@ -71,9 +72,9 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
 
     def _step(self) -> dict[str, float]:
         if self.rows is None:
-            return self._train_on(self.pairs.sample(self.rng, self.cfg.batch_size))
+            return self._train_on(self.pairs.sample(self.rng, self._local_batch()))
         assert self.order is not None  # __init__: rows have an order
-        pairs = self.rows.train_pairs(self.order.take(self.cfg.batch_size))
+        pairs = self.rows.train_pairs(self.order.take(self._local_batch()))
         flips = self.rng.random(len(pairs)) < self.cfg.label_noise
         pairs = [
             replace(p, chosen=p.rejected, rejected=p.chosen) if f else p for p, f in zip(pairs, flips, strict=True)
@@ -108,11 +109,13 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
         for rows in micro_batches(torch.arange(n, device=self.device), self.micro_batch):
             rewards = score(torch.cat([rows, rows + n]))  # [2N']
             r_chosen, r_rejected = rewards.split(len(rows))
-            loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / n)
+            # its share of the (global) batch's mean: the ranks' shares' gradients sum to the batch's
+            loss = bradley_terry_loss(r_chosen, r_rejected) * (len(rows) / (n * self.world))
             loss.backward()
             margins.append((r_chosen - r_rejected).detach())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.reward_model.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = distributed.optimizer_step(
+            self.optimizer, self.reward_model.parameters(), self.cfg.max_grad_norm, {}
+        )
         margin = torch.cat(margins)  # [N]
         return {
             "train/loss": float(-F.logsigmoid(margin).mean()),

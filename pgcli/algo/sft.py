@@ -32,13 +32,13 @@ from torch import Tensor
 
 from pgcli.algo.supervised import WEIGHTS_FILE, SupervisedTrainer
 from pgcli.config import SFTConfig
+from pgcli.hardware import distributed
 from pgcli.lm.dataset_rows import DemoRows
 from pgcli.lm.datasets import RowOrder
 from pgcli.lm.load import TextModelConfig
 from pgcli.lm.model import POLICY_FILE, CausalLM, completion_logprobs, save_policy
 from pgcli.lm.rows_eval import sft_batch
 from pgcli.lm.tasks import TextTask, encode_completions, encode_prompts
-from pgcli.ops.aggregate import batch_totals
 from pgcli.ops.lm import masked_mean, micro_batches
 
 
@@ -73,12 +73,12 @@ class SFT(SupervisedTrainer[SFTConfig]):
         [B, C] (a task's whole completion; a row's completion or assistant turns)."""
         if isinstance(self.task, DemoRows):
             assert self.order is not None  # __init__: rows have an order
-            examples = self.task.train_examples(self.order.take(self.cfg.batch_size))
+            examples = self.task.train_examples(self.order.take(self._local_batch()))
             prompts, prompt_mask, completion, completion_mask, trained = sft_batch(
                 examples, self.task.vocab.pad_id, self.device
             )
             return prompts, prompt_mask, completion, completion_mask, trained
-        problems = self.task.sample(self.rng, self.cfg.batch_size)
+        problems = self.task.sample(self.rng, self._local_batch())
         prompts, prompt_mask = encode_prompts(self.task.vocab, problems, self.device)  # [B, P]
         targets = [self.task.demonstration(p) for p in problems]
         completion, completion_mask = encode_completions(
@@ -91,7 +91,8 @@ class SFT(SupervisedTrainer[SFTConfig]):
         pass (0: all at once)."""
         prompts, prompt_mask, completion, completion_mask, trained = self._batch()
         weights = trained.float()
-        totals = None if self.micro_batch == 0 else batch_totals(weights)  # each pass's loss: its share of the mean
+        # each pass's loss: its share of the (global) batch's mean
+        totals = distributed.minibatch_totals(weights, micro_batch=self.micro_batch)
         lr = self._start_step()
         loss = 0.0
         exact: list[torch.Tensor] = []  # [B'] per pass: every target token is the argmax
@@ -104,12 +105,12 @@ class SFT(SupervisedTrainer[SFTConfig]):
             loss += float(nll.detach())
             with torch.no_grad():  # teacher-forced exact match
                 exact.append(((logprobs > np.log(0.5)) | ~trained[rows]).all(1))  # [B']
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
+        shares = {"loss": loss}
+        grad_norm = distributed.optimizer_step(self.optimizer, self.policy.parameters(), self.cfg.max_grad_norm, shares)
         seq_exact = torch.cat(exact).float().mean()
         stats = {
-            "train/loss": loss,
-            "train/grad_norm": float(grad_norm),
+            "train/loss": shares["loss"],
+            "train/grad_norm": grad_norm,
             "train/learning_rate": lr,
             "train/teacher_forced_exact": float(seq_exact),
         }

@@ -23,6 +23,7 @@ from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_stat
 from pgcli.algo.guard import check_update
 from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
+from pgcli.hardware import distributed
 
 OPTIMIZER_FILE = "optimizer.pt"
 WEIGHTS_FILE = "weights.pt"
@@ -73,16 +74,19 @@ class SupervisedTrainer(Generic[Cfg]):
     def __init__(self, cfg: Cfg, module: nn.Module, params: Any, *, seed: int, device: torch.device) -> None:
         self.cfg, self.module, self.device = cfg, module, device
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.seed = seed  # on rank r of several processes: pgcli.hardware.distributed.rank_seed(run seed, r)
         self.rng = np.random.default_rng(seed)
         self.steps = 0
+        self.world = distributed.world_size() if distributed.active() else 1
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""
         return warmup_learning_rate(self.cfg, self.steps)
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
+        self._start_ranks()
         while self.steps < total_steps:
-            stats = self._step()
+            stats = distributed.mean_stats(self._step())  # over every example of the global batch
             self.steps += self.cfg.batch_size
             check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=self.module.parameters())
             monitor.log(self.steps, stats)
@@ -91,6 +95,20 @@ class SupervisedTrainer(Generic[Cfg]):
 
     def _step(self) -> dict[str, float]:
         raise NotImplementedError
+
+    def _start_ranks(self) -> None:
+        """On several processes: rank 0's model, optimiser state and step count on every rank (a resumed run's
+        checkpoint is rank 0's), and the other ranks' example generator seeded afresh where a resumed run continues."""
+        if not distributed.active():
+            return
+        modules = {"module": self.module, "optimizer": self.optimizer}
+        self.steps = distributed.broadcast_state(modules, {"steps": self.steps})["steps"]
+        if self.steps and not distributed.is_main():
+            self.rng = np.random.default_rng(distributed.resumed_seed(self.seed, self.steps))
+
+    def _local_batch(self) -> int:
+        """This process's share of ``algo.batch_size`` (all of it in one process)."""
+        return distributed.local_size(self.cfg.batch_size, "algo.batch_size")
 
     def _start_step(self) -> float:
         """Before a step's passes: the step size set for this step (returned) and the gradients cleared."""

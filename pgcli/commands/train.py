@@ -135,7 +135,11 @@ def main(args: list[str], *, command: str = "train") -> int:
             from pgcli.training.resume import resume_command
 
             return resume_command(args)
-        return _run_hydra(checked_args(args, command=command), trained)
+        args = rank_args(args)
+        checked, cfg = _checked(args, command=command)
+        if cfg is not None and cfg.hardware.processes > 1 and not _launched():
+            return _launch(args, cfg, multirun=any(a in ("-m", "--multirun") for a in args))
+        return _run_hydra(checked, trained)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say how the run continues (docs/runs.md)
         print(_interrupted_line(args, trained.run_dir), file=sys.stderr)
         return 128 + getattr(exc, "signum", signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
@@ -161,10 +165,59 @@ def _interrupted_line(args: list[str], run_dir: Path | None) -> str:
     return interrupted_line(run_dir, lookup_overrides(task_overrides(args)))
 
 
+def rank_args(args: list[str]) -> list[str]:
+    """``args`` as a worker of torch.distributed's launcher runs them (``torchrun`` or ``hardware.processes``;
+    docs/distributed.md): ``hardware.processes`` is the launcher's ``WORLD_SIZE``, and a rank other than 0 writes no
+    run directory (Hydra's goes to a temporary one, removed at exit)."""
+    from pgcli.hardware import distributed
+
+    if not distributed.launched():
+        return args
+    world = distributed.world_size()
+    typed = [a.split("=", 1)[1] for a in task_overrides(args) if a.split("=", 1)[0].lstrip("+") == "hardware.processes"]
+    if typed and typed[-1] != str(world):
+        raise ConfigError(f"hardware.processes={typed[-1]} but the launcher started {world} processes (WORLD_SIZE)")
+    args = args if typed else [*args, f"hardware.processes={world}"]
+    if distributed.is_main():
+        return args
+    import atexit
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix=f"pgcli-rank{distributed.rank()}-")
+    atexit.register(shutil.rmtree, scratch, True)
+    own = ("hydra.run.dir=", "hydra.output_subdir=")  # rank 0's run directory is not this rank's
+    return [*(a for a in args if not a.startswith(own)), f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
+
+
+def _launched() -> bool:
+    from pgcli.hardware import distributed
+
+    return distributed.launched()
+
+
+def _launch(args: list[str], cfg: TrainConfig, *, multirun: bool) -> int:
+    """Run ``pgcli train args`` as ``hardware.processes`` workers of torch.distributed's launcher."""
+    from pgcli.hardware import distributed
+
+    if multirun:
+        raise ConfigError(
+            f"hardware.processes={cfg.hardware.processes} runs one job on several processes; a sweep (-m) runs "
+            "its jobs with one each"
+        )
+    return distributed.launch(["train", *args], processes=cfg.hardware.processes, threads=cfg.hardware.torch_threads)
+
+
 def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     """Hydra's arguments for a ``pgcli train`` command line, once every job it describes has passed the pipeline's
     passes (:mod:`pgcli.training.pipeline`; a one-line ConfigError otherwise): ``--from-run`` resolved, ``init=``'s
     carried-over settings, a text task's implied groups and a stale preset's ``~preset`` added."""
+    return _checked(args, command=command)[0]
+
+
+def _checked(args: list[str], *, command: str = "train") -> tuple[list[str], TrainConfig | None]:
+    """:func:`checked_args`, and the checked config of the (last) job (None where no checks ran)."""
+    from pgcli.hardware import distributed
     from pgcli.training.from_run import from_run_args, has_from_run, reject_logged_config_dir, split_from_run
     from pgcli.training.pipeline import Preflight, prepare_job
 
@@ -177,7 +230,7 @@ def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     mode = Preflight(
         checks=not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args),
         writes=not any(a in ("--cfg", "-c") for a in args),  # nothing is written when only the config is printed
-        preset_note=True,
+        preset_note=distributed.says_notes(),  # one note for a run on several processes
         sweep_check=_check_search,
     )
     task = task_overrides(args)
@@ -186,7 +239,7 @@ def checked_args(args: list[str], *, command: str = "train") -> list[str]:
     args = [*(typed.get(a, a) for a in args), *job.overrides[len(task) :]]  # the passes add overrides at the end
     if "--hydra-help" in args:  # Hydra composes that page without train.yaml: pick pgcli's page here
         args = [*args, "hydra/hydra_help=pgcli"]
-    return args
+    return args, job.cfg
 
 
 def _check_search(overrides: list[str]) -> None:
@@ -340,6 +393,11 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool, trained: Train
     returns = []
     for seed in range(run_cfg.seed, run_cfg.seed + run_cfg.n_seeds):
         seed_cfg = dataclasses.replace(run_cfg, seed=seed)
+        if not _main_rank():  # a rank other than 0 trains its share and writes nothing
+            from pgcli.training.ranks import follow_text
+
+            follow_text(seed_cfg)
+            continue
         ctx = _seed_context(hc, run_cfg, seed, trial=trial, sweep_tags=sweep_tags)
         print_budget_note(seed_cfg, list(hc.overrides.task))
         trained.run_dir = ctx.output_dir  # what an interrupt continues
@@ -347,7 +405,13 @@ def _train_job(cfg: DictConfig, hc: HydraConf, *, multirun: bool, trained: Train
 
         print_summary(summary, algo=ctx.algo_name, env=ctx.env_name, seed=seed)
         returns.append(summary.final_return)
-    return sum(returns) / len(returns)
+    return sum(returns) / len(returns) if returns else 0.0
+
+
+def _main_rank() -> bool:
+    from pgcli.hardware import distributed
+
+    return distributed.is_main()
 
 
 def _placed_config(cfg: DictConfig, hc: HydraConf, *, multirun: bool) -> TrainConfig:

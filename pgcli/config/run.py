@@ -18,6 +18,7 @@ from pgcli.config.algos import ALGOS, GYM_KINDS, TEXT_KINDS, algo_entry, algo_na
 from pgcli.config.control import GRPOConfig, TRPOConfig
 from pgcli.config.hf import HFModelConfig
 from pgcli.config.pixels import CNNModelConfig, PixelsConfig, check_envpool
+from pgcli.config.processes import check_processes
 from pgcli.config.rm import RMConfig
 from pgcli.config.rules import (
     ACTIVATIONS,
@@ -147,12 +148,21 @@ class HardwareConfig:
     eval_in_worker: bool = True
     """With vec_env=shm's worker process (and no eval_process): the worker plays the evaluation episodes while it
     would idle, during the updates, on a snapshot of the policy (same results); false evaluates in this process."""
+    processes: int = 1
+    """Text tasks: train one run on this many processes of this machine (torch.distributed, gloo on the CPU and nccl
+    on GPUs; each process trains 1/N of every global batch; docs/distributed.md). ``torchrun`` sets it."""
+    dist_timeout_s: float = 1800.0
+    """With processes > 1: the longest a process waits for the others at one collective (an evaluation on rank 0
+    included) before the run fails."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
         require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
         _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm", "envpool"))
+        require(self.processes >= 1, "hardware.processes", self.processes, ">= 1")
+        _at_most("hardware.processes", self.processes, 1024, "one process per GPU or per core")
+        _positive("hardware.dist_timeout_s", self.dist_timeout_s, "typical: 1800")
 
 
 @dataclass
@@ -256,6 +266,7 @@ class TrainConfig:
             raise ConfigError(
                 f"algo must be one of the algo group's options (got {type(self.algo).__name__})"
             ) from None
+        check_processes(self)
         if isinstance(self.env, TextEnvConfig):
             self._check_text()
             return

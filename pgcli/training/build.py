@@ -24,10 +24,11 @@ import pgcli
 from pgcli.config import ModelConfig, RMConfig, SFTConfig, TextEnvConfig, TrainConfig
 from pgcli.config.algos import algo_entry
 from pgcli.errors import ConfigError
+from pgcli.hardware import distributed
 from pgcli.hardware.placement import compute_of, extra_processes, select_device, workload_of
-from pgcli.lm.init import start_from_init
 from pgcli.lm.load import TextModelConfig
 from pgcli.training.summary import TrainSummary, summarize
+from pgcli.training.text_parts import TextParts, text_parts
 
 if TYPE_CHECKING:
     import torch
@@ -166,6 +167,8 @@ def config_params(cfg: TrainConfig, ctx: RunContext) -> dict[str, Any]:
     params = flatten(asdict(cfg))
     params["algo"], params["env"], params["preset"] = ctx.algo_name, ctx.env_name, ctx.preset
     params["planned_steps"] = cfg.planned_steps  # total_steps rounded up to whole rollouts (None for GRPO)
+    if cfg.hardware.processes > 1:  # each rank's prompts and samples: docs/distributed.md
+        params["rank_seeds"] = ",".join(map(str, distributed.rank_seeds(cfg.seed, cfg.hardware.processes)))
     return params
 
 
@@ -227,7 +230,8 @@ def prepare_process(cfg: TrainConfig) -> torch.device:
     device = select_device(cfg.hardware, workload_of(cfg))
     if cfg.hardware.torch_threads > 0:
         torch.set_num_threads(cfg.hardware.torch_threads)
-    seed_everything(cfg.seed)
+    seed_everything(cfg.seed)  # the same on every rank: the same initial weights
+    distributed.init(device, timeout_s=cfg.hardware.dist_timeout_s)  # several processes: join the others
     return device
 
 
@@ -324,37 +328,32 @@ def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, 
         print(note, file=sys.stderr, flush=True)
 
 
-def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
-    """:func:`train` for a text task (docs/lm.md): the task, the TinyGPT policy (from ``init`` when given, which is
-    also the frozen reference), the text trainer with its KL reference and the held-out evaluator, in the same
-    :class:`pgcli.training.run.Run`."""
-    from pgcli.agent import write_text_agent_files
+def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> Any:
+    """The run's text trainer on ``parts``, with its KL reference; on several processes seeded with this rank's
+    seed (:func:`pgcli.hardware.distributed.rank_seed`)."""
     from pgcli.algo.lm_base import kl_reference
-    from pgcli.lm.agent import AgentTask
-    from pgcli.lm.dataset_rows import on_rows, supervised_rows
-    from pgcli.lm.dataset_task import recorded_fields, recorded_vocab
-    from pgcli.lm.init import source_chars
-    from pgcli.lm.load import make_text_task
-    from pgcli.training.references import init_source, learned_reward
 
-    assert isinstance(cfg.env, TextEnvConfig) and isinstance(cfg.model, TextModelConfig)  # TrainConfig's rules
+    return text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
+        cfg.algo,
+        task=parts.trainer_task,
+        policy=parts.policy,
+        reference=kl_reference(cfg.algo, parts.policy, parts.reference),  # the evaluator's is the init model's
+        model=cfg.model,  # type: ignore[arg-type]  # TrainConfig's rules: a text model
+        seed=distributed.rank_seed(cfg.seed, distributed.rank()),
+        device=device,
+    )
+
+
+def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
+    """:func:`train` for a text task (docs/lm.md): the task, the policy, the text trainer with its KL reference and
+    the held-out evaluator, in the same :class:`pgcli.training.run.Run`. On several processes this is rank 0's part:
+    the other ranks train alongside (:func:`pgcli.training.ranks.follow_text`) and write nothing."""
+    from pgcli.agent import write_text_agent_files
+    from pgcli.lm.dataset_task import recorded_fields
+
     device = prepare_process(cfg)
-    source = init_source(cfg)
-    task: Any
-    if on_rows(cfg.env, cfg.algo):  # pgcli sft|rm env=dataset: rows, not an RL task (pgcli.lm.dataset_rows)
-        task = supervised_rows(cfg.env, cfg.model, cfg.algo, recorded=None if source is None else source_chars(source))
-        print(f"pgcli: note: {task.describe()}", file=sys.stderr, flush=True)
-    else:
-        # a dataset task in TinyGPT's characters takes the init model's (its ids); its rows come in the run's seeded
-        # order
-        task = make_text_task(cfg.env, cfg.model, seed=cfg.seed, saved=None if source is None else source.spec)
-    # TinyGPT's characters when they are the rows' (env=dataset), recorded with the model
-    vocab = getattr(task.vocab, "chars", "") if on_rows(cfg.env, cfg.algo) else recorded_vocab(task)
-    reward_model, reward_tags = learned_reward(cfg.env, cfg.model, cfg.tracking, device)  # env.reward=rm:<run>
-    if reward_model is not None:
-        task = task.with_learned_reward(reward_model)
-    policy, reference, init_tags = start_from_init(cfg, task, device, source)
-    tags = run_tags(cfg, ctx, device) | init_tags | reward_tags
+    parts = text_parts(cfg, device)
+    tags = run_tags(cfg, ctx, device) | parts.tags
     compute, notes = compute_of(cfg, device)
     start = time.perf_counter()
 
@@ -364,28 +363,21 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
             cfg,
             algo_name=ctx.algo_name,
             env_name=ctx.env_name,
-            vocab=vocab,
-            task_fields=recorded_fields(task),
+            vocab=parts.vocab,
+            task_fields=recorded_fields(parts.task),
         )
 
-    multi_turn = isinstance(task, AgentTask)
-    trainer_task = task.turn_task() if isinstance(task, AgentTask) and isinstance(cfg.algo, SFTConfig) else task
-    with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
-        trainer = run.closing(
-            text_trainer_class(cfg.algo, multi_turn=multi_turn)(
-                cfg.algo,
-                task=trainer_task,
-                policy=policy,
-                reference=kl_reference(cfg.algo, policy, reference),  # the evaluator's is the init model's
-                model=cfg.model,
-                seed=cfg.seed,
-                device=device,
+    try:
+        with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
+            trainer = run.closing(text_trainer(cfg, parts, device))
+            monitor = run.closing(
+                text_monitor(cfg, ctx, run, parts.task, parts.policy, device, reference=parts.reference)
             )
-        )
-        monitor = run.closing(text_monitor(cfg, ctx, run, task, policy, device, reference=reference))
-        steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
+            steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
+    finally:
+        distributed.teardown()
     unit = {SFTConfig: "demonstrations", RMConfig: "preference pairs"}.get(type(cfg.algo), "sampled completions")
-    unit = "sampled turns" if multi_turn and unit == "sampled completions" else unit
+    unit = "sampled turns" if parts.multi_turn and unit == "sampled completions" else unit
     summary = summarize(run, monitor, cfg.tracking, steps, final, start, threshold=None, step_unit=unit)
     return replace(summary, compute=compute)
 

@@ -25,6 +25,7 @@ from pgcli.config.labels import applied_preset, env_label
 from pgcli.config.overrides import override_key
 from pgcli.config.renames import renamed_overrides
 from pgcli.errors import ConfigError
+from pgcli.hardware import distributed
 from pgcli.tracking.status import FINISHED
 from pgcli.training.checkpoints import checkpoints_dir, newest_resumable
 from pgcli.training.checks import check_world
@@ -260,6 +261,24 @@ def appended_run_log(output_dir: Path) -> Iterator[None]:
         handler.close()
 
 
+def distributed_resume(args: list[str], cfg: TrainConfig) -> int | None:
+    """A run on N processes resumes on N (docs/distributed.md): from the command line, the N workers' exit status; in
+    a worker other than rank 0, its share trained; in rank 0, None (it resumes the run as one process would)."""
+    from pgcli.training.ranks import follow_text
+
+    n = cfg.hardware.processes
+    if not distributed.launched():
+        return distributed.launch(["train", *args], processes=n, threads=cfg.hardware.torch_threads)
+    if distributed.world_size() != n:
+        raise ConfigError(
+            f"resume: the run trained on hardware.processes={n}; the launcher started {distributed.world_size()}"
+        )
+    if distributed.is_main():
+        return None
+    follow_text(cfg)
+    return 0
+
+
 def resume_command(args: list[str]) -> int:
     """``pgcli train resume=<run> [overrides]``: plan, continue, print the summary."""
     from pgcli.hardware.placement import fall_back_when_busy
@@ -273,6 +292,10 @@ def resume_command(args: list[str]) -> int:
     if len(targets) != 1 or not targets[0]:
         raise ConfigError("resume= takes one run id or run directory: pgcli train resume=<run id | run dir>")
     plan = plan_resume(targets[0], [a for a in args if not a.startswith("resume=")])
+    if plan.cfg.hardware.processes > 1 or distributed.launched():  # continues on as many processes as it ran on
+        ranks = distributed_resume(args, plan.cfg)
+        if ranks is not None:
+            return ranks
     ctx = RunContext(
         algo_name=plan.algo_name,
         env_name=plan.env_name,

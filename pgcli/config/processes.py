@@ -1,0 +1,57 @@
+"""The rules of a run on several processes (``hardware.processes`` = N > 1; docs/distributed.md): which runs can, and
+global batch sizes that divide over N, so each rank trains on an equal share and N processes train on the same
+completions per update as one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgcli.config.rules import require
+from pgcli.config.text import TextEnvConfig
+from pgcli.errors import ConfigError
+
+SHARED_SIZES = ("n_groups", "batch_size")
+"""The global sizes of a text algo that each rank trains 1/N of (those its config has)."""
+DISTRIBUTED_ALGOS = ("sft", "rm", "grpo", "rloo", "reinforce", "gspo", "reinforce_pp", "ppo_lm")
+"""The algos that train on several processes (docs/distributed.md)."""
+
+
+def check_processes(cfg: Any) -> None:
+    """One line, before anything runs, where ``hardware.processes`` = N > 1 cannot train ``cfg`` (a ``TrainConfig``,
+    from its own rules): a gymnasium env, a multi-turn task (its turns per trajectory vary, so the ranks' minibatches
+    would not line up), an algo that trains in one process, a global batch size that does not divide by N, or a row
+    filter that would leave the ranks unequal shares."""
+    n = cfg.hardware.processes
+    if n == 1:
+        return
+    if not isinstance(cfg.env, TextEnvConfig):
+        raise ConfigError(
+            f"hardware.processes={n} trains text tasks; env.id {cfg.env.id!r} is a gymnasium env (one process: "
+            "hardware.vec_env=worker|shm steps envs in a second one, a sweep runs jobs in parallel)"
+        )
+    if cfg.env_kind == "multi-turn":
+        raise ConfigError(f"hardware.processes={n}: a multi-turn task trains in one process; drop hardware.processes")
+    if cfg.algo.name not in DISTRIBUTED_ALGOS:
+        raise ConfigError(
+            f"hardware.processes={n}: algo={cfg.algo.name} trains in one process (several: "
+            f"{', '.join(DISTRIBUTED_ALGOS)}); drop hardware.processes"
+        )
+    require(cfg.n_seeds == 1, "n_seeds", cfg.n_seeds, f"1 with hardware.processes={n}", "one run per command")
+    for name in SHARED_SIZES:
+        size = getattr(cfg.algo, name, None)
+        if size is not None:
+            require(
+                size % n == 0,
+                f"algo.{name}",
+                size,
+                f"a multiple of hardware.processes={n}",
+                f"each process trains 1/{n} of it, e.g. algo.{name}={max(n, size // n * n)}",
+            )
+    for flag in ("drop_degenerate_groups", "mask_truncated_completions"):
+        require(
+            not getattr(cfg.algo, flag, False),
+            f"algo.{flag}",
+            True,
+            f"false with hardware.processes={n}",
+            "it leaves the processes unequal shares of a minibatch",
+        )

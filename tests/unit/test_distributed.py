@@ -1,0 +1,198 @@
+"""Data-parallel text training (pgcli.hardware.distributed; docs/distributed.md): one update on a fixed batch split
+over 2 gloo ranks moves the parameters as one process does on the whole batch, and the metrics reduced over the ranks
+are the whole batch's; the per-rank seeds; the config's rules for hardware.processes.
+
+Tolerance: atol 1e-6, rtol 1e-5 on every parameter and metric (float32 summation order: the ranks sum their shares
+of the batch's loss in another order than one pass over the batch). The optimiser is SGD, as in test_lm_sft's
+micro-batch test: Adam's first step is about lr * sign(g), and a gradient that is float noise around an exact 0 would
+flip its sign with the summation order.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from test_lm_trainers import CONFIGS, CPU, Sampling, make_policy, make_task, starts_low
+
+from pgcli.algo.lm_base import kl_reference
+from pgcli.algo.lm_grpo import LMGRPO
+from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
+from pgcli.algo.sft import SFT
+from pgcli.config import LMModelConfig, SFTConfig
+from pgcli.config.compose import compose_train_config
+from pgcli.errors import ConfigError
+from pgcli.hardware import distributed
+
+ATOL, RTOL = 1e-6, 1e-5
+WORLD = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def grpo_trainer(loss_agg: str) -> LMGRPO:
+    task = make_task(starts_low)
+    cfg = CONFIGS["grpo"](batch_size=16, loss_agg=loss_agg, beta=0.04)  # B = 4 groups x 4 = one minibatch
+    policy = make_policy(task)
+    trainer = LMGRPO(
+        cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=Sampling(), seed=0, device=CPU
+    )
+    trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.5)
+    return trainer
+
+
+def fixed_batch() -> CompletionBatch:
+    """16 completions (4 prompts x 4) of the untrained policy, sampled once in this process."""
+    trainer = grpo_trainer("token_mean")
+    problems = trainer.task.sample(trainer.prompt_rng, 4)
+    generator = torch.Generator().manual_seed(1)
+    return sample_completions(
+        trainer.task,
+        trainer.policy,
+        problems,
+        group_size=4,
+        temperature=1.0,
+        top_p=1.0,
+        generator=generator,
+        device=CPU,
+    )
+
+
+def rank_share(batch: CompletionBatch, rank: int) -> CompletionBatch:
+    """Rank ``rank``'s whole groups of ``batch`` (half of it), its group and prompt ids from 0."""
+    rows = torch.arange(rank * 8, (rank + 1) * 8)
+    fields = {
+        name: value[rows] if isinstance(value, torch.Tensor) and value.shape[:1] == (16,) else value
+        for name, value in batch._asdict().items()
+    }
+    fields["group_ids"] = batch.group_ids[rows] - 2 * rank
+    fields["prompt_ids"] = None if batch.prompt_ids is None else batch.prompt_ids[rows] - 2 * rank
+    return CompletionBatch(**fields)
+
+
+def sft_trainer() -> SFT:
+    task = make_task()
+    sft = SFT(
+        SFTConfig(batch_size=16, warmup_steps=0),
+        task=task,
+        policy=make_policy(task),
+        reference=None,
+        model=LMModelConfig(micro_batch=0),
+        seed=0,
+        device=CPU,
+    )
+    sft.optimizer = torch.optim.SGD(sft.policy.parameters(), lr=0.5)
+    return sft
+
+
+def sft_batches(sft: SFT) -> list[tuple[torch.Tensor, ...]]:
+    """Two fixed batches of 16 demonstrations (sums of two-digit numbers: answers of 2 or 3 digits)."""
+    return [sft._batch() for _ in range(2)]
+
+
+def _train(kind: str, loss_agg: str, rank: int, data: Path) -> tuple[list[torch.Tensor], list[dict[str, float]]]:
+    """The update(s) of ``kind`` on rank ``rank``'s share of the fixed data (all of it in one process)."""
+    world = distributed.world_size() if distributed.active() else 1
+    if kind == "grpo":
+        trainer = grpo_trainer(loss_agg)
+        batch = torch.load(data, weights_only=False)
+        stats = [trainer._update(batch if world == 1 else rank_share(batch, rank))]
+        return [p.detach().clone() for p in trainer.policy.parameters()], stats
+    sft = sft_trainer()
+    batches = torch.load(data, weights_only=False)
+    out = []
+    for whole in batches:
+        share = whole if world == 1 else tuple(t[rank * 8 : (rank + 1) * 8] for t in whole)
+        sft._batch = lambda share=share: share  # type: ignore[method-assign]
+        out.append(sft._step())
+    return [p.detach().clone() for p in sft.policy.parameters()], out
+
+
+def _rank_main(rank: int, port: int, kind: str, loss_agg: str, data: Path, out: Path) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
+    torch.set_num_threads(1)
+    distributed.init(CPU, timeout_s=60)
+    try:
+        params, stats = _train(kind, loss_agg, rank, data)
+        reduced = [distributed.mean_stats(s) for s in stats]
+        torch.save({"params": params, "stats": reduced}, out / f"rank{rank}.pt")
+    finally:
+        distributed.teardown()
+
+
+def run_on_two_ranks(kind: str, loss_agg: str, data: Path, out: Path) -> list[dict]:
+    mp.spawn(_rank_main, args=(free_port(), kind, loss_agg, data, out), nprocs=WORLD, join=True)
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+def assert_same(got: dict, params: list[torch.Tensor], stats: list[dict[str, float]]) -> None:
+    for a, b in zip(params, got["params"], strict=True):
+        torch.testing.assert_close(b, a, atol=ATOL, rtol=RTOL)
+    for expected, reduced in zip(stats, got["stats"], strict=True):
+        for key, value in expected.items():
+            if key.startswith("train/"):
+                assert reduced[key] == pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True), key
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "constant"])
+def test_a_grpo_update_split_over_two_ranks_is_the_one_process_update(loss_agg: str, tmp_path: Path):
+    data = tmp_path / "batch.pt"
+    torch.save(fixed_batch(), data)
+    params, stats = _train("grpo", loss_agg, 0, data)
+    moved = [p.detach() for p in grpo_trainer(loss_agg).policy.parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(params, moved, strict=True))  # the update moved the policy
+    ranks = run_on_two_ranks("grpo", loss_agg, data, tmp_path)
+    for got in ranks:
+        assert_same(got, params, stats)
+
+
+def test_sft_steps_split_over_two_ranks_are_the_one_process_steps(tmp_path: Path):
+    data = tmp_path / "batches.pt"
+    batches = sft_batches(sft_trainer())
+    # the halves' trained tokens differ: a mean of the ranks' own token means would not be the batch's mean
+    assert any(int(b[4][:8].sum()) != int(b[4][8:].sum()) for b in batches)
+    torch.save(batches, data)
+    params, stats = _train("sft", "", 0, data)
+    for got in run_on_two_ranks("sft", "", data, tmp_path):
+        assert_same(got, params, stats)
+
+
+def test_rank_seeds_are_distinct_and_rank_0_keeps_the_run_seed():
+    seeds = distributed.rank_seeds(7, 4)
+    assert seeds[0] == 7 and len(set(seeds)) == 4
+    assert distributed.rank_seeds(7, 4) == seeds  # recorded: the same run gets the same seeds
+    assert distributed.rank_seeds(8, 4)[1:] != seeds[1:]
+
+
+def test_one_process_helpers_are_the_identity():
+    stats = {"train/loss": 1.5}
+    assert distributed.mean_stats(stats) == stats and distributed.sum_stats(stats) == stats
+    assert distributed.local_size(8, "algo.batch_size") == 8
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algo=grpo", "env=addition", "algo.n_groups=3", "algo.batch_size=8"],
+            "algo.n_groups must be a multiple of hardware.processes=2",
+        ),
+        (["algo=sft", "env=addition", "algo.batch_size=9"], "algo.batch_size must be a multiple of hardware.processes"),
+        (["algo=ppo", "env=cartpole"], "trains text tasks"),
+        (["algo=grpo", "env=addition", "algo.drop_degenerate_groups=true"], "algo.drop_degenerate_groups must be"),
+        (["algo=flow_grpo", "env=countdown_tool"], "a multi-turn task trains in one process"),
+        (["algo=sft", "env=countdown_tool"], "a multi-turn task trains in one process"),
+        (["algo=sft", "env=addition", "n_seeds=2"], "n_seeds must be 1 with hardware.processes=2"),
+    ],
+)
+def test_sizes_that_do_not_divide_over_the_processes_are_one_line(overrides: list[str], message: str):
+    with pytest.raises(ConfigError, match=message):
+        compose_train_config([*overrides, "hardware.processes=2"])
