@@ -1,12 +1,14 @@
-"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` shows, without importing MLflow.
+"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` and ``pgcli compare`` read, without
+importing MLflow.
 
 Importing MLflow's SQLAlchemy store costs seconds of CPU (docs/benchmarks/overhead.md, "Light commands"), more than
-a listing takes. A read-only listing needs five tables whose columns MLflow has kept since its 1.x schemas
-(``experiments``, ``runs``, ``tags``, ``params``, ``latest_metrics``), so :class:`SqliteReader` reads them in a few
-queries, with MLflow's own semantics: active experiments (of the default workspace, where the schema has workspaces)
-and active runs, runs newest first with the run id breaking ties, each metric's latest value (NaN where MLflow stored
-one). A store missing one of those columns gets no reader (:meth:`SqliteReader.open` returns None) and is read
-through MLflow, which names what is wrong with it. Nothing here writes, creates or migrates a store.
+a listing takes. A read-only listing needs six tables whose columns MLflow has kept since its 1.x schemas
+(``experiments``, ``runs``, ``tags``, ``params``, ``latest_metrics``, ``metrics``), so :class:`SqliteReader` reads
+them in a few queries, with MLflow's own semantics: active experiments (of the default workspace, where the schema
+has workspaces) and active runs, runs newest first with the run id breaking ties, each metric's latest value (NaN
+where MLflow stored one), a metric's whole history. A store missing one of those columns gets no reader
+(:meth:`SqliteReader.open` returns None) and is read through MLflow, which names what is wrong with it. Nothing here
+writes, creates or migrates a store.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ COLUMNS = {
     "tags": {"key", "value", "run_uuid"},
     "params": {"key", "value", "run_uuid"},
     "latest_metrics": {"key", "value", "step", "is_nan", "run_uuid"},
+    "metrics": {"key", "value", "step", "is_nan", "run_uuid"},
 }
 """The tables and columns a listing reads."""
 DEFAULT_WORKSPACE = "default"
@@ -103,6 +106,13 @@ class SqliteReader:
         with _connect(self.path) as db:
             query = "SELECT run_uuid, MAX(step) FROM latest_metrics"
             return {r: int(s) for r, s in _by_run(db, query, list(run_ids), group=True)}
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` of every point of one metric, in step order (as MLflow's ``get_metric_history``)."""
+        query = "SELECT step, value, is_nan FROM metrics WHERE run_uuid = ? AND key = ?"
+        with _connect(self.path) as db:
+            rows = db.execute(query, (run_id, key)).fetchall()
+        return sorted((int(step), float("nan") if is_nan else float(value)) for step, value, is_nan in rows)
 
 
 @contextmanager

@@ -41,7 +41,6 @@ from pgcli.tracking.uri import (
     sqlite_tables,
 )
 
-
 NEWEST_FIRST = "attributes.start_time DESC"
 """MLflow's order of runs without an ``order_by`` too (the run id breaks ties)."""
 
@@ -228,6 +227,8 @@ class RunStore:
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` points of one metric, in step order."""
+        if self.reader is not None:
+            return self.reader.metric_history(run_id, key)
         points = with_retry(self.client.get_metric_history, run_id, key)
         return sorted((int(m.step), float(m.value)) for m in points)
 

@@ -44,6 +44,9 @@ def test_the_listing_equals_mlflows_own(tmp_path: Path):
     assert runs[1].metrics == {"eval/return_mean": 12.0} and runs[1].params == {"total_steps": "256"}
     assert experiment_names(fast) == experiment_names(slow)
     assert last_steps(fast, runs) == last_steps(slow, expected) == {first.run_id: 256}
+    history = fast.metric_history(first.run_id, "eval/return_mean")
+    assert history == slow.metric_history(first.run_id, "eval/return_mean") == [(128, 9.5), (256, 12.0)]
+    assert math.isnan(fast.metric_history(first.run_id, "loss")[0][1]) and fast.metric_history(second.run_id, "x") == []
 
 
 def test_no_reader_for_other_stores_or_an_unknown_schema(tmp_path: Path):
