@@ -6,13 +6,17 @@ PGCLI := $(VENV)/bin/pgcli
 # The CPU wheel goes in first: with no torch present, a plain `torch` requirement resolves to the newest CUDA build
 # (several GB). Once this version is installed, the package's `torch>=2.13` floor (this version) is satisfied.
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= dev,sweep,ray,lm,pixels
+# `make train` installs pgcli alone (what the default run needs: PPO on CartPole, MLflow on SQLite); `make test`,
+# `make lint` and `make install` add the extras the test suite needs (TEST_EXTRAS) on top, in the same .venv.
+TEST_EXTRAS ?= dev,sweep,ray,lm,pixels,envpool
 # Test processes (pytest-xdist): most tests wait on a real `pgcli` subprocess, a server or a browser, so two workers
 # overlap those waits (2 cores: 20.7 min in one process, 16.3 min in two with benchmark runs beside them).
 TEST_WORKERS ?= 2
 
-.PHONY: install train test test-fast lint format ui clean bench ray-up ray-down browser-deps
+.PHONY: install install-base train test test-fast lint format ui clean bench ray-up ray-down browser-deps
 
+# Two stamps: .installed (pgcli and its own dependencies) and .installed-test (the extras on top), so `make test` after
+# `make train` adds only the extras.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip uv
@@ -21,16 +25,22 @@ $(VENV)/.installed: pyproject.toml
 	# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (as on CI) Python never
 	# caches them either, so every `pgcli` process would compile MLflow, SQLAlchemy, Hydra, gymnasium... from source
 	# again (about 3.5 s more to open an MLflow store). pgcli's own modules are compiled for the same reason.
-	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e ".[$(EXTRAS)]"
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e .
 	$(PY) -m compileall -q pgcli hydra_plugins >/dev/null
 	# hydra-optuna-sweeper (and its Optuna 2.10) is retired: pgcli ships hydra/sweeper=optuna itself. An older .venv
 	# still has it, and both plugins would claim hydra/sweeper=optuna.
 	$(VENV)/bin/uv pip uninstall -q --python $(PY) hydra-optuna-sweeper 2>/dev/null || true
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install pgcli with its dev, sweep, ray, lm and pixels extras
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e ".[$(TEST_EXTRAS)]"
+	touch $@
 
-train: install  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
+install-base: $(VENV)/.installed  ## create .venv with pgcli alone (what `make train` and `make ui` install)
+
+install: $(VENV)/.installed-test  ## .venv with pgcli and the extras the tests need: dev, sweep, ray, lm, pixels, envpool
+
+train: install-base  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
 	$(PGCLI) train $(ARGS)
 
 test: install  ## the CI command: the whole default test suite (TEST_WORKERS=1 runs it in one process)
@@ -55,7 +65,7 @@ format: install
 	$(VENV)/bin/ruff format pgcli hydra_plugins tests benchmarks
 	$(VENV)/bin/ruff check --fix pgcli hydra_plugins tests benchmarks
 
-ui: install  ## MLflow UI on the embedded store (http://127.0.0.1:5000)
+ui: install-base  ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 	$(PGCLI) ui
 
 clean:  ## remove run directories and caches (keeps outputs/mlflow.db: use `make clean-store` for that)

@@ -1,17 +1,22 @@
-"""Startup latency: `pgcli ui` time to first answer, and `pgcli train` time to its first env step
-(docs/benchmarks/overhead.md).
+"""Startup latency: `pgcli ui` time to first answer, `pgcli train` time to its first env step, and the light
+commands against their budgets (docs/benchmarks/overhead.md).
 
 - **ui**: a fresh folder whose outputs/mlflow.db is a store with one finished run (as after a first training).
   `pgcli ui --port <free port>` is spawned and the clock runs until the first HTTP 200 from its ``/health``, polled
   every 50 ms by this script (not pgcli's own "ready" line); then pgcli is stopped with SIGTERM.
 - **train**: the default `pgcli train` (PPO on CartPole, embedded SQLite store, a fresh folder) with a tiny budget,
   run through a wrapper that stamps the time of the first ``SyncVectorEnv.step``; the clock runs from the spawn.
+- **light commands**: commands that read a store or refuse their arguments, each timed from spawn to exit in a folder
+  whose outputs/mlflow.db holds one finished run, its CPU seconds against a budget (:data:`BUDGETS_S`; the wall time
+  is recorded beside them, and grows with the machine's load): they must answer before any
+  heavy import (torch, MLflow's server-side store) they do not need. ``--check`` exits 1 when one is over budget.
 - **What dominates**: each Python process on the way is timed on its own (wall time of a process that only imports
   what that process imports), and the train command once more under ``python -X importtime`` for the cumulative
   import time of each top-level package.
 
     .venv/bin/python benchmarks/startup.py                  # 3 repeats of each
     .venv/bin/python benchmarks/startup.py --repeats 1 --nice -5
+    .venv/bin/python benchmarks/startup.py --light-only --check     # the budgets alone; exit 1 when one is over
     <other venv>/bin/python benchmarks/startup.py --out /tmp/startup_other.json   # the same pgcli, another venv
 
 Writes benchmarks/results/startup.json. Timings move with machine load: the load average is recorded with them.
@@ -23,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -72,6 +78,26 @@ TRAIN_PHASES = {
     "import gymnasium + make CartPole-v1": "import gymnasium; gymnasium.make('CartPole-v1')",
 }
 
+LIGHT_COMMANDS: dict[str, list[str]] = {
+    "pgcli --help": ["--help"],
+    "pgcli runs": ["runs"],
+    "pgcli runs --experiment <missing> (refused)": ["runs", "--experiment", "nope"],
+    "pgcli export <run> --out <non-empty dir> (refused)": ["export", "RUN_ID", "--out", "full"],
+    "pgcli train <bad value> (refused)": ["train", "algo.n_steps=-1"],
+    "pgcli compare --experiment cartpole": ["compare", "--experiment", "cartpole"],
+}
+"""Each light command's arguments (RUN_ID: the store's run), run in the folder that holds the store."""
+BUDGETS_S = {
+    "pgcli --help": 1.0,
+    "pgcli runs": 3.0,
+    "pgcli runs --experiment <missing> (refused)": 3.0,
+    "pgcli export <run> --out <non-empty dir> (refused)": 3.0,
+    "pgcli train <bad value> (refused)": 3.0,
+    "pgcli compare --experiment cartpole": 5.0,
+}
+"""CPU seconds (user + system) from spawn to exit, about the wall time on an idle machine (issue 34, item 10); compare
+draws its plot (matplotlib)."""
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -79,8 +105,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_store(folder: Path) -> None:
-    """outputs/mlflow.db with one finished run, written by pgcli's own tracking code."""
+def make_store(folder: Path) -> str:
+    """outputs/mlflow.db with one finished run, written by pgcli's own tracking code; its run id."""
     sys.path.insert(0, str(ROOT))
     from pgcli.tracking.store import RunStore
 
@@ -90,6 +116,7 @@ def make_store(folder: Path) -> None:
     run = runs.create_run("cartpole", run_name="ppo-cartpole-s0", tags={}, artifact_root=store_dir.as_uri())
     runs.log_metrics(run.run_id, {"eval/return_mean": 10.0}, step=0)
     runs.end(run.run_id, "FINISHED")
+    return run.run_id
 
 
 def time_ui(store_template: Path, preexec: object) -> float:
@@ -134,6 +161,37 @@ def time_train(store_db: Path, preexec: object, importtime: bool = False) -> tup
         return float(stamp.split()[1]) - start, proc.stderr
 
 
+def time_light(template: Path, run_id: str, argv: list[str], preexec: object) -> tuple[float, float]:
+    """Seconds from spawn to exit of ``pgcli <argv>`` in a copy of the folder with one run, and the CPU seconds (user +
+    system) the process used."""
+    with tempfile.TemporaryDirectory(prefix="pgcli-bench-light-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(template / "outputs", work / "outputs")
+        (work / "full").mkdir()
+        (work / "full" / "keep.txt").write_text("not empty\n")
+        args = [run_id if a == "RUN_ID" else a for a in argv]
+        cpu, start = cpu_of_children(), time.perf_counter()
+        subprocess.run([PGCLI, *args], cwd=work, capture_output=True, preexec_fn=preexec)  # type: ignore[arg-type]
+        return time.perf_counter() - start, cpu_of_children() - cpu
+
+
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def light_commands(template: Path, run_id: str, repeats: int, preexec: object) -> dict[str, dict[str, object]]:
+    """Median wall and CPU seconds of each light command, the CPU seconds against its budget (on a busy machine the
+    wall time grows with the load; on an idle one it is about the CPU time)."""
+    out: dict[str, dict[str, object]] = {}
+    for name, argv in LIGHT_COMMANDS.items():
+        times = [time_light(template, run_id, argv, preexec) for _ in range(repeats)]
+        cpu = median([c for _, c in times])
+        out[name] = {"wall": median([w for w, _ in times]), "cpu": cpu, "budget": BUDGETS_S[name]}
+        out[name]["ok"] = cpu <= BUDGETS_S[name]
+    return out
+
+
 def time_process(code: str, preexec: object) -> float:
     start = time.perf_counter()
     subprocess.run([PY, "-c", code], check=True, capture_output=True, cwd=tempfile.gettempdir(), preexec_fn=preexec)  # type: ignore[arg-type]
@@ -158,11 +216,34 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
 
-def main() -> None:
+def heavy_results(template: Path, repeats: int, preexec: object) -> dict[str, object]:
+    """`pgcli ui` to its first answer, `pgcli train` to its first env step, and the processes on their way."""
+    store_db = template / "outputs" / "mlflow.db"
+    ui = [time_ui(template / "outputs", preexec) for _ in range(repeats)]
+    train = [time_train(store_db, preexec)[0] for _ in range(repeats)]
+    _, log = time_train(store_db, preexec, importtime=True)
+    ui_phases = {
+        name: median([time_process(code, preexec) for _ in range(repeats)]) for name, code in UI_PHASES.items()
+    }
+    train_phases = {
+        name: median([time_process(code, preexec) for _ in range(repeats)]) for name, code in TRAIN_PHASES.items()
+    }
+    return {
+        "ui_first_answer_s": {"median": median(ui), "runs": [round(t, 2) for t in ui]},
+        "train_first_env_step_s": {"median": median(train), "runs": [round(t, 2) for t in train]},
+        "ui_processes_alone_s": ui_phases,
+        "train_steps_alone_s": train_phases,
+        "train_import_cumulative_s": {k: round(v, 2) for k, v in top_imports(log).items()},
+    }
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nice", type=int, default=0, help="niceness of the timed processes (negative needs root)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
+    parser.add_argument("--light-only", action="store_true", help="only the light commands and their budgets")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a light command is over its budget")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/startup.json (startup_light.json)")
     ns = parser.parse_args()
 
     def preexec() -> None:
@@ -171,27 +252,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pgcli-bench-") as tmp:
         template = Path(tmp) / "with_run"
-        make_store(template)
-        store_db = template / "outputs" / "mlflow.db"
+        run_id = make_store(template)
         load_before = os.getloadavg()
-        ui = [time_ui(template / "outputs", preexec) for _ in range(ns.repeats)]
-        train = [time_train(store_db, preexec)[0] for _ in range(ns.repeats)]
-        _, log = time_train(store_db, preexec, importtime=True)
-        ui_phases = {
-            name: median([time_process(code, preexec) for _ in range(ns.repeats)]) for name, code in UI_PHASES.items()
-        }
-        train_phases = {
-            name: median([time_process(code, preexec) for _ in range(ns.repeats)])
-            for name, code in TRAIN_PHASES.items()
-        }
+        result = {} if ns.light_only else heavy_results(template, ns.repeats, preexec)
+        result["light_commands_s"] = light_commands(template, run_id, ns.repeats, preexec)
         load_after = os.getloadavg()
 
-    result = {
-        "ui_first_answer_s": {"median": median(ui), "runs": [round(t, 2) for t in ui]},
-        "train_first_env_step_s": {"median": median(train), "runs": [round(t, 2) for t in train]},
-        "ui_processes_alone_s": ui_phases,
-        "train_steps_alone_s": train_phases,
-        "train_import_cumulative_s": {k: round(v, 2) for k, v in top_imports(log).items()},
+    result |= {
         "load_average_1m": [round(load_before[0], 2), round(load_after[0], 2)],
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
@@ -200,11 +267,15 @@ def main() -> None:
         "bytecode_cached": any(Path(PY).parents[1].glob("lib/python3*/site-packages/mlflow/__pycache__/*.pyc")),
         "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
     }
-    out = ns.out
+    out = ns.out or ROOT / "benchmarks" / "results" / ("startup_light.json" if ns.light_only else "startup.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(f"wrote {out}")
+    over = [name for name, r in result["light_commands_s"].items() if not r["ok"]]
+    for name in over:
+        print(f"over budget: {name}", file=sys.stderr)
+    return 1 if ns.check and over else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -125,7 +125,7 @@ class CNNModelConfig:
 
 ENVPOOL_MISSING = (
     "hardware.vec_env=envpool needs the envpool package, which is not installed: pip install envpool "
-    "(Linux x86-64, Python >= 3.11; in pgcli[pixels] there), or use hardware.vec_env=sync"
+    "(Linux x86-64, Python >= 3.11; the pgcli[envpool] extra), or use hardware.vec_env=sync"
 )
 ENVPOOL_KWARGS = ("repeat_action_probability", "full_action_space", "mode", "difficulty")
 """The ALE options of ``env.kwargs`` that EnvPool's Atari games take under the same names."""

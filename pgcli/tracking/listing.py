@@ -15,12 +15,16 @@ IDS_PER_QUERY = 100
 
 def experiment_names(store: RunStore) -> dict[str, str]:
     """Experiment id -> name, for the experiments of ``store`` (the ones :meth:`RunStore.experiment_ids` lists)."""
+    if store.reader is not None:
+        return dict(store.reader.experiments())
     return {str(e.experiment_id): e.name for e in with_retry(store.client.search_experiments)}
 
 
 def last_steps(store: RunStore, records: Sequence[RunRecord]) -> dict[str, int]:
     """Run id -> the run's last logged step: the largest step among its metrics' latest points (MLflow keeps the
     latest point of each metric with its step). Runs that logged no metric are left out."""
+    if store.reader is not None:
+        return store.reader.last_steps([r.run_id for r in records])
     found: dict[str, int] = {}
     for i in range(0, len(records), IDS_PER_QUERY):
         chunk = records[i : i + IDS_PER_QUERY]

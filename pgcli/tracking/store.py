@@ -31,6 +31,7 @@ from pgcli.tracking.client import (
     quiet_mlflow_logs,
     with_retry,
 )
+from pgcli.tracking.sqlite_read import SqliteReader
 from pgcli.tracking.status import RUN_STATUSES
 from pgcli.tracking.uri import (
     SQLITE_PREFIX,
@@ -39,6 +40,9 @@ from pgcli.tracking.uri import (
     sqlite_path,
     sqlite_tables,
 )
+
+NEWEST_FIRST = "attributes.start_time DESC"
+"""MLflow's order of runs without an ``order_by`` too (the run id breaks ties)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,12 @@ class RunStore:
             return MlflowClient(tracking_uri=self.uri)
         except MlflowException as exc:  # e.g. a folder store MLflow 3 no longer opens, an out-of-date schema
             raise PgcliError(f"cannot open the run store {self.uri}: {str(exc).split('. ')[0]}") from None
+
+    @cached_property
+    def reader(self) -> SqliteReader | None:
+        """The standard library's reader of a SQLite store, for the listings that need no MLflow (None for any other
+        store, or one whose schema it does not know): ``pgcli runs`` answers without importing MLflow."""
+        return SqliteReader.open(self.uri)
 
     def create_run(
         self, experiment: str, *, run_name: str, tags: Mapping[str, str], artifact_root: str | None = None
@@ -165,17 +175,26 @@ class RunStore:
     def experiment_ids(self, names: list[str] | None = None) -> list[str]:
         """Ids of the named experiments (all experiments when ``names`` is None); unknown names are skipped."""
         if names is None:
+            if self.reader is not None:
+                return [i for i, _ in self.reader.experiments()]
             return [e.experiment_id for e in with_retry(self.client.search_experiments)]
+        if self.reader is not None:
+            ids = {n: i for i, n in self.reader.experiments()}
+            return [ids[n] for n in names if n in ids]
         found = [with_retry(self.client.get_experiment_by_name, n) for n in names]
         return [e.experiment_id for e in found if e is not None]
 
     def experiment_names(self) -> list[str]:
+        if self.reader is not None:
+            return [n for _, n in self.reader.experiments()]
         return [e.name for e in with_retry(self.client.search_experiments)]
 
     def search(
         self, experiment_ids: list[str], filter_string: str = "", *, order_by: list[str] | None = None
     ) -> list[RunRecord]:
         """Every run matching ``filter_string`` (MLflow search syntax) in the given experiments, all pages."""
+        if self.reader is not None and not filter_string and order_by in (None, [NEWEST_FIRST]):
+            return [RunRecord(**fields) for fields in self.reader.runs_latest_first(experiment_ids)]
         from mlflow.exceptions import MlflowException
 
         out: list[RunRecord] = []
@@ -208,6 +227,8 @@ class RunStore:
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` points of one metric, in step order."""
+        if self.reader is not None:
+            return self.reader.metric_history(run_id, key)
         points = with_retry(self.client.get_metric_history, run_id, key)
         return sorted((int(m.step), float(m.value)) for m in points)
 

@@ -155,7 +155,10 @@ def test_a_run_killed_in_its_final_evaluation_is_resumed_into_its_ending(store: 
     assert again.returncode == 2 and "pass total_steps=<more> to train further" in again.stderr, again.stderr
 
 
-def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: Path, monkeypatch):
+def test_resume_rejects_bad_targets_and_unloadable_checkpoints_and_changes_nothing(
+    store: Store, workdir: Path, monkeypatch
+):
+    """One tracked run of 512 steps: every checkpoint truncated, then none at all, and bad targets and overrides."""
     import shutil
 
     from pgcli.errors import ConfigError
@@ -167,7 +170,6 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
         *CASES["trpo"],
         *COMMON,
         "total_steps=512",
-        "checkpoint_every=0",
         f"tracking.uri={store.uri}",
         f"hydra.run.dir={run_dir}",
     ]
@@ -175,7 +177,24 @@ def test_resume_rejects_bad_targets_and_changes_nothing(store: Store, workdir: P
     assert first.returncode == 0, first.stderr[-3000:]
     (run,) = store.runs("cartpole")
     before = (store.root / "mlflow.db").read_bytes()
-    shutil.rmtree(run_dir / "model")  # as a run that failed before its first checkpoint: nothing to continue from
+
+    # no checkpoint that loads: one line naming the newest, exit 1, the run left as it was
+    for checkpoint in [*(run_dir / "checkpoints").glob("step_*"), run_dir / "model"]:
+        truncate(checkpoint / "model.pt")
+    proc = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    newest = run_dir.resolve() / "checkpoints" / "step_512"
+    assert proc.stderr.strip().splitlines() == [
+        f"pgcli: error: resume: no checkpoint of {run_dir.resolve()} can be loaded; the newest: cannot read checkpoint "
+        f"file {newest}/model.pt: truncated or corrupt (BadZipFile: File is not a zip file)"
+    ]
+    assert (store.root / "mlflow.db").read_bytes() == before
+    (again,) = store.runs("cartpole")
+    assert again.info.status == "FINISHED"
+
+    # as a run that failed before its first checkpoint: nothing to continue from
+    shutil.rmtree(run_dir / "model")
+    shutil.rmtree(run_dir / "checkpoints")
 
     monkeypatch.chdir(workdir)
     lookup = f"tracking.uri={store.uri}"
@@ -274,34 +293,6 @@ def test_the_runs_own_overrides_repeated_change_nothing(run_of_512: Path, workdi
     assert plan.cfg.total_steps == 1024 and plan.cfg.tracking.backend == "off"
     with pytest.raises(ConfigError, match=r"'algo\.n_steps' cannot change when a run continues"):
         plan_resume(str(run_of_512), [*same, "algo.n_steps=32"])  # a value it did not have
-
-
-def test_resume_with_no_good_checkpoint_is_one_line_naming_the_newest(store: Store, workdir: Path):
-    run_dir = workdir / "run"
-    args = [
-        "train",
-        *CASES["trpo"],
-        *COMMON,
-        "total_steps=512",
-        f"tracking.uri={store.uri}",
-        f"hydra.run.dir={run_dir}",
-    ]
-    first = run_pgcli(args, cwd=workdir)
-    assert first.returncode == 0, first.stderr[-3000:]
-    for checkpoint in [*(run_dir / "checkpoints").glob("step_*"), run_dir / "model"]:
-        truncate(checkpoint / "model.pt")
-    before = (store.root / "mlflow.db").read_bytes()
-
-    proc = run_pgcli(["train", f"resume={run_dir}", "total_steps=1024"], cwd=workdir)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    newest = run_dir.resolve() / "checkpoints" / "step_512"
-    assert proc.stderr.strip().splitlines() == [
-        f"pgcli: error: resume: no checkpoint of {run_dir.resolve()} can be loaded; the newest: cannot read checkpoint "
-        f"file {newest}/model.pt: truncated or corrupt (BadZipFile: File is not a zip file)"
-    ]
-    assert (store.root / "mlflow.db").read_bytes() == before
-    (again,) = store.runs("cartpole")
-    assert again.info.status == "FINISHED"
 
 
 def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):

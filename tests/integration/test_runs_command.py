@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 
 from pgcli.tracking.backend import MLflowBackend
 from pgcli.tracking.spool import SPOOL_FILE, Spool
@@ -99,16 +103,46 @@ def test_a_run_that_ended_offline_is_not_stale_and_sync_delivers_its_end(migrate
     assert (run.info.status, run.info.end_time, "error" in run.data.tags) == ("FINISHED", 2_000, False)
 
 
-def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrated_store: Store, workdir: Path):
-    """A real training run and a real `pgcli eval` of it, plus two runs written straight to the store: one killed
-    after a resume raised its budget (its `total_steps` tag; docs/runs.md, "Resume"), one text run (accuracy)."""
-    store, uri = migrated_store, f"tracking.uri={migrated_store.uri}"
+class Trained(NamedTuple):
+    store: Store
+    workdir: Path
+    run_id: str
+    short: str
+    """The run's id as the first `pgcli runs` listed it."""
+    evaluated: subprocess.CompletedProcess[str]
+    resumed: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> Trained:
+    """One real training run, listed by `pgcli runs`, evaluated by `pgcli eval <the 8 digits listed>` and resumed to
+    512 steps by `pgcli train resume=<the 8 digits>`: the two tests below assert on it (each command runs once)."""
+    root = tmp_path_factory.mktemp("runs_command")
+    store, workdir = Store(root / "store"), root / "work"
+    store.root.mkdir()
+    workdir.mkdir()
+    shutil.copyfile(mlflow_schema_db, store.root / "mlflow.db")
+    uri = f"tracking.uri={store.uri}"
     train = run_pgcli(["train", "total_steps=256", "eval.episodes=2", "progress=false", uri], cwd=workdir)
     assert train.returncode == 0, train.stderr[-3000:]
-    (trained,) = store.runs("cartpole")
-    evaluated = run_pgcli(["eval", trained.info.run_id, "--episodes", "2", uri], cwd=workdir)
+    (run,) = store.runs("cartpole")
+    listing = run_pgcli(["runs", uri], cwd=workdir)
+    assert listing.returncode == 0, listing.stderr
+    short = listing.stdout.splitlines()[1].split()[0]
+    evaluated = run_pgcli(["eval", short, "--episodes", "2", uri], cwd=workdir)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    (ev,) = [r for r in store.runs("cartpole") if r.info.run_id != trained.info.run_id]
+    resumed = run_pgcli(["train", f"resume={short}", "total_steps=512", uri], cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return Trained(store, workdir, run.info.run_id, short, evaluated, resumed)
+
+
+def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(trained: Trained):
+    """A real training run (resumed to 512 steps) and a real `pgcli eval` of it, plus two runs written straight to the
+    store: one killed after a resume raised its budget (its `total_steps` tag; docs/runs.md, "Resume"), one text run
+    (accuracy)."""
+    store, workdir, uri = trained.store, trained.workdir, f"tracking.uri={trained.store.uri}"
+    (train,) = [r for r in store.runs("cartpole") if r.info.run_id == trained.run_id]
+    (ev,) = [r for r in store.runs("cartpole") if r.info.run_name.startswith("eval-")]
 
     runs = RunStore(store.uri)
     resumed = runs.create_run(
@@ -132,12 +166,12 @@ def test_runs_lists_what_each_run_trained_and_scored_and_eval_runs_apart(migrate
     assert lines[0].split() == header
     split = lines.index("")  # the training runs, a blank line, then the eval runs
     rows = {line.split()[0]: line.split() for line in lines[1:split]}
-    assert set(rows) == {trained.info.run_id[:8], resumed.run_id[:8], text.run_id[:8]}  # no eval run among them
+    assert set(rows) == {train.info.run_id[:8], resumed.run_id[:8], text.run_id[:8]}  # no eval run among them
 
-    final = trained.data.metrics["eval/return_mean"]
-    row = rows[trained.info.run_id[:8]]
-    assert row[1:6] == ["FINISHED", "cartpole", "ppo", "CartPole-v1", "256"]
-    assert re.fullmatch(r"\d+s", row[6]) and row[7] == f"{final:.1f}" and row[-1] == "ppo-cartpole-s0"
+    final = train.data.metrics["eval/return_mean"]
+    row = rows[train.info.run_id[:8]]
+    assert row[1:6] == ["FINISHED", "cartpole", "ppo", "CartPole-v1", "512"]
+    assert re.fullmatch(r"(\d+m)?\d+s", row[6]) and row[7] == f"{final:.1f}" and row[-1] == "ppo-cartpole-s0"
     row = rows[resumed.run_id[:8]]
     assert row[1:8] == ["KILLED", "cartpole", "trpo", "CartPole-v1", "1k/3k", "0s", "31.5"]  # 1000 of its new 3000
     assert row[-1].startswith("trpo-resume") and "…" in row[-1]  # a long name is cut to fit, in its middle
@@ -190,26 +224,13 @@ def test_names_that_share_their_start_stay_apart(migrated_store: Store, workdir:
     assert {cell[-7:] for cell in shown} == {name[-7:] for name in names}  # where they differ: their end
 
 
-def test_an_id_as_pgcli_runs_lists_it_names_the_run_for_eval_and_resume(migrated_store: Store, workdir: Path):
+def test_an_id_as_pgcli_runs_lists_it_names_the_run_for_eval_and_resume(trained: Trained):
     """`pgcli runs` shows the first 8 hex digits of a run id; every command that takes a run takes them (docs/runs.md,
     "Run ids"), and what it writes names the whole id."""
-    store, uri = migrated_store, f"tracking.uri={migrated_store.uri}"
-    train = run_pgcli(["train", "total_steps=256", "eval.episodes=2", "progress=false", uri], cwd=workdir)
-    assert train.returncode == 0, train.stderr[-3000:]
-    (trained,) = store.runs("cartpole")
-    run_id = trained.info.run_id
-    listing = run_pgcli(["runs", uri], cwd=workdir)
-    assert listing.returncode == 0, listing.stderr
-    short = listing.stdout.splitlines()[1].split()[0]
-    assert short == run_id[:8]
-
-    evaluated = run_pgcli(["eval", short, "--episodes", "2", uri], cwd=workdir)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    (ev,) = [r for r in store.runs("cartpole") if r.info.run_id != run_id]
+    store, run_id = trained.store, trained.run_id
+    assert trained.short == run_id[:8]
+    (ev,) = [r for r in store.runs("cartpole") if r.info.run_name.startswith("eval-")]  # the other test adds runs
     assert ev.data.tags["source_run_id"] == run_id and ev.data.tags["mlflow.parentRunId"] == run_id
-
-    resumed = run_pgcli(["train", f"resume={short}", "total_steps=512", uri], cwd=workdir)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"pgcli: resuming {run_id} from " in resumed.stderr
+    assert f"pgcli: resuming {run_id} from " in trained.resumed.stderr
     run = store.client().get_run(run_id)
     assert (run.info.status, run.data.tags["total_steps"]) == ("FINISHED", "512")
