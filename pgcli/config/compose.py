@@ -250,10 +250,13 @@ def describe_config_error(exc: BaseException) -> str:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, ValidationError
 
-    cause = exc.__cause__ or exc.__context__ or exc
-    # a key set by a config file (a preset for another algorithm), not on the command line: name the file
+    cause = exc.__cause__ or exc
+    # a key set by a config file (a preset for another algorithm), not on the command line: name the file (Hydra
+    # raises that error while handling OmegaConf's, which is its context, not its cause)
     source = str(exc).split("'", 2)[1] if str(exc).startswith("In '") else ""
     by = f", set by {source}" if source else ""
+    if source and exc.__cause__ is None and exc.__context__ is not None:
+        cause = exc.__context__
     if isinstance(exc, MissingConfigException) or isinstance(cause, MissingConfigException):
         text = str(exc)
         missing = text.split("Could not find '", 1)[-1].split("'", 1)[0] if "Could not find '" in text else ""
