@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pgcli.ops.aggregate import BatchTotals
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a collective runs: `pgcli train --cfg job` and the launcher import none
     import torch
     from torch import Tensor, nn
+
+    from pgcli.ops.aggregate import BatchTotals
 
 LAUNCH_ENV = "TORCHELASTIC_RUN_ID"
 """Set by torch.distributed's launcher in each worker it starts (``torchrun`` and :func:`launch` alike)."""
@@ -137,6 +137,8 @@ def global_totals(totals: BatchTotals) -> BatchTotals:
         return totals
     import torch
     import torch.distributed as dist
+
+    from pgcli.ops.aggregate import BatchTotals
 
     sizes = torch.tensor([totals.n_rows, totals.n_real], dtype=torch.float64)
     dist.all_reduce(sizes)
