@@ -90,6 +90,13 @@ def run_pgcli(args: list[str], *, cwd: Path, timeout: float = 300, **env: str) -
     )
 
 
+def start_pgcli(args: list[str], *, cwd: Path, stderr: Path, **env: str) -> subprocess.Popen[bytes]:
+    """Start the real `pgcli` console script in ``cwd`` without waiting, its stderr written to the file ``stderr``."""
+    exe = Path(sys.executable).parent / "pgcli"
+    with stderr.open("w") as err:
+        return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(**env))
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     """An empty directory to run pgcli in (its outputs/ land here)."""

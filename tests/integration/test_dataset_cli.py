@@ -6,8 +6,6 @@ then resume reading the same rows; a sweep and ``pgcli compare``; each bad input
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,7 +13,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from pgcli.cli import main
-from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.conftest import Store, run_pgcli, start_pgcli, wait_until
 from tests.integration.conftest import LM_SMALL, SFTRun
 
 pytest.importorskip("datasets")
@@ -220,12 +218,6 @@ def test_from_an_sft_run_on_a_learned_reward(lm_sft_run: SFTRun, tmp_path: Path)
     assert agent["vocab"] == "0123456789+="  # the SFT model's characters in its order, not the rows' sorted ones
 
 
-def start_pgcli(args: list[str], cwd: Path, stderr: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(**env))
-
-
 def test_kill_then_resume_reads_the_rows_a_straight_run_reads(data_dir: Path, tmp_path: Path, migrated_store: Store):
     store, workdir = migrated_store, tmp_path / "work"
     workdir.mkdir()
@@ -238,7 +230,7 @@ def test_kill_then_resume_reads_the_rows_a_straight_run_reads(data_dir: Path, tm
 
     run_dir = workdir / "killed"
     args = grpo_args(data_dir, store, *common, "run_name=killed", f"hydra.run.dir={run_dir}")
-    proc_k = start_pgcli(args, workdir, workdir / "first.txt", pgcli_env(data_dir, killed_log))
+    proc_k = start_pgcli(args, cwd=workdir, stderr=workdir / "first.txt", **pgcli_env(data_dir, killed_log))
     try:
         found = lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # noqa: E731
         wait_until(found, "a checkpoint", timeout=240, proc=proc_k, stderr=workdir / "first.txt", interval=0.05)

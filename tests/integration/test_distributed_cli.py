@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.conftest import Store, cli_env, run_pgcli, start_pgcli, wait_until
 from tests.integration.conftest import LM_SMALL
 
 SFT = ["sft", "env=addition", "algo.batch_size=16", "algo.warmup_steps=0", *LM_SMALL]
@@ -111,9 +111,7 @@ def rank_pid(launcher: int, rank: int) -> int | None:
 def test_killing_rank_1_ends_the_run_in_bounded_time_not_running(migrated_store: Store, workdir: Path):
     args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=100000", "eval.every=0", "hardware.processes=2"]
     stderr = workdir / "stderr.txt"
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)
     try:
         wait_until(
             lambda: "pgcli: sft on addition" in stderr.read_text(), "training", timeout=180, proc=proc, stderr=stderr
@@ -135,9 +133,7 @@ def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated
     run_dir, stderr = workdir / "run", workdir / "first.txt"
     args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=4096", "checkpoint_every=64", "eval.every=0"]
     args += ["hardware.processes=2", "tracking.flush_every_s=0.1", f"hydra.run.dir={run_dir}"]
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)
     try:
         found = lambda: list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # noqa: E731
         wait_until(found, "a checkpoint", timeout=180, proc=proc, stderr=stderr, interval=0.05)
@@ -154,9 +150,8 @@ def test_kill_9_of_the_whole_job_then_resume_continues_on_two_processes(migrated
     run_id = killed.info.run_id
 
     second = workdir / "second.txt"
-    with second.open("w") as err:
-        resume = [str(exe), "train", f"resume={run_id}", f"tracking.uri={migrated_store.uri}"]
-        proc = subprocess.Popen(resume, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    resume = ["train", f"resume={run_id}", f"tracking.uri={migrated_store.uri}"]
+    proc = start_pgcli(resume, cwd=workdir, stderr=second)
     try:  # the run trained on 2 processes resumes on 2: the launcher starts a rank 1
         wait_until(lambda: rank_pid(proc.pid, 1), "rank 1 of the resume", timeout=120, proc=proc, stderr=second)
         assert proc.wait(timeout=300) == 0, second.read_text()[-3000:]
@@ -174,9 +169,7 @@ def test_ctrl_c_stops_both_processes_and_ends_the_run_killed_with_a_checkpoint(m
     run_dir, stderr = workdir / "run", workdir / "stderr.txt"
     args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=100000", "checkpoint_every=100000"]
     args += ["eval.every=0", "hardware.processes=2", f"hydra.run.dir={run_dir}"]
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen([str(exe), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)
     try:
         wait_until(
             lambda: "pgcli: sft on addition" in stderr.read_text(), "training", timeout=180, proc=proc, stderr=stderr

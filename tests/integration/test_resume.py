@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, busy_cores, cli_env, run_pgcli, wait_until
+from tests.conftest import Store, busy_cores, cli_env, run_pgcli, start_pgcli, wait_until
 
 TOTAL_STEPS = 2048
 CHECKPOINT_EVERY = 256
@@ -35,12 +35,6 @@ MANY_PER_STEP = {"rollout/ep_return", "rollout/ep_len"}
 @pytest.fixture
 def store(migrated_store: Store) -> Store:
     return migrated_store
-
-
-def start_pgcli(args: list[str], cwd: Path, stderr: Path) -> subprocess.Popen[bytes]:
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
 
 
 def wait_for_checkpoint(
@@ -66,7 +60,7 @@ def histories(store: Store, run_id: str) -> dict[str, list[tuple[int, float]]]:
 def test_sigkill_then_resume_continues_the_same_run(algo: str, store: Store, workdir: Path):
     run_dir = workdir / "run"
     args = ["train", *CASES[algo], *COMMON, f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"]
-    proc = start_pgcli(args, workdir, workdir / "first.txt")
+    proc = start_pgcli(args, cwd=workdir, stderr=workdir / "first.txt")
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
         proc.kill()  # SIGKILL: no handler runs, the run cannot be ended
@@ -123,7 +117,7 @@ def test_a_run_killed_in_its_final_evaluation_is_resumed_into_its_ending(store: 
     run_dir = workdir / "run"
     budget = ["total_steps=256", "checkpoint_every=256", "eval.every=0", "eval.episodes=1500"]
     args = ["train", *CASES["trpo"], *COMMON, *budget, f"tracking.uri={store.uri}", f"hydra.run.dir={run_dir}"]
-    proc = start_pgcli(args, workdir, workdir / "first.txt")
+    proc = start_pgcli(args, cwd=workdir, stderr=workdir / "first.txt")
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt", after=255)
         proc.kill()  # in the final evaluation: the checkpoint at the budget is on disk, the run not ended
@@ -420,7 +414,7 @@ def test_sigkill_then_resume_without_tracking_keeps_every_point_before_the_check
     straight, killed = workdir / "straight", workdir / "killed"
     done = run_pgcli(["train", *common, f"hydra.run.dir={straight}"], cwd=workdir)
     assert done.returncode == 0, done.stderr[-3000:]
-    proc = start_pgcli(["train", *common, f"hydra.run.dir={killed}"], workdir, workdir / "first.txt")
+    proc = start_pgcli(["train", *common, f"hydra.run.dir={killed}"], cwd=workdir, stderr=workdir / "first.txt")
     try:
         wait_for_checkpoint(killed, proc, workdir / "first.txt", after=CHECKPOINT_EVERY)
         proc.kill()
