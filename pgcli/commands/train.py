@@ -173,11 +173,13 @@ def rank_args(args: list[str]) -> list[str]:
 
     if not distributed.launched():
         return args
+    from pgcli.config.overrides import Overrides
+
     world = distributed.world_size()
-    typed = [a.split("=", 1)[1] for a in task_overrides(args) if a.split("=", 1)[0].lstrip("+") == "hardware.processes"]
-    if typed and typed[-1] != str(world):
-        raise ConfigError(f"hardware.processes={typed[-1]} but the launcher started {world} processes (WORLD_SIZE)")
-    args = args if typed else [*args, f"hardware.processes={world}"]
+    typed = Overrides.parse(task_overrides(args)).value_of("hardware.processes")
+    if typed is not None and typed != str(world):
+        raise ConfigError(f"hardware.processes={typed} but the launcher started {world} processes (WORLD_SIZE)")
+    args = args if typed is not None else [*args, f"hardware.processes={world}"]
     if distributed.is_main():
         return args
     import atexit
