@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, run_pgcli
+from tests.conftest import Store, run_pgcli, start_pgcli
 from tests.integration.test_exact_resume import csv_history
-from tests.integration.test_resume import start_pgcli, wait_for_checkpoint
+from tests.integration.test_resume import wait_for_checkpoint
 
 TINY = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.eval_size=32", "env.n_eval=32",
         "env.eval_samples=4", "algo.batch_size=32", "algo.warmup_steps=64", "algo.learning_rate=3e-3",
@@ -162,7 +162,7 @@ def test_sigkill_then_resume_of_sft_on_rows_reads_the_rows_a_straight_run_reads(
     straight, killed = workdir / "straight", workdir / "killed"
     done = run_pgcli([*common, f"hydra.run.dir={straight}"], cwd=workdir)
     assert done.returncode == 0, done.stderr[-3000:]
-    proc = start_pgcli([*common, f"hydra.run.dir={killed}"], workdir, workdir / "first.txt")
+    proc = start_pgcli([*common, f"hydra.run.dir={killed}"], cwd=workdir, stderr=workdir / "first.txt")
     try:
         wait_for_checkpoint(killed, proc, workdir / "first.txt")
         proc.kill()

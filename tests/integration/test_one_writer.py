@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, run_pgcli, wait_until
-from tests.integration.test_resume import MANY_PER_STEP, histories, start_pgcli, wait_for_checkpoint
+from tests.conftest import Store, run_pgcli, start_pgcli, wait_until
+from tests.integration.test_resume import MANY_PER_STEP, histories, wait_for_checkpoint
 
 SMALL = ["algo=trpo", "algo.n_steps=64", "algo.n_critic_updates=1", "algo.batch_size=64", "env.n_envs=2",
          "eval.every=0", "eval.episodes=2", "progress=false", "tracking.flush_every_s=0.1", "seed=1",
@@ -44,7 +44,7 @@ def test_two_resumes_at_once_one_is_refused_and_one_history_is_written(store: St
     # stopped with SIGTERM, which ends it cleanly
     run_id, run_dir = finished_run(store, workdir)
     args = ["train", f"resume={run_id}", "total_steps=10000000", f"tracking.uri={store.uri}"]
-    procs = [start_pgcli(args, workdir, workdir / f"resume{i}.txt") for i in range(2)]
+    procs = [start_pgcli(args, cwd=workdir, stderr=workdir / f"resume{i}.txt") for i in range(2)]
     try:
         loser = wait_until(
             lambda: [p for p in procs if p.poll() is not None], "one resume to be refused", timeout=120, interval=0.05
@@ -78,7 +78,9 @@ def test_a_resume_while_the_run_trains_is_refused(tracking: str, store: Store, w
     run_dir = workdir / "run"
     where = [f"tracking.uri={store.uri}"] if tracking == "mlflow" else ["tracking=off"]
     proc = start_pgcli(
-        ["train", *SMALL, "total_steps=10000000", *where, f"hydra.run.dir={run_dir}"], workdir, workdir / "first.txt"
+        ["train", *SMALL, "total_steps=10000000", *where, f"hydra.run.dir={run_dir}"],
+        cwd=workdir,
+        stderr=workdir / "first.txt",
     )
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
