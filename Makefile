@@ -43,9 +43,9 @@ install: $(VENV)/.installed-test  ## .venv with pgcli and the extras the tests n
 train: install-base  ## train the default agent (PPO on CartPole, ~1 min); pass overrides with ARGS="algo=trpo seed=1"
 	$(PGCLI) train $(ARGS)
 
-test: install  ## the CI command: the whole default test suite (TEST_WORKERS=1 runs it in one process)
+test: install  ## the CI command: the whole default suite; a test file stays on one worker (TEST_WORKERS=1: one process)
 	$(PY) -m compileall -q pgcli hydra_plugins >/dev/null  # edited modules: compiled once, not in every subprocess
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 # The UI test (tests/integration/test_ui.py) drives Debian's chromium through chromedriver; it is skipped, saying so,
 # where they are missing. CI (.ci/run) installs them first. Needs root (or sudo) and apt.

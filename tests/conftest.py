@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests.forkserver import Forked, ForkServer
 
 T = TypeVar("T")
 
@@ -43,11 +46,19 @@ class Store:
 
 
 @pytest.fixture(autouse=True)
-def _hermetic_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees a tracking URI it did not set: MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``
-    into this process's environment, and pgcli's default store reads it, so an in-process run of one test would
-    otherwise point the next test's default store at its temporary one (and a user's own setting would leak in)."""
+def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees an environment variable another test set, nor a tracking URI it did not set itself.
+
+    pgcli's code run in-process exports variables (MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``,
+    which pgcli's default store reads; the video code ``MUJOCO_GL``; the launcher ``OMP_NUM_THREADS``): without this,
+    an in-process run of one test would point the next test's default store at its temporary one, and change what
+    every later ``pgcli`` command of the worker inherits (a user's own tracking URI would leak in too)."""
+    saved = dict(os.environ)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture
@@ -82,19 +93,73 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_pgcli(args: list[str], *, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the real `pgcli` console script (from this venv) in ``cwd``."""
-    exe = Path(sys.executable).parent / "pgcli"
-    return subprocess.run(
-        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=cli_env(**env)
-    )
+def run_pgcli(
+    args: list[str], *, cwd: Path, timeout: float = 300, fork: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``pgcli <args>`` in ``cwd`` in a process of its own, and wait for it.
+
+    The process is forked from a server that has torch, MLflow, SB3 and Hydra imported already (tests/forkserver.py:
+    what that covers and what it does not); ``fork=False``, an environment that changes what those libraries read at
+    import, or ``PGCLI_TEST_EXEC=1`` run the console script itself.
+    """
+    full = cli_env(**env)
+    argv = [str(Path(sys.executable).parent / "pgcli"), *args]
+    server = _forkserver(fork)
+    if server is None or not _forkable(server, full):
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
+    return server.run(argv, cwd=cwd, env=full, timeout=timeout)
 
 
-def start_pgcli(args: list[str], *, cwd: Path, stderr: Path, **env: str) -> subprocess.Popen[bytes]:
-    """Start the real `pgcli` console script in ``cwd`` without waiting, its stderr written to the file ``stderr``."""
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(**env))
+_SERVER: list[ForkServer] = []
+
+
+def _forkable(server: ForkServer, env: dict[str, str]) -> bool:
+    """Whether the server may fork a command with ``env``; a warning (in pytest's summary) names what stops it."""
+    stopping = server.stopping(env)
+    if stopping:
+        warnings.warn(
+            f"pgcli ran through the console script, not forked: the environment changes {stopping}", stacklevel=3
+        )
+    return not stopping
+
+
+def _forkserver(fork: bool) -> ForkServer | None:
+    """This pytest process's fork server, or None when commands run the console script.
+
+    Started on first use, and again when this process's own environment changed a variable the server's libraries
+    read at import (an in-process test or fixture set it): a command inherits this process's environment, as the
+    console script would.
+    """
+    if not fork or os.environ.get("PGCLI_TEST_EXEC") == "1":
+        return None
+    base = cli_env()
+    if _SERVER and _SERVER[0].stopping(base):
+        _SERVER.pop().close()
+    if not _SERVER:
+        _SERVER.append(ForkServer(base, cwd=REPO))
+    return _SERVER[0]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_forkserver() -> Iterator[None]:
+    yield
+    if _SERVER:
+        _SERVER.pop().close()
+
+
+def start_pgcli(
+    args: list[str], *, cwd: Path, stderr: Path, fork: bool = True, **env: str
+) -> subprocess.Popen[bytes] | Forked:
+    """Start ``pgcli <args>`` in ``cwd`` without waiting, its stderr written to the file ``stderr``: forked as
+    :func:`run_pgcli` does (the returned process has Popen's ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``
+    and ``returncode``), or the console script itself."""
+    full = cli_env(**env)
+    argv = [str(Path(sys.executable).parent / "pgcli"), *args]
+    server = _forkserver(fork)
+    if server is None or not _forkable(server, full):
+        with stderr.open("w") as err:
+            return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=full)
+    return server.start(argv, cwd=cwd, env=full, stdout=Path(os.devnull), stderr=stderr)
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@
 The passes (:data:`REWRITES`, then :data:`CHECKS`), in order:
 
 1. ``init=<run>`` carry-over: the init run's task settings and model sizes the command line leaves out
-   (:func:`init_overrides`, with its ``pgcli: note:`` line); likewise the task settings ``pgcli export`` recorded in
-   the directory ``model.path`` names (:func:`export_overrides`);
+   (:func:`init_overrides`, with its ``pgcli: note:`` line); then, likewise, the task settings ``pgcli export``
+   recorded in the directory ``model.path`` names (:func:`export_overrides`);
 2. the group choices a text task or an image env implies (``env=addition`` adds ``model=tiny_gpt algo=grpo``);
    then an algo key typed under its old name renamed in place (``algo=trpo algo.cg_iters=5`` trains with
    ``algo.cg_max_steps=5``, :func:`pgcli.config.renames.renamed_overrides`, with its ``pgcli: note:`` line);
@@ -77,6 +77,9 @@ class JobDraft:
 
 def carry_init(job: JobDraft) -> None:
     job.add(init_overrides(job.overrides))
+
+
+def carry_export(job: JobDraft) -> None:
     job.add(export_overrides(job.overrides))
 
 
@@ -141,7 +144,7 @@ def announce(job: JobDraft) -> None:
             print(note, file=sys.stderr, flush=True)
 
 
-REWRITES: tuple[Callable[[JobDraft], None], ...] = (carry_init, imply_groups, rename_old_keys)
+REWRITES: tuple[Callable[[JobDraft], None], ...] = (carry_init, carry_export, imply_groups, rename_old_keys)
 """The passes that add the overrides a command line implies and rename the old keys it types."""
 CHECKS: tuple[Callable[[JobDraft], None], ...] = (
     drop_stale_preset,

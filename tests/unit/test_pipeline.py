@@ -91,6 +91,7 @@ def test_a_bad_value_stops_both_ways_with_the_same_line(tmp_path, monkeypatch):
 def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypatch):
     assert [p.__name__ for p in (*REWRITES, *CHECKS)] == [
         "carry_init",
+        "carry_export",
         "imply_groups",
         "rename_old_keys",
         "drop_stale_preset",
