@@ -60,17 +60,24 @@ class UI:
     proc: subprocess.Popen[str]
     lines: queue.Queue[tuple[str, str]] = field(default_factory=queue.Queue)
     seen: list[str] = field(default_factory=list)
+    stream: dict[str, list[str]] = field(default_factory=lambda: {"out": [], "err": []})
 
     def wait_for(self, fragment: str, timeout_s: float = READY_TIMEOUT_S) -> str:
-        """The first line (stdout or stderr) containing ``fragment``; fails if pgcli exits or time runs out."""
+        """The first line (stdout or stderr) containing ``fragment``, already seen or to come; fails if pgcli exits or
+        time runs out. (Two threads read the two pipes: which of a stdout and a stderr line is seen first is not what
+        pgcli printed first.)"""
+        for line in self.seen:
+            if fragment in line:
+                return line
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                _, line = self.lines.get(timeout=1)
+                name, line = self.lines.get(timeout=1)
             except queue.Empty:
                 assert self.proc.poll() is None, f"pgcli ui exited {self.proc.returncode}: {self.seen}"
                 continue
             self.seen.append(line)
+            self.stream[name].append(line)
             if fragment in line:
                 return line
         raise AssertionError(f"no line with {fragment!r} within {timeout_s} s: {self.seen}")
@@ -80,10 +87,11 @@ class UI:
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             try:
-                _, line = self.lines.get(timeout=left)
+                name, line = self.lines.get(timeout=left)
             except queue.Empty:
                 return
             self.seen.append(line)
+            self.stream[name].append(line)
             assert '"GET ' not in line and '"POST ' not in line, self.seen
 
     def url(self, label: str) -> str:
@@ -152,9 +160,9 @@ def test_ui_runs_mlflow_not_the_folder_says_ready_and_stops_with_its_server(ui: 
         f"/runs?workflowType=machine_learning&compareRunsMode=CHART&searchFilter=tags.mlflow.parentRunId%20%3D%20%27"
         f"{parent.info.run_id}%27&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
     )
-    # the URLs follow the ready line with nothing between them, and requests to the server log nothing after them
-    ready = next(i for i, line in enumerate(ui.seen) if "MLflow UI ready after" in line)
-    assert [line.split(":")[0].strip() for line in ui.seen[ready + 1 :]] == [
+    # stdout holds the three URLs and nothing else (the ready line is on stderr), and requests to the server log
+    # nothing after them
+    assert [line.split(":")[0].strip() for line in ui.stream["out"]] == [
         "experiments",
         "latest experiment 'cartpole'",
         "charts of its latest sweep 'sweep-test'",
