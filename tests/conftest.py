@@ -102,10 +102,8 @@ def run_pgcli(
     what that covers and what it does not); ``fork=False``, an environment that changes what those libraries read at
     import, or ``PGCLI_TEST_EXEC=1`` run the console script itself.
     """
-    full = cli_env(**env)
-    argv = [str(Path(sys.executable).parent / "pgcli"), *args]
-    server = _forkserver(fork)
-    if server is None or not _forkable(server, full):
+    argv, full, server = _launch(args, fork, env)
+    if server is None:
         return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
     return server.run(argv, cwd=cwd, env=full, timeout=timeout)
 
@@ -113,14 +111,17 @@ def run_pgcli(
 _SERVER: list[ForkServer] = []
 
 
-def _forkable(server: ForkServer, env: dict[str, str]) -> bool:
-    """Whether the server may fork a command with ``env``; a warning (in pytest's summary) names what stops it."""
-    stopping = server.stopping(env)
+def _launch(args: list[str], fork: bool, env: dict[str, str]) -> tuple[list[str], dict[str, str], ForkServer | None]:
+    """The console script's argv, the command's environment, and the server that forks it (None: run the console
+    script; a warning in pytest's summary names the variables that stopped a fork)."""
+    full = cli_env(**env)
+    server = _forkserver(fork)
+    stopping = [] if server is None else server.stopping(full)
     if stopping:
         warnings.warn(
             f"pgcli ran through the console script, not forked: the environment changes {stopping}", stacklevel=3
         )
-    return not stopping
+    return [str(Path(sys.executable).parent / "pgcli"), *args], full, None if stopping else server
 
 
 def _forkserver(fork: bool) -> ForkServer | None:
@@ -153,10 +154,8 @@ def start_pgcli(
     """Start ``pgcli <args>`` in ``cwd`` without waiting, its stderr written to the file ``stderr``: forked as
     :func:`run_pgcli` does (the returned process has Popen's ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``
     and ``returncode``), or the console script itself."""
-    full = cli_env(**env)
-    argv = [str(Path(sys.executable).parent / "pgcli"), *args]
-    server = _forkserver(fork)
-    if server is None or not _forkable(server, full):
+    argv, full, server = _launch(args, fork, env)
+    if server is None:
         with stderr.open("w") as err:
             return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=full)
     return server.start(argv, cwd=cwd, env=full, stdout=Path(os.devnull), stderr=stderr)

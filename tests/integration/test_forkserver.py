@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _forkserver, run_pgcli, start_pgcli, wait_until
+from tests.conftest import run_pgcli, start_pgcli, wait_until
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("PGCLI_TEST_EXEC") == "1", reason="PGCLI_TEST_EXEC=1: every command runs the console script"
+)
 
 COMMANDS = [
     ["--version"],
@@ -30,8 +34,6 @@ def test_a_forked_command_exits_and_prints_as_the_console_script(args: list[str]
 
 def test_a_forked_command_is_the_servers_child_not_the_tests(workdir: Path):
     """The command really ran forked (so the comparisons above compare two paths), in its own session."""
-    server = _forkserver(True)
-    assert server is not None
     proc = start_pgcli(["train", "tracking=off", "total_steps=100000000"], cwd=workdir, stderr=workdir / "err.txt")
     try:
         wait_until(lambda: "it/s" in (workdir / "err.txt").read_text() or "step/s" in (workdir / "err.txt").read_text(),

@@ -160,8 +160,10 @@ def test_ui_runs_mlflow_not_the_folder_says_ready_and_stops_with_its_server(ui: 
         f"/runs?workflowType=machine_learning&compareRunsMode=CHART&searchFilter=tags.mlflow.parentRunId%20%3D%20%27"
         f"{parent.info.run_id}%27&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
     )
-    # stdout holds the three URLs and nothing else (the ready line is on stderr), and requests to the server log
-    # nothing after them
+    # the ready line is the last on stderr and stdout holds the three URLs and nothing else (which pipe's lines the
+    # reader threads saw first is not what pgcli printed first), and requests to the server log nothing after them
+    ready = next(i for i, line in enumerate(ui.stream["err"]) if "MLflow UI ready after" in line)
+    assert ui.stream["err"][ready + 1 :] == [], ui.seen
     assert [line.split(":")[0].strip() for line in ui.stream["out"]] == [
         "experiments",
         "latest experiment 'cartpole'",
