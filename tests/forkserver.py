@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from contextlib import suppress
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -41,11 +42,14 @@ from typing import BinaryIO
 PRELOAD = (
     "numpy",
     "torch",
+    "torch._dynamo",  # the first optimizer imports it (with sympy): 3-5 s of every training command
     "pandas",
     "sqlalchemy",
     "alembic",
     "mlflow",
     "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.pyfunc",
     "hydra",
     "omegaconf",
     "gymnasium",
@@ -256,6 +260,8 @@ def _command(request: dict) -> None:
     """Become the command: its own session (a timeout kills the whole group), directory, environment, streams, argv."""
     gc.enable()
     os.setsid()
+    # Ctrl-C raises KeyboardInterrupt, as in a terminal, even when pytest runs as a background job (SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     served = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ.clear()
@@ -270,6 +276,12 @@ def _command(request: dict) -> None:
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     rest = [p for p in sys.path[1:] if p not in served]
     sys.path[:] = [os.path.dirname(request["exe"]), *own, *rest]  # the console script's (the server's [0]: the repo)
+    # __main__ is the console script, as multiprocessing's spawn start method reads it: a worker process runs that
+    # file (its `if __name__ == "__main__"` guard keeps it from training again), not this server's module
+    main_module = types.ModuleType("__main__")
+    main_module.__file__ = request["exe"]
+    main_module.__spec__ = None
+    sys.modules["__main__"] = main_module
     from pgcli.cli import main
 
     sys.exit(main())  # SystemExit unwinds to the interpreter's own exit: atexit handlers and flushes run

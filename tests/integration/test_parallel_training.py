@@ -13,7 +13,6 @@ import csv
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 
 from pgcli.training.build import RunContext, train
 from pgcli.training.checks import train_config
-from tests.conftest import Store, busy_cores, cli_env
+from tests.conftest import Store, busy_cores, run_pgcli, start_pgcli
 
 # the Hopper preset (2 envs x 1024 steps, normalised) cut to 3 updates with an evaluation after each
 TINY = ["algo=trpo", "env=hopper", "total_steps=6144", "eval.every=2048", "eval.episodes=2", "algo.n_critic_updates=2",
@@ -86,7 +85,6 @@ def spawned_children(pid: int) -> list[int]:
 def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, migrated_store: Store, workdir: Path):
     stderr = workdir / "stderr.txt"
     args = [
-        str(Path(sys.executable).parent / "pgcli"),
         "train",
         "algo=trpo",
         "env=hopper",
@@ -100,20 +98,19 @@ def test_a_killed_env_worker_ends_the_run_failed_with_one_line(vec_env: str, mig
         f"tracking.uri={migrated_store.uri}",
         f"hydra.run.dir={workdir / 'run'}",
     ]
-    with stderr.open("w") as err:
-        proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
-        try:
-            deadline = time.monotonic() + 180
-            while "sps=" not in stderr.read_text():  # the first update is done: the run exists and is training
-                assert proc.poll() is None, stderr.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no training update within 180 s"
-                time.sleep(0.1)  # polling interval
-            (worker,) = spawned_children(proc.pid)  # the env worker (evaluation is off)
-            subprocess.run(["kill", "-KILL", str(worker)], check=True)
-            returncode = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 180
+        while "sps=" not in stderr.read_text():  # the first update is done: the run exists and is training
+            assert proc.poll() is None, stderr.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no training update within 180 s"
+            time.sleep(0.1)  # polling interval
+        (worker,) = spawned_children(proc.pid)  # the env worker (evaluation is off)
+        subprocess.run(["kill", "-KILL", str(worker)], check=True)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
     text = stderr.read_text()
     assert returncode == 1, text[-3000:]
     (line,) = [ln for ln in text.splitlines() if ln.startswith("pgcli: error:")]
@@ -128,10 +125,7 @@ def test_a_run_on_a_busy_machine_falls_back_to_one_process_and_says_so(workdir: 
     # shares a core, so the run steps in one process (the same results) and says why
     with busy_cores():
         args = [a for a in TINY if not a.startswith("total_steps=")] + ["total_steps=2048"]
-        exe = str(Path(sys.executable).parent / "pgcli")
-        proc = subprocess.run(
-            [exe, "train", *args], cwd=workdir, capture_output=True, text=True, env=cli_env(), timeout=300
-        )
+        proc = run_pgcli(["train", *args], cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgcli: note: no free core (another process is running): this run steps in one process" in proc.stderr
 
@@ -146,15 +140,7 @@ def test_a_run_whose_env_worker_shares_a_busy_core_logs_the_wait_and_says_so(wor
             "hardware.vec_env=shm",
             "hardware.busy_fallback=false",
         ]
-        exe = str(Path(sys.executable).parent / "pgcli")
-        proc = subprocess.run(
-            [exe, "train", *args, f"hydra.run.dir={workdir / 'run'}"],
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            env=cli_env(),
-            timeout=300,
-        )
+        proc = run_pgcli(["train", *args, f"hydra.run.dir={workdir / 'run'}"], cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with (workdir / "run" / "metrics.csv").open() as f:
         waits = [float(r["value"]) for r in csv.DictReader(f) if r["key"] == "time/env_wait_frac"]

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, busy_cores, cli_env, run_pgcli, start_pgcli, wait_until
+from tests.conftest import Store, busy_cores, run_pgcli, start_pgcli, wait_until
 
 TOTAL_STEPS = 2048
 CHECKPOINT_EVERY = 256
@@ -297,16 +296,7 @@ def test_ctrl_c_then_resume_without_tracking_keeps_one_history(workdir: Path):
 
     run_dir = workdir / "run"
     args = ["train", *CASES["trpo"], *COMMON, "tracking=off", f"hydra.run.dir={run_dir}"]
-    exe = Path(sys.executable).parent / "pgcli"
-    with (workdir / "first.txt").open("w") as err:
-        proc = subprocess.Popen(
-            [str(exe), *args],
-            cwd=workdir,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=cli_env(),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    proc = start_pgcli(args, cwd=workdir, stderr=workdir / "first.txt")
     try:
         wait_for_checkpoint(run_dir, proc, workdir / "first.txt")
         proc.send_signal(signal.SIGINT)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Store, cli_env, run_pgcli, wait_until
+from tests.conftest import REPO, Store, run_pgcli, start_pgcli, wait_until
 
 
 @pytest.fixture
@@ -37,9 +36,8 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
 
     from pgcli.training.resume import plan_resume
 
-    stdout, stderr, run_dir = workdir / "stdout.txt", workdir / "stderr.txt", workdir / "run"
+    stderr, run_dir = workdir / "stderr.txt", workdir / "run"
     args = [
-        str(Path(sys.executable).parent / "pgcli"),
         "train",
         f"tracking.uri={store.uri}",
         "total_steps=10000000",
@@ -48,28 +46,19 @@ def test_signal_mid_training_ends_the_run_killed_with_a_checkpoint_and_model(sig
         "progress=true",
         f"hydra.run.dir={run_dir}",
     ]
-    with stdout.open("w") as out, stderr.open("w") as err:
-        proc = subprocess.Popen(
-            args,
-            cwd=workdir,
-            stdout=out,
-            stderr=err,
-            env=cli_env(),
-            # a runner that ignores SIGINT (a background job of a non-interactive shell) must not leak that into pgcli
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)  # SIGINT raises KeyboardInterrupt there, as in a terminal
+    try:
+        # The progress bar shows a speed once the first update is done: the run exists and is training.
+        wait_until(
+            lambda: "sps=" in stderr.read_text(), "the first training update", timeout=180, proc=proc, stderr=stderr
         )
-        try:
-            # The progress bar shows a speed once the first update is done: the run exists and is training.
-            wait_until(
-                lambda: "sps=" in stderr.read_text(), "the first training update", timeout=180, proc=proc, stderr=stderr
-            )
-            (running,) = store.runs("cartpole")
-            assert running.info.status == "RUNNING"
-            proc.send_signal(signum)
-            returncode = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        (running,) = store.runs("cartpole")
+        assert running.info.status == "RUNNING"
+        proc.send_signal(signum)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     err_text = stderr.read_text()
     assert returncode == 128 + signum, err_text[-3000:]  # 130, 143, 129: as a shell reports a signal
     assert "stopping after this update" in err_text and "Traceback" not in err_text
@@ -102,7 +91,6 @@ def test_sigterm_during_the_final_evaluation_ends_the_run_killed(store: Store, w
 
     run_dir, stderr = workdir / "run", workdir / "stderr.txt"
     args = [
-        str(Path(sys.executable).parent / "pgcli"),
         "train",
         "algo=trpo",
         "algo.n_steps=64",
@@ -116,8 +104,7 @@ def test_sigterm_during_the_final_evaluation_ends_the_run_killed(store: Store, w
         "progress=false",
         f"hydra.run.dir={run_dir}",
     ]
-    with stderr.open("w") as err:
-        proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=err, env=cli_env())
+    proc = start_pgcli(args, cwd=workdir, stderr=stderr)
     try:
         wait_until(
             lambda: (run_dir / "checkpoints" / "step_256" / "monitor.json").is_file(),
@@ -175,7 +162,6 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(stor
     (workdir / "slow_envs.py").write_text(SLOW_ENV)
     run_dir = workdir / "run"
     args = [
-        str(Path(sys.executable).parent / "pgcli"),
         "train",
         "env.id=slow_envs:SlowToMake-v0",
         "env.n_envs=2",
@@ -183,23 +169,17 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(stor
         "progress=false",
         f"hydra.run.dir={run_dir}",
     ]
-    proc = subprocess.Popen(
-        args,
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(PYTHONPATH=str(workdir)),
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    err = workdir / "stderr.txt"
+    proc = start_pgcli(args, cwd=workdir, stderr=err, PYTHONPATH=str(workdir))
     try:
         # run.json is written when the MLflow run exists, before its envs are built
-        wait_until(lambda: (run_dir / "run.json").is_file(), "the run's creation", timeout=180, proc=proc)
+        wait_until(lambda: (run_dir / "run.json").is_file(), "the run's creation", timeout=180, proc=proc, stderr=err)
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    stderr = err.read_text()
     assert proc.returncode == 130, stderr[-3000:]
     client = store.client()
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -352,9 +332,7 @@ def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir:
         pytest.skip(f"mount -t tmpfs failed: {mounted.stderr.decode().strip()}")
     stderr = tmp_path / "stderr.txt"
     try:
-        exe = Path(sys.executable).parent / "pgcli"
         args = [
-            str(exe),
             "train",
             f"tracking.uri={store.uri}",
             f"hydra.run.dir={disk / 'run'}",
@@ -364,8 +342,7 @@ def test_a_disk_that_fills_up_mid_run_ends_the_run_failed(store: Store, workdir:
             "checkpoint_keep=0",
             "eval.every=0",
         ]
-        with stderr.open("w") as err:
-            proc = subprocess.Popen(args, cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err)
+        proc = start_pgcli(args, cwd=workdir, stderr=stderr)
         checkpoints = disk / "run" / "checkpoints"
         wait_until(
             lambda: checkpoints.is_dir() and any(checkpoints.iterdir()),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Store, cli_env, run_pgcli
+from tests.conftest import REPO, Store, cli_env, run_pgcli, start_pgcli
 
 TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
         "tracking.log_model=false"]  # fmt: skip
@@ -305,17 +305,8 @@ def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdi
         "tracking.flush_every_s=0.2",
         "seed=0,1",
     ]
-    exe = Path(sys.executable).parent / "pgcli"
-    # preexec_fn: a runner that ignores SIGINT (a background job of a non-interactive shell) must not pass that on
-    proc = subprocess.Popen(
-        [str(exe), *args],
-        cwd=workdir,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    err = workdir / "stderr.txt"
+    proc = start_pgcli(args, cwd=workdir, stderr=err)
     try:
         deadline = time.monotonic() + 120
         running = []
@@ -328,10 +319,11 @@ def test_ctrl_c_ends_the_parent_and_running_children_killed(store: Store, workdi
             time.sleep(1)
         assert running, "the first job never started"
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    stderr = err.read_text()
     assert proc.returncode == 130, stderr[-2000:]
     parent, children = tree(store)
     assert parent.info.status == "KILLED"

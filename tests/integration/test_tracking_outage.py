@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from pgcli.tracking.spool import SPOOL_FILE, Spool
-from tests.conftest import Store, cli_env, run_pgcli, wait_until
+from tests.conftest import Store, cli_env, run_pgcli, start_pgcli, wait_until
+from tests.forkserver import Forked
 
 
 def _free_port() -> int:
@@ -108,7 +109,7 @@ def csv_points(run_dir: Path) -> Counter[tuple[str, int, float]]:
         return Counter((r["key"], int(r["step"]), round(float(r["value"]), 6)) for r in csv.DictReader(f))
 
 
-def start_training(server: Server, workdir: Path, stderr: Path, *overrides: str) -> subprocess.Popen[str]:
+def start_training(server: Server, workdir: Path, stderr: Path, *overrides: str) -> subprocess.Popen[bytes] | Forked:
     args = [
         "train",
         f"tracking.uri={server.uri}",
@@ -118,17 +119,7 @@ def start_training(server: Server, workdir: Path, stderr: Path, *overrides: str)
         "eval.episodes=2",
         *overrides,
     ]
-    exe = Path(sys.executable).parent / "pgcli"
-    with stderr.open("w") as err:
-        return subprocess.Popen(
-            [str(exe), *args],
-            cwd=workdir,
-            env=cli_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    return start_pgcli(args, cwd=workdir, stderr=stderr)
 
 
 def test_server_dies_mid_run_and_comes_back(server: Server, workdir: Path, tmp_path: Path) -> None:
