@@ -73,23 +73,26 @@ def hydra_compose(overrides: list[str], *, hydra_node: bool = False) -> DictConf
     Raises:
         ConfigError: composition failed (an unknown option or key, a wrong type), in one line.
     """
-    if hydra_node:  # the checks before a run ask for the same one several times (store plan, presets): ~0.25 s each
-        return copy.deepcopy(_compose_with_hydra_node(tuple(overrides)))
-    return _compose(overrides, hydra_node=False)
+    # The checks before a run ask for the same job's config several times (its values, its preset, its store): one
+    # composition, 0.3-0.5 s on an idle machine. Without Hydra's node it is the same config with that node deleted,
+    # which is what Hydra's compose does itself.
+    from omegaconf import open_dict
+
+    cfg = copy.deepcopy(_compose_with_hydra_node(tuple(overrides)))
+    if not hydra_node:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
 
 
 @functools.lru_cache(maxsize=16)
 def _compose_with_hydra_node(overrides: tuple[str, ...]) -> DictConfig:
-    return _compose(list(overrides), hydra_node=True)
-
-
-def _compose(overrides: list[str], *, hydra_node: bool) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     register_configs()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
-            return compose("train", overrides=overrides, return_hydra_config=hydra_node)
+            return compose("train", overrides=list(overrides), return_hydra_config=True)
     except ConfigError:
         raise
     except Exception as exc:

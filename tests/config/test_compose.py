@@ -307,3 +307,32 @@ def test_a_key_a_preset_sets_for_another_algorithm_names_the_preset():
     assert str(err.value).startswith(
         "unknown key 'algo.scale_rewards' (RLOOConfig has no field 'scale_rewards'), set by preset/grpo_dataset"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["algo=trpo", "env=hopper", "seed=3"], ["algo=grpo", "env=addition", "model=tiny_gpt", "algo.beta=0.1"]],
+)
+def test_a_job_is_composed_once_and_without_hydras_node_is_what_hydra_composes(
+    overrides: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    # the checks before a run ask for one job's config several times (values, preset, store): Hydra composes it once
+    import hydra
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from pgcli.config import compose as module
+
+    calls = []
+    monkeypatch.setattr(hydra, "compose", lambda *a, **k: calls.append(a) or compose(*a, **k))
+    module._compose_with_hydra_node.cache_clear()
+    with_node = module.hydra_compose(overrides, hydra_node=True)
+    without = module.hydra_compose(overrides)
+    assert len(calls) == 1
+    assert "hydra" in with_node and "hydra" not in without
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="pgcli"):
+        fresh = compose("train", overrides=overrides)
+    assert OmegaConf.to_yaml(without) == OmegaConf.to_yaml(fresh)
+    assert OmegaConf.is_struct(without) == OmegaConf.is_struct(fresh)
+    without.seed = 99  # each caller gets its own copy
+    assert module.hydra_compose(overrides).seed != 99
