@@ -323,7 +323,10 @@ def clipped_policy_loss(
         ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
     else:
         ratio = torch.exp(torch.where(real, logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len, totals=totals)
+    objective = grpo_clipped_objective(ratio, advantages, low, high)
+    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len, totals=totals)
+    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask, totals=totals)
+    return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
 
 
 sequence_clipped_policy_loss = functools.partial(clipped_policy_loss, sequence=True)
@@ -333,24 +336,6 @@ sequence_clipped_policy_loss = functools.partial(clipped_policy_loss, sequence=T
 def _check_loss_agg(loss_agg: str) -> None:
     if loss_agg not in LOSS_AGGREGATIONS:
         raise ValueError(f"loss_agg must be one of {tuple(LOSS_AGGREGATIONS)} (got {loss_agg!r})")
-
-
-def _clipped_loss(
-    ratio: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    low: float,
-    high: float,
-    loss_agg: str,
-    max_len: int,
-    totals: BatchTotals | None,
-) -> PolicyLoss:
-    """The aggregated negated clipped surrogate of ratios and advantages [B, C] and its clip fractions."""
-    objective = grpo_clipped_objective(ratio, advantages, low, high)
-    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len, totals=totals)
-    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask, totals=totals)
-    return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
 
 
 def masked_mean(values: Tensor, mask: Tensor, *, totals: BatchTotals | None = None) -> Tensor:
