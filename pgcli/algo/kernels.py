@@ -102,19 +102,21 @@ def plain_adam_step(state: AdamState, grads: list[Tensor], hyper: AdamHyper) -> 
 def fused_adam_step(state: AdamState, grads: list[Tensor], hyper: AdamHyper) -> None:
     """:func:`plain_adam_step` through the private kernels ``torch.optim.Adam(fused=True).step()`` runs (only where
     :func:`pick_adam_step` found them): the same update, rounded differently (ulp-level differences)."""
-    torch._foreach_add_(state.steps, 1)
+    params, exp_avgs, exp_avg_sqs, steps = state
+    lr, beta1, beta2, eps = hyper
+    torch._foreach_add_(steps, 1)
     torch._fused_adam_(
-        state.params,
+        params,
         grads,
-        state.exp_avgs,
-        state.exp_avg_sqs,
+        exp_avgs,
+        exp_avg_sqs,
         [],
-        state.steps,
-        lr=hyper.lr,
-        beta1=hyper.beta1,
-        beta2=hyper.beta2,
+        steps,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
         weight_decay=0.0,
-        eps=hyper.eps,
+        eps=eps,
         amsgrad=False,
         maximize=False,
         grad_scale=None,
