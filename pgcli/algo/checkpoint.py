@@ -211,6 +211,16 @@ def load_checkpoint(
     Returns:
         The saved plain values and the observation batch to continue from (:class:`Restored`).
     """
+    load_state_dicts(path, device, modules)
+    return load_training_state(path, env)
+
+
+def load_state_dicts(
+    path: Path, device: torch.device, modules: Mapping[str, Stateful | None], *, detail_line: int = 1
+) -> None:
+    """Load ``path/model.pt``'s state dicts into ``modules`` (name -> module or optimizer; None, or a name saved as
+    None, is skipped). One that does not fit is a one-line PgcliError quoting line ``detail_line`` of torch's message
+    (a header line, then one line per key), or its last line where it has fewer."""
     file = path / MODEL_FILE
     payload: dict[str, Any] = read_file(file, lambda f: torch.load(f, map_location=device, weights_only=True))
     for name, obj in modules.items():
@@ -219,9 +229,8 @@ def load_checkpoint(
                 obj.load_state_dict(payload[name])
             except (KeyError, RuntimeError, ValueError) as exc:
                 lines = [line.strip() for line in str(exc).strip().splitlines()] or [""]
-                detail = lines[1] if len(lines) > 1 else lines[0]  # torch: a header line, then one line per key
+                detail = lines[min(detail_line, len(lines) - 1)]
                 raise PgcliError(f"checkpoint file {file} does not fit this trainer ({name}: {detail[:200]})") from exc
-    return load_training_state(path, env)
 
 
 # -- process-wide RNGs -----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ trainers on frames (``pgcli.algo.policies``), one torso shared by both or one ea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -152,21 +152,11 @@ class CNNNet(nn.Module):
     obs_dtype = torch.uint8
     """The dtype observations are handed over in (frames stay uint8 until the torso scales them)."""
 
-    def __init__(
-        self,
-        torso: Torso,
-        hidden_sizes: Sequence[int],
-        out_dim: int,
-        *,
-        activation: str,
-        ortho_init: bool,
-        out_gain: float,
-    ) -> None:
+    def __init__(self, torso: Torso, head: MLP) -> None:
         super().__init__()
         self.torso = torso
-        self.head = MLP(
-            torso.features_dim, hidden_sizes, out_dim, activation=activation, ortho_init=ortho_init, out_gain=out_gain
-        )
+        self.head = head
+        """The MLP on the torso's ``features_dim`` features."""
 
     @property
     def device(self) -> torch.device:

@@ -28,7 +28,6 @@ short: every member plays to its end, so all members of a group come from the sa
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,9 +35,10 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
-from pgcli.algo.guard import check_finite, check_update
-from pgcli.algo.policies import Policy, PolicySnapshot, make_policy, obs_tensor
+from pgcli.algo.checkpoint import Restored, Stateful
+from pgcli.algo.control_base import ControlTrainer
+from pgcli.algo.guard import check_finite
+from pgcli.algo.policies import Policy, make_policy, obs_tensor
 from pgcli.config import GRPOConfig, ModelConfig
 from pgcli.config.pixels import CNNModelConfig
 from pgcli.contracts import Monitor
@@ -248,7 +248,7 @@ def grpo_loss(
     )
 
 
-class GRPO:
+class GRPO(ControlTrainer[GRPOConfig]):
     """Critic-free GRPO trainer: collect M groups of G episodes, group-normalise, clipped policy epochs."""
 
     def __init__(
@@ -279,9 +279,7 @@ class GRPO:
             stats = self._update(batch)
             stats["train/collect_efficiency"] = sum(batch.lengths) / batch.env_steps
             losses = ("train/policy_loss", "train/loss", "train/grad_norm") if "train/loss" in stats else ()
-            check_update(monitor, self.steps, stats, losses, params=self.policy.parameters())
-            monitor.log(self.steps, stats)
-            monitor.update(self.steps, agent=self)
+            self._report(monitor, stats, losses, self.policy.parameters())
         return self.steps
 
     def _update(self, batch: EpisodeBatch) -> dict[str, float]:
@@ -367,26 +365,16 @@ class GRPO:
             stats["train/kl_ref"] = mean["kl_ref"]
         return stats
 
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.policy.predict(obs, deterministic)
-
-    def snapshot(self) -> PolicySnapshot:
-        """A frozen copy of the policy, to evaluate in another process while training goes on."""
-        return PolicySnapshot(self.policy)
-
-    def _stateful(self) -> dict[str, Any]:
+    def _stateful(self) -> dict[str, Stateful | None]:
         return {"policy": self.policy, "optimizer": self.optimizer, "ref_policy": self.ref_policy}
 
-    def save(self, path: Path) -> Path:
-        """``path/model.pt`` (policy, reference, optimizer), ``normalizer.npz`` when the env normalises, and
-        ``state.json`` (env steps, updates, the group-seed generator, RNG and env states; pgcli.algo.checkpoint)."""
-        values = {"steps": self.steps, "n_updates": self.n_updates, "seed_rng": self.seed_rng.bit_generator.state}
-        return save_checkpoint(path, self.env, self._stateful(), values)
+    def _counters(self) -> dict[str, Any]:
+        """The env steps, the updates and the group-seed generator."""
+        return super()._counters() | {"n_updates": self.n_updates, "seed_rng": self.seed_rng.bit_generator.state}
 
-    def load(self, path: Path) -> None:
-        values = load_checkpoint(path, self.env, self.device, self._stateful()).values
-        self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
-        self.seed_rng.bit_generator.state = values["seed_rng"]  # every batch resets the env with seeds from here
-
-    def close(self) -> None:
-        self.env.close()
+    def _restore(self, restored: Restored) -> None:
+        super()._restore(restored)
+        self.n_updates = int(restored.values["n_updates"])
+        self.seed_rng.bit_generator.state = restored.values[
+            "seed_rng"
+        ]  # every batch resets the env with seeds from here

@@ -16,7 +16,7 @@ fallback and compares it with the fast path.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -54,48 +54,41 @@ ACTIVATION_BACKWARD: dict[str, ActivationBackward] = activation_backward(torch.o
 """d activation / d input from the activation's OUTPUT, for the activations that have one here (tanh, relu)."""
 
 
-class AdamStep(Protocol):
-    """One Adam step on every parameter, in place: the parameters, the moments and the step counts advance."""
+class AdamState(NamedTuple):
+    """Adam's state on explicit tensors, one per parameter in each list, advanced in place by an :data:`AdamStep`."""
 
-    def __call__(
-        self,
-        params: list[Tensor],
-        grads: list[Tensor],
-        exp_avgs: list[Tensor],
-        exp_avg_sqs: list[Tensor],
-        steps: list[Tensor],
-        *,
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-    ) -> None: ...
+    params: list[Tensor]
+    exp_avgs: list[Tensor]
+    """First moments m, each shaped as its parameter."""
+    exp_avg_sqs: list[Tensor]
+    """Second moments v, each shaped as its parameter."""
+    steps: list[Tensor]
+    """Step counts t: 0-dim float tensors (Adam's ``state["step"]``)."""
 
 
-def plain_adam_step(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    steps: list[Tensor],
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-) -> None:
+class AdamHyper(NamedTuple):
+    """Adam's hyperparameters (no weight decay, amsgrad or maximize)."""
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+
+
+AdamStep = Callable[[AdamState, list[Tensor], AdamHyper], None]
+"""One Adam step, in place, on every parameter of the state with its gradient (the list, one per parameter)."""
+
+
+def plain_adam_step(state: AdamState, grads: list[Tensor], hyper: AdamHyper) -> None:
     """The step ``torch.optim.Adam(foreach=False)`` takes (no weight decay, amsgrad or maximize), in public ops.
 
-    Per parameter p with gradient g, at step t (the 0-dim float tensor ``steps[i]``, incremented first):
+    Per parameter p with gradient g, at step t (its 0-dim float tensor in ``state.steps``, incremented first):
     m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2,
     p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
-
-    Args:
-        params, grads, exp_avgs, exp_avg_sqs: one tensor per parameter, each shaped as the parameter.
-        steps: one 0-dim float tensor per parameter (Adam's ``state["step"]``).
-        lr, beta1, beta2, eps: Adam's hyperparameters.
     """
-    for param, grad, exp_avg, exp_avg_sq, step_t in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+    lr, beta1, beta2, eps = hyper
+    per_param = zip(state.params, grads, state.exp_avgs, state.exp_avg_sqs, state.steps, strict=True)
+    for param, grad, exp_avg, exp_avg_sq, step_t in per_param:
         step_t += 1
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -106,20 +99,11 @@ def plain_adam_step(
         param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def fused_adam_step(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    steps: list[Tensor],
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-) -> None:
+def fused_adam_step(state: AdamState, grads: list[Tensor], hyper: AdamHyper) -> None:
     """:func:`plain_adam_step` through the private kernels ``torch.optim.Adam(fused=True).step()`` runs (only where
     :func:`pick_adam_step` found them): the same update, rounded differently (ulp-level differences)."""
+    params, exp_avgs, exp_avg_sqs, steps = state
+    lr, beta1, beta2, eps = hyper
     torch._foreach_add_(steps, 1)
     torch._fused_adam_(
         params,

@@ -203,6 +203,14 @@ class TextRLTrainer(Generic[Cfg]):
         """2. and 3.: one update on ``batch``; its ``train/*`` metrics."""
         raise NotImplementedError
 
+    def _step_means(self, totals: dict[str, float], n_minibatches: int) -> dict[str, float]:
+        """The update's per-step metrics, ``totals`` over its ``n_minibatches`` steps, as ``train/<name>`` (no
+        ``train/kl_ref`` without a reference)."""
+        means = {f"train/{key}": value / n_minibatches for key, value in totals.items()}
+        if self.reference is None:
+            del means["train/kl_ref"]
+        return means
+
     def _trained_parameters(self) -> Iterable[Tensor]:
         """Every parameter an update trains, for the divergence guard."""
         return self.policy.parameters()

@@ -264,10 +264,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         interval = cfg.ref_update_interval if isinstance(cfg, GRPOConfig) else 0
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
             self.reference.load_state_dict(self.policy.state_dict())
-        stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
-        if self.reference is None:
-            del stats["train/kl_ref"]
-        return stats
+        return stats | self._step_means(totals, n_minibatches)
 
     def _policy_step(
         self,

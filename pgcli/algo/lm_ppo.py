@@ -118,10 +118,8 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
                 for key, value in step.items():
                     totals[key] += value
         self.n_updates += 1
-        stats |= {f"train/{key}": value / n_minibatches for key, value in totals.items()}
+        stats |= self._step_means(totals, n_minibatches)
         stats["train/token_reward_mean"] = float(masked_mean(rewards[rows], mask[rows]))
-        if self.reference is None:
-            del stats["train/kl_ref"]
         return stats
 
     def _policy_step(

@@ -31,6 +31,7 @@ from pgcli.algo.checkpoint import (
     STATE_FORMAT,
     Stateful,
     atomic_dir,
+    load_state_dicts,
     read_file,
     rng_state,
     set_rng_state,
@@ -218,15 +219,7 @@ def save_text_trainer(
 
 def load_text_trainer(path: Path, device: torch.device, modules: Mapping[str, Stateful | None]) -> dict[str, Any]:
     """Load :func:`save_text_trainer`'s directory into ``modules`` and the process RNGs; returns the saved values."""
-    file = path / MODEL_FILE
-    payload: dict[str, Any] = read_file(file, lambda f: torch.load(f, map_location=device, weights_only=True))
-    for name, obj in modules.items():
-        if obj is not None and payload.get(name) is not None:
-            try:
-                obj.load_state_dict(payload[name])
-            except (KeyError, RuntimeError, ValueError) as exc:
-                detail = (str(exc).strip().splitlines() or [""])[-1].strip()
-                raise PgcliError(f"checkpoint file {file} does not fit this trainer ({name}: {detail[:200]})") from exc
+    load_state_dicts(path, device, modules, detail_line=-1)
     state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
     try:
         set_rng_state(state["rng"])

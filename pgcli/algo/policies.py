@@ -417,24 +417,21 @@ def network(
 ) -> MLP | CNNNet:
     """The network under a policy or value head: an MLP on D = ``obs_shape`` inputs, or (``model=cnn``) ``torso`` (a
     new one for frames of ``obs_shape`` (C, H, W) when None) with an MLP head."""
-    if not isinstance(model, CNNModelConfig):
-        if not isinstance(obs_shape, int):
-            raise ValueError(f"an MLP takes D inputs, got the shape {obs_shape}")
-        return MLP(
-            obs_shape,
-            hidden_sizes,
-            out_dim,
-            activation=model.activation,
-            ortho_init=model.ortho_init,
-            out_gain=out_gain,
-        )
-    if torso is None:
-        if isinstance(obs_shape, int) or len(obs_shape) != 3:
-            raise ValueError(f"model=cnn needs frames of shape (C, H, W), got {obs_shape}")
-        torso = new_torso(obs_shape, model)
-    return CNNNet(
-        torso, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init, out_gain=out_gain
+    if isinstance(model, CNNModelConfig):
+        if torso is None:
+            if isinstance(obs_shape, int) or len(obs_shape) != 3:
+                raise ValueError(f"model=cnn needs frames of shape (C, H, W), got {obs_shape}")
+            torso = new_torso(obs_shape, model)
+        in_dim = torso.features_dim
+    elif isinstance(obs_shape, int):
+        in_dim, torso = obs_shape, None
+    else:
+        raise ValueError(f"an MLP takes D inputs, got the shape {obs_shape}")
+    # built after the torso: its initialisation draws from torch's RNG after the torso's
+    head = MLP(
+        in_dim, hidden_sizes, out_dim, activation=model.activation, ortho_init=model.ortho_init, out_gain=out_gain
     )
+    return head if torso is None else CNNNet(torso, head)
 
 
 def new_torso(obs_shape: tuple[int, ...], model: CNNModelConfig) -> Torso:

@@ -16,22 +16,18 @@ Each update, on a batch of T x N steps collected with pi_old (``pgcli.algo.rollo
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
-from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, ValueNetwork, detach_params, make_actor_critic
-from pgcli.algo.rollout import Rollout, RolloutCollector, minibatches
-from pgcli.config import ModelConfig, PPOKLConfig
-from pgcli.config.pixels import CNNModelConfig
-from pgcli.contracts import Monitor
+from pgcli.algo.checkpoint import Restored, Stateful
+from pgcli.algo.control_base import ActorCriticTrainer
+from pgcli.algo.policies import DistParams, Policy, ValueNetwork, detach_params
+from pgcli.algo.rollout import Rollout, minibatches
+from pgcli.config import PPOKLConfig
 from pgcli.ops.advantages import normalize
 from pgcli.ops.losses import approx_kl, explained_variance, ppo_penalty_beta_update
 
@@ -103,41 +99,20 @@ def ppo_kl_loss(
     )
 
 
-class PPOKL:
+class PPOKL(ActorCriticTrainer[PPOKLConfig]):
     """PPO with the adaptive KL penalty instead of the clipped ratio."""
 
-    def __init__(
-        self, cfg: PPOKLConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
-    ) -> None:
-        self.cfg, self.env, self.device = cfg, env, device
-        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
-        self.policy, self.value = policy.to(device), value.to(device)
+    checked_losses = ("train/policy_loss", "train/kl_penalty", "train/value_loss", "train/grad_norm")
+
+    def __init__(self, cfg: PPOKLConfig, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
         # once each: a CNN torso shared by both (model.share_features) is in both lists
         self.params = list(dict.fromkeys([*self.policy.actor_parameters(), *self.value.critic_parameters()]))
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=1e-5)
         self.beta = cfg.beta_init
-        self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0
-        """Env steps taken (continues across a checkpoint)."""
 
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        cfg = self.cfg
-        while self.steps < total_steps:
-            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
-            self.steps += batch.n_samples
-            step = self.steps
-            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
-            stats = self._update(batch, advantages.flatten(), returns.flatten())
-            check_update(
-                monitor,
-                step,
-                stats,
-                ("train/policy_loss", "train/kl_penalty", "train/value_loss", "train/grad_norm"),
-                params=self.params,
-            )
-            monitor.log(step, stats)
-            monitor.update(step, self)
-        return self.steps
+    def _checked_parameters(self) -> Iterable[Tensor]:
+        return self.params
 
     def _update(self, batch: Rollout, advantages: Tensor, returns: Tensor) -> dict[str, float]:
         """Steps 2-3: epochs of minibatch Adam on the penalised objective, then the beta rule."""
@@ -193,27 +168,13 @@ class PPOKL:
             "train/grad_norm": float(torch.stack(grad_norms).mean()),  # before clipping, mean over minibatches
         }
 
-    # -- Trainer interface -------------------------------------------------------------------------------------------
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.policy.predict(obs, deterministic)
-
-    def snapshot(self) -> PolicySnapshot:
-        """A frozen copy of the policy, to evaluate in another process while training goes on."""
-        return PolicySnapshot(self.policy)
-
-    def _stateful(self) -> dict[str, Any]:
+    def _stateful(self) -> dict[str, Stateful | None]:
         return {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
 
-    def save(self, path: Path) -> Path:
-        """``path/model.pt`` (networks, optimizer), ``normalizer.npz`` when the env normalises, and ``state.json``
-        (env steps, the adaptive beta, RNG and env states; pgcli.algo.checkpoint)."""
-        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps, "beta": self.beta})
+    def _counters(self) -> dict[str, Any]:
+        """The env steps and the adaptive beta."""
+        return super()._counters() | {"beta": self.beta}
 
-    def load(self, path: Path) -> None:
-        restored = load_checkpoint(path, self.env, self.device, self._stateful())
-        self.steps, self.beta = int(restored.values["steps"]), float(restored.values["beta"])
-        if restored.obs is not None:
-            self.collector.last_obs = restored.obs
-
-    def close(self) -> None:
-        self.env.close()
+    def _restore(self, restored: Restored) -> None:
+        super()._restore(restored)
+        self.beta = float(restored.values["beta"])

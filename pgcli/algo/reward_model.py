@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -124,13 +123,6 @@ class RewardModelTrainer(SupervisedTrainer[RMConfig]):
             "train/grad_norm": float(grad_norm),
             "train/learning_rate": lr,
         }
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {} if self.order is None else {"row_order": self.order.state_dict()}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        if self.order is not None:
-            self.order.load_state_dict(state["row_order"])
 
     def _save_model(self, directory: Path) -> None:
         """``policy.pt`` (the backbone) and ``reward_head.pt``: what :func:`load_reward_model` reads."""

@@ -258,8 +258,9 @@ def fit_value(
     """
     (group,) = optimizer.param_groups
     params: list[Tensor] = list(value.critic_parameters())
-    exp_avgs, exp_avg_sqs, steps = _adam_buffers(optimizer, params)
+    state = _adam_state(optimizer, params)
     (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), group["eps"]
+    hyper = kernels.AdamHyper(lr=lr, beta1=beta1, beta2=beta2, eps=eps)
     grad_fn = value.mse_grad_fn()
     targets = returns.unsqueeze(-1)  # [B, 1]
     residuals: list[Tensor] = []
@@ -268,12 +269,12 @@ def fit_value(
             for mb_obs, mb_targets in minibatches(obs, targets, batch_size=batch_size):
                 residual, grads = _residual_and_grads(value, grad_fn, mb_obs, mb_targets)
                 residuals.append(residual)
-                kernels.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps)
+                kernels.adam_step(state, grads, hyper)
     return mean_square_per_group(residuals)
 
 
-def _adam_buffers(optimizer: torch.optim.Adam, params: list[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """``optimizer``'s (exp_avgs, exp_avg_sqs, steps), one tensor per parameter of ``params``, created where empty
+def _adam_state(optimizer: torch.optim.Adam, params: list[Tensor]) -> kernels.AdamState:
+    """``params`` with ``optimizer``'s moments and step counts, one tensor per parameter, created where empty
     in the layout ``torch.optim.Adam`` creates on its first step (so ``state_dict()`` / loading work unchanged).
 
     Raises:
@@ -290,7 +291,9 @@ def _adam_buffers(optimizer: torch.optim.Adam, params: list[Tensor]) -> tuple[li
                 "exp_avg_sq": torch.zeros_like(p),
             }
     states = [optimizer.state[p] for p in params]
-    return [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], [st["step"] for st in states]
+    return kernels.AdamState(
+        params, [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], [st["step"] for st in states]
+    )
 
 
 def _residual_and_grads(

@@ -24,7 +24,6 @@ the one clip and step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -117,13 +116,6 @@ class SFT(SupervisedTrainer[SFTConfig]):
         if self.order is not None:
             stats["train/epoch"] = self.order.rows_seen / self.order.n
         return stats
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {} if self.order is None else {"row_order": self.order.state_dict()}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        if self.order is not None:
-            self.order.load_state_dict(state["row_order"])
 
     def _save_model(self, directory: Path) -> None:
         save_policy(self.policy, directory)

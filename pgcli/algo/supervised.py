@@ -24,6 +24,7 @@ from pgcli.algo.guard import check_update
 from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
 from pgcli.hardware import distributed
+from pgcli.lm.datasets import RowOrder
 
 OPTIMIZER_FILE = "optimizer.pt"
 WEIGHTS_FILE = "weights.pt"
@@ -78,6 +79,8 @@ class SupervisedTrainer(Generic[Cfg]):
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self.world = distributed.world_size() if distributed.active() else 1
+        self.order: RowOrder | None = None
+        """On your rows, the order they are read in (saved with each checkpoint); set by the subclass."""
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""
@@ -121,13 +124,6 @@ class SupervisedTrainer(Generic[Cfg]):
     def _save_model(self, directory: Path) -> None:
         raise NotImplementedError
 
-    def _extra_state(self) -> dict[str, Any]:
-        """What a subclass adds to ``state.json`` (rows: where the row order stands)."""
-        return {}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        """Read back :meth:`_extra_state`'s values from ``state``."""
-
     def _weights_file(self, path: Path) -> Path:
         """The module state to resume from in checkpoint ``path``."""
         return path / WEIGHTS_FILE
@@ -139,7 +135,8 @@ class SupervisedTrainer(Generic[Cfg]):
             torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             state = {"steps": self.steps, self.rng_key: self.rng.bit_generator.state, "rng": rng_state()}
-            state |= self._extra_state()
+            if self.order is not None:
+                state["row_order"] = self.order.state_dict()
             (tmp / STATE_FILE).write_text(json.dumps(state))
         return path
 
@@ -154,7 +151,8 @@ class SupervisedTrainer(Generic[Cfg]):
             self.steps = int(state["steps"])
             self.rng.bit_generator.state = state[self.rng_key]
             set_rng_state(state["rng"])
-            self._load_extra_state(state)
+            if self.order is not None:
+                self.order.load_state_dict(state["row_order"])
         except (KeyError, TypeError, ValueError) as exc:
             raise PgcliError(f"checkpoint file {path / STATE_FILE} does not fit {self.run_kind} ({exc})") from None
 

@@ -36,20 +36,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
-from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
-from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic, shares_parameters
-from pgcli.algo.rollout import CriticProcess, Rollout, RolloutCollector, fit_critic
-from pgcli.config import ModelConfig, TRPOConfig
-from pgcli.config.pixels import CNNModelConfig
+from pgcli.algo.checkpoint import Stateful
+from pgcli.algo.control_base import ActorCriticTrainer
+from pgcli.algo.policies import DistParams, Policy, detach_params, shares_parameters
+from pgcli.algo.rollout import CriticProcess, Rollout, fit_critic
+from pgcli.config import TRPOConfig
 from pgcli.contracts import Monitor
 from pgcli.hardware.placement import usable_cpus
 from pgcli.ops.advantages import normalize
@@ -127,23 +123,18 @@ def damped(fisher: Callable[[Tensor], Tensor], damping: float) -> Callable[[Tens
     return lambda vector: fisher(vector) + damping * vector
 
 
-class TRPO:
+class TRPO(ActorCriticTrainer[TRPOConfig]):
     """TRPO (or NPG with ``cfg.npg``) with a separate value network fitted by Adam."""
 
-    def __init__(
-        self, cfg: TRPOConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
-    ) -> None:
-        self.cfg, self.env, self.device = cfg, env, device
-        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
-        self.policy, self.value = policy.to(device), value.to(device)
+    checked_losses = ("train/policy_loss", "train/value_loss", "train/grad_norm")
+
+    def __init__(self, cfg: TRPOConfig, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.learning_rate)
-        self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0
-        """Env steps taken (continues across a checkpoint)."""
         self.critic_process = (
             CriticProcess(self.value, self.vf_optimizer)
             if cfg.critic_process
-            and device.type == "cpu"
+            and self.device.type == "cpu"
             and usable_cpus() >= 2
             and not shares_parameters(self.policy, self.value)
             else None
@@ -155,10 +146,7 @@ class TRPO:
         cfg = self.cfg
         while self.steps < total_steps:
             schedule = self._schedule(total_steps)  # by the steps before this update's rollout
-            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
-            self.steps += batch.n_samples
-            step = self.steps
-            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
+            batch, advantages, returns = self._rollout(monitor)
             self._set_vf_learning_rate(schedule["train/vf_learning_rate"])
             critic = self.critic_process if self.critic_process is not None and self.critic_process.ready() else None
             if critic is not None:  # step 6 starts there, on this batch, while steps 2-5 run here
@@ -166,23 +154,15 @@ class TRPO:
                     self.value,
                     self.vf_optimizer,
                     batch.obs.flatten(0, 1),
-                    returns.flatten(),
+                    returns,
                     n_epochs=cfg.n_critic_updates,
                     batch_size=cfg.batch_size,
                 )
-            stats = self._policy_step(batch, advantages.flatten(), schedule["train/target_kl"])
-            stats |= self._critic_steps(batch, returns.flatten(), remote=critic is not None)
+            stats = self._policy_step(batch, advantages, schedule["train/target_kl"])
+            stats |= self._critic_steps(batch, returns, remote=critic is not None)
             if cfg.target_kl_schedule != "constant" or cfg.lr_schedule != "constant":
                 stats |= schedule
-            check_update(
-                monitor,
-                step,
-                stats,
-                ("train/policy_loss", "train/value_loss", "train/grad_norm"),
-                params=[*self.policy.parameters(), *self.value.parameters()],
-            )
-            monitor.log(step, stats)
-            monitor.update(step, self)
+            self._report(monitor, stats, self.checked_losses, self._checked_parameters())
         return self.steps
 
     def _schedule(self, total_steps: int) -> dict[str, float]:
@@ -276,29 +256,10 @@ class TRPO:
         epochs, batch_size = self.cfg.n_critic_updates, self.cfg.batch_size
         return fit_critic(self.value, self.vf_optimizer, batch, returns, n_epochs=epochs, batch_size=batch_size)
 
-    # -- Trainer interface -------------------------------------------------------------------------------------------
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.policy.predict(obs, deterministic)
-
-    def snapshot(self) -> PolicySnapshot:
-        """A frozen copy of the policy, to evaluate in another process while training goes on."""
-        return PolicySnapshot(self.policy)
-
-    def _stateful(self) -> dict[str, Any]:
+    def _stateful(self) -> dict[str, Stateful | None]:
         return {"policy": self.policy, "value": self.value, "vf_optimizer": self.vf_optimizer}
-
-    def save(self, path: Path) -> Path:
-        """``path/model.pt`` (policy, value network, critic optimizer), ``normalizer.npz`` when normalising, and
-        ``state.json`` (env steps, RNG and env states; pgcli.algo.checkpoint)."""
-        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps})
-
-    def load(self, path: Path) -> None:
-        restored = load_checkpoint(path, self.env, self.device, self._stateful())
-        self.steps = int(restored.values["steps"])
-        if restored.obs is not None:
-            self.collector.last_obs = restored.obs
 
     def close(self) -> None:
         if self.critic_process is not None:
             self.critic_process.close()
-        self.env.close()
+        super().close()

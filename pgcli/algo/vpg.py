@@ -14,21 +14,16 @@ Each update, on a batch of T x N steps collected with pi_theta (``pgcli.algo.rol
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
-from gymnasium.vector import VectorEnv
 from torch import Tensor
 
-from pgcli.algo.checkpoint import load_checkpoint, save_checkpoint
-from pgcli.algo.guard import check_update
-from pgcli.algo.policies import DistParams, Policy, PolicySnapshot, detach_params, make_actor_critic
-from pgcli.algo.rollout import Rollout, RolloutCollector, fit_critic
-from pgcli.config import ModelConfig, VPGConfig
-from pgcli.config.pixels import CNNModelConfig
-from pgcli.contracts import Monitor
+from pgcli.algo.checkpoint import Stateful
+from pgcli.algo.control_base import ActorCriticTrainer
+from pgcli.algo.policies import DistParams, Policy, detach_params
+from pgcli.algo.rollout import Rollout, fit_critic
+from pgcli.config import VPGConfig
 from pgcli.ops.advantages import normalize
 from pgcli.ops.losses import approx_kl
 
@@ -62,39 +57,18 @@ def vpg_loss(policy: Policy, new: DistParams, actions: Tensor, advantages: Tenso
     )
 
 
-class VPG:
+class VPG(ActorCriticTrainer[VPGConfig]):
     """REINFORCE with a learned baseline: one policy-gradient step per batch, then value regression."""
 
-    def __init__(
-        self, cfg: VPGConfig, *, env: VectorEnv, model: ModelConfig | CNNModelConfig, seed: int, device: torch.device
-    ) -> None:
-        self.cfg, self.env, self.device = cfg, env, device
-        policy, value = make_actor_critic(env.single_observation_space, env.single_action_space, model)
-        self.policy, self.value = policy.to(device), value.to(device)
+    checked_losses = ("train/policy_loss", "train/value_loss", "train/grad_norm")
+
+    def __init__(self, cfg: VPGConfig, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
         self.pi_optimizer = torch.optim.Adam(self.policy.actor_parameters(), lr=cfg.learning_rate)
         self.vf_optimizer = torch.optim.Adam(self.value.critic_parameters(), lr=cfg.vf_learning_rate)
-        self.collector = RolloutCollector(env, n_steps=cfg.n_steps, seed=seed, device=device)
-        self.steps = 0
-        """Env steps taken (continues across a checkpoint)."""
 
-    def learn(self, total_steps: int, monitor: Monitor) -> int:
-        cfg = self.cfg
-        while self.steps < total_steps:
-            batch = self.collector.collect(self.policy, self.value, monitor, self.steps)
-            self.steps += batch.n_samples
-            step = self.steps
-            advantages, returns = batch.gae(gamma=cfg.gamma, lam=cfg.gae_lambda)
-            stats = self._policy_step(batch, advantages.flatten()) | self._critic_steps(batch, returns.flatten())
-            check_update(
-                monitor,
-                step,
-                stats,
-                ("train/policy_loss", "train/value_loss", "train/grad_norm"),
-                params=[*self.policy.parameters(), *self.value.parameters()],
-            )
-            monitor.log(step, stats)
-            monitor.update(step, self)
-        return self.steps
+    def _update(self, batch: Rollout, advantages: Tensor, returns: Tensor) -> dict[str, float]:
+        return self._policy_step(batch, advantages) | self._critic_steps(batch, returns)
 
     def _policy_step(self, batch: Rollout, advantages: Tensor) -> dict[str, float]:
         """Step 2: one clipped Adam step on the REINFORCE loss over the whole batch."""
@@ -126,32 +100,10 @@ class VPG:
         epochs, batch_size = self.cfg.n_critic_updates, self.cfg.batch_size
         return fit_critic(self.value, self.vf_optimizer, batch, returns, n_epochs=epochs, batch_size=batch_size)
 
-    # -- Trainer interface -------------------------------------------------------------------------------------------
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return self.policy.predict(obs, deterministic)
-
-    def snapshot(self) -> PolicySnapshot:
-        """A frozen copy of the policy, to evaluate in another process while training goes on."""
-        return PolicySnapshot(self.policy)
-
-    def _stateful(self) -> dict[str, Any]:
+    def _stateful(self) -> dict[str, Stateful | None]:
         return {
             "policy": self.policy,
             "value": self.value,
             "pi_optimizer": self.pi_optimizer,
             "vf_optimizer": self.vf_optimizer,
         }
-
-    def save(self, path: Path) -> Path:
-        """``path/model.pt`` (networks and optimizers), ``normalizer.npz`` when the env normalises, and
-        ``state.json`` (env steps, RNG and env states; pgcli.algo.checkpoint)."""
-        return save_checkpoint(path, self.env, self._stateful(), {"steps": self.steps})
-
-    def load(self, path: Path) -> None:
-        restored = load_checkpoint(path, self.env, self.device, self._stateful())
-        self.steps = int(restored.values["steps"])
-        if restored.obs is not None:
-            self.collector.last_obs = restored.obs
-
-    def close(self) -> None:
-        self.env.close()

@@ -375,8 +375,8 @@ class TrainConfig:
             )
         if multi_turn and not entry.trains_on("multi-turn"):
             raise ConfigError(
-                f"env={self.env.id} is a multi-turn task: it trains with algo=flow_grpo, grpo (whole "
-                f"trajectories) or sft (got algo={self.algo.name})"
+                f"env={self.env.id} is a multi-turn task: it trains with algo={', '.join(algo_names('multi-turn'))} "
+                f"(got algo={self.algo.name})"
             )
         if multi_turn and isinstance(self.algo, GRPOConfig):
             require(

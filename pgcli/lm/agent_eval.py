@@ -46,10 +46,19 @@ def evaluate_agent(
 ) -> EvalResult:
     """Score ``policy`` on ``problems`` by playing them (module docstring): greedily once, then ``pass_k`` sampled
     trajectories each with a generator seeded by ``sample_seed``; ``batch_size`` trajectories per play."""
-    greedy = _play_all(task, policy, problems, 0.0, top_p, None, device, batch_size)
+
+    def play_all(todo: list[Problem], temperature: float, generator: torch.Generator | None) -> list[Episodes]:
+        """``todo`` played ``batch_size`` at a time."""
+        batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+        return [
+            play(task, policy, b, temperature=temperature, top_p=top_p, generator=generator, device=device)
+            for b in batches
+        ]
+
+    greedy = play_all(problems, 0.0, None)
     generator = torch.Generator(device=device).manual_seed(sample_seed)
     repeated = [p for p in problems for _ in range(pass_k)]
-    sampled = _play_all(task, policy, repeated, temperature, top_p, generator, device, batch_size)
+    sampled = play_all(repeated, temperature, generator)
     solved = np.array([s for e in greedy for s in e.solved], dtype=float)
     sampled_solved = np.array([s for e in sampled for s in e.solved], dtype=float)
     turns = [t for e in greedy for t in e.turns]
@@ -68,31 +77,6 @@ def evaluate_agent(
         )
     table = _table(task, problems[:n_table_rows], turns, solved, sampled, pass_k) if n_table_rows else None
     return EvalResult(solved, n_turns, extra=extra, samples=table)
-
-
-def _play_all(
-    task: AgentTask,
-    policy: CausalLM,
-    problems: list[Problem],
-    temperature: float,
-    top_p: float,
-    generator: torch.Generator | None,
-    device: torch.device,
-    batch_size: int,
-) -> list[Episodes]:
-    """``problems`` played ``batch_size`` at a time."""
-    return [
-        play(
-            task,
-            policy,
-            problems[i : i + batch_size],
-            temperature=temperature,
-            top_p=top_p,
-            generator=generator,
-            device=device,
-        )
-        for i in range(0, len(problems), batch_size)
-    ]
 
 
 def _log_ratios(episodes: Episodes, policy: CausalLM, reference: CausalLM, temperature: float) -> np.ndarray:

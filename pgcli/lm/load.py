@@ -9,7 +9,7 @@ are loaded here too, so every caller gets the same policy from the same director
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,14 +72,7 @@ def make_text_policy(
         if weights is None:
             return load_hf_policy(model, device)
         return load_hf_policy(model, device, read_policy(weights, device), weights / POLICY_FILE)
-    sizes = TinyGPTSizes(
-        vocab_size=task.vocab.size,
-        max_len=model.max_len,
-        n_layers=model.n_layers,
-        n_heads=model.n_heads,
-        d_model=model.d_model,
-        d_ff=model.d_ff,
-        init_std=model.init_std,
-    )
-    policy = TinyGPT(sizes).to(device)
+    # TinyGPTSizes is the model config's architecture: every field but the task's vocabulary is the config's own
+    architecture = {f.name: getattr(model, f.name) for f in fields(TinyGPTSizes) if f.name != "vocab_size"}
+    policy = TinyGPT(TinyGPTSizes(vocab_size=task.vocab.size, **architecture)).to(device)
     return policy if weights is None else load_policy(policy, weights)

@@ -112,16 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=None, help="embedding rows (at least the tokenizer's 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
     args = parser.parse_args(argv)
-    write_random_model(
-        args.directory,
-        hidden=args.hidden,
-        layers=args.layers,
-        heads=args.heads,
-        kv_heads=args.kv_heads,
-        intermediate=args.intermediate,
-        vocab=args.vocab,
-        seed=args.seed,
-    )
+    write_random_model(**vars(args))  # each option's dest is a keyword of write_random_model
     print(f"wrote a random Llama to {args.directory} (model=hf model.path={args.directory})")
     return 0
 

@@ -34,6 +34,7 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -283,13 +284,19 @@ def clipped_policy_loss(
     loss_agg: str,
     max_len: int,
     totals: BatchTotals | None = None,
+    sequence: bool = False,
 ) -> PolicyLoss:
     """-min(r A, clip(r, low, high) A) per token with r = exp(logp - old_logp), aggregated by `loss_agg`.
+
+    With `sequence`, GSPO (Zheng et al., 2025): -min(s_i A_i, clip(s_i, low, high) A_i) on every token of completion
+    i, with the sequence ratio s_i = (pi_theta(o_i|q) / pi_old(o_i|q))^(1/|o_i|) = exp(mean_t (logp - old_logp)) in
+    place of r ("seq_mean" gives the paper's (1/B) sum_i); the clip fraction counts the tokens of clipped completions.
 
     Args:
         logp: [B, C] log pi_theta of the sampled tokens (differentiable).
         old_logp: [B, C] log pi_old of the same tokens (the sampling policy; no gradient).
-        advantages: [B, C] per-token advantages.
+        advantages: [B, C] per-token advantages; with `sequence`, one value per completion on its real tokens
+            (`token_advantages`).
         mask: [B, C] float prefix mask of real tokens.
         low: lower ratio bound (1 - epsilon, from `pgcli.ops.grpo.clip_bounds`).
         high: upper ratio bound (1 + epsilon_high).
@@ -297,75 +304,38 @@ def clipped_policy_loss(
         max_len: the longest possible completion, >= C (the constant normaliser).
         totals: the minibatch these rows are a chunk of (None: they are the minibatch): the loss and the clip
             fractions are then the chunk's shares of the minibatch's.
+        sequence: GSPO's sequence ratio instead of the token ratio.
 
     Returns:
         `PolicyLoss`.
 
     Raises:
-        ValueError: on shapes, bounds, mask or an unknown `loss_agg`.
-    """
-    _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
-    _check_loss_agg(loss_agg)
-    ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len, totals=totals)
-
-
-def sequence_clipped_policy_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    low: float,
-    high: float,
-    loss_agg: str,
-    max_len: int,
-    totals: BatchTotals | None = None,
-) -> PolicyLoss:
-    """GSPO (Zheng et al., 2025): -min(s_i A_i, clip(s_i, low, high) A_i) on every token of completion i, with the
-    sequence ratio s_i = (pi_theta(o_i|q) / pi_old(o_i|q))^(1/|o_i|) = exp(mean_t (logp - old_logp)), aggregated by
-    `loss_agg` ("seq_mean" gives the paper's (1/B) sum_i). The clip fraction counts the tokens of clipped completions.
-
-    Args: those of `clipped_policy_loss`; `advantages` [B, C] must hold one value per completion on its real tokens
-    (`token_advantages`).
-
-    Returns:
-        `PolicyLoss`.
-
-    Raises:
-        ValueError: on shapes, bounds, mask, an unknown `loss_agg` or advantages that vary within a completion.
+        ValueError: on shapes, bounds, mask, an unknown `loss_agg` or, with `sequence`, advantages that vary within a
+            completion.
     """
     _check_token_batch(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     _check_loss_agg(loss_agg)
     real = mask.bool()
-    if (torch.where(real, advantages - advantages[:, :1], 0.0) != 0).any():
-        raise ValueError("advantages must hold one value per completion (see token_advantages)")
-    log_ratio = torch.where(real, logp - old_logp.detach(), 0.0).sum(1) / mask.sum(1)  # [B]: mean over real tokens
-    ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
-    return _clipped_loss(ratio, advantages, mask, low=low, high=high, loss_agg=loss_agg, max_len=max_len, totals=totals)
+    if sequence:
+        if (torch.where(real, advantages - advantages[:, :1], 0.0) != 0).any():
+            raise ValueError("advantages must hold one value per completion (see token_advantages)")
+        log_ratio = torch.where(real, logp - old_logp.detach(), 0.0).sum(1) / mask.sum(1)  # [B]: mean over real tokens
+        ratio = torch.exp(log_ratio)[:, None].expand_as(mask)  # [B, C]: s_i on every token of completion i
+    else:
+        ratio = torch.exp(torch.where(real, logp - old_logp.detach(), 0.0))  # [B, C]; 1.0 on padding
+    objective = grpo_clipped_objective(ratio, advantages, low, high)
+    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len, totals=totals)
+    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask, totals=totals)
+    return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
+
+
+sequence_clipped_policy_loss = functools.partial(clipped_policy_loss, sequence=True)
+"""GSPO's clipped surrogate: `clipped_policy_loss` with the sequence ratio."""
 
 
 def _check_loss_agg(loss_agg: str) -> None:
     if loss_agg not in LOSS_AGGREGATIONS:
         raise ValueError(f"loss_agg must be one of {tuple(LOSS_AGGREGATIONS)} (got {loss_agg!r})")
-
-
-def _clipped_loss(
-    ratio: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    low: float,
-    high: float,
-    loss_agg: str,
-    max_len: int,
-    totals: BatchTotals | None,
-) -> PolicyLoss:
-    """The aggregated negated clipped surrogate of ratios and advantages [B, C] and its clip fractions."""
-    objective = grpo_clipped_objective(ratio, advantages, low, high)
-    loss = LOSS_AGGREGATIONS[loss_agg](-objective, mask, max_len=max_len, totals=totals)
-    frac_low, frac_high = clip_fractions(ratio.detach(), advantages, low, high, mask, totals=totals)
-    return PolicyLoss(loss, frac_low + frac_high, frac_low, frac_high)
 
 
 def masked_mean(values: Tensor, mask: Tensor, *, totals: BatchTotals | None = None) -> Tensor:

@@ -137,8 +137,7 @@ def test_the_countdown_tool_yaml_documents_every_default_of_its_schema():
         ),
         (
             ["algo=rloo", "env=countdown_tool"],
-            "env=countdown_tool is a multi-turn task: it trains with "
-            "algo=flow_grpo, grpo (whole trajectories) or sft (got algo=rloo)",
+            "env=countdown_tool is a multi-turn task: it trains with algo=grpo, sft, flow_grpo (got algo=rloo)",
         ),
         (
             ["algo=grpo", "env=countdown_tool", "algo.loss_agg=seq_mean"],

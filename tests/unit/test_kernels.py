@@ -12,6 +12,8 @@ import torch
 from pgcli.algo import kernels
 from pgcli.algo.kernels import (
     ACTIVATION_BACKWARD,
+    AdamHyper,
+    AdamState,
     activation_backward,
     fused_adam_step,
     pick_adam_step,
@@ -60,62 +62,60 @@ def test_tanh_fallback_matches_tanh_backward_within_rounding():
     assert torch.allclose(tanh_backward(torch.ones(50), torch.tanh(x).detach()), autograd, atol=1e-6)
 
 
-def adam_run(step_fn, n_steps=30, **adam):
-    """``n_steps`` Adam steps on four parameters with seeded gradients: (params, exp_avgs, exp_avg_sqs, steps)."""
+def adam_run(step_fn, hyper, n_steps=30):
+    """``n_steps`` Adam steps on four parameters with seeded gradients: the AdamState (params, exp_avgs, exp_avg_sqs,
+    steps)."""
     gen = torch.Generator().manual_seed(1)
     params = [torch.randn(shape, generator=gen) for shape in [(64, 4), (64,), (1, 64), (1,)]]
-    buffers = [
+    state = AdamState(
+        params,
         [torch.zeros_like(p) for p in params],
         [torch.zeros_like(p) for p in params],
         [torch.tensor(0.0) for _ in params],
-    ]
+    )
     for _ in range(n_steps):
         grads = [torch.randn(p.shape, generator=gen) for p in params]
-        step_fn(params, grads, *buffers, **adam)
-    return params, *buffers
+        step_fn(state, grads, hyper)
+    return state
 
 
 def optimizer_step(**options):
     """An AdamStep that runs ``torch.optim.Adam(**options).step()`` on the given state (the reference)."""
 
-    def step(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1, beta2, eps):
-        leaves = [p.clone().requires_grad_() for p in params]
-        opt = torch.optim.Adam(leaves, lr=lr, betas=(beta1, beta2), eps=eps, **options)
-        for leaf, g, m, v, t in zip(leaves, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+    def step(state, grads, hyper):
+        leaves = [p.clone().requires_grad_() for p in state.params]
+        opt = torch.optim.Adam(leaves, lr=hyper.lr, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps, **options)
+        for leaf, g, m, v, t in zip(leaves, grads, state.exp_avgs, state.exp_avg_sqs, state.steps, strict=True):
             leaf.grad = g
             opt.state[leaf] = {"step": t, "exp_avg": m, "exp_avg_sq": v}  # advanced in place
         opt.step()
         with torch.no_grad():
-            for p, leaf in zip(params, leaves, strict=True):
+            for p, leaf in zip(state.params, leaves, strict=True):
                 p.copy_(leaf)
 
     return step
 
 
-HYPER = {"lr": 3e-3, "beta1": 0.8, "beta2": 0.95, "eps": 1e-6}
+HYPER = AdamHyper(lr=3e-3, beta1=0.8, beta2=0.95, eps=1e-6)
 
 
 def test_plain_adam_step_is_torch_optim_adam_bit_for_bit():
     # exact: the same single-tensor update torch.optim.Adam(foreach=False) takes, op for op
-    for ours, ref in zip(
-        adam_run(plain_adam_step, **HYPER), adam_run(optimizer_step(foreach=False), **HYPER), strict=True
-    ):
+    for ours, ref in zip(adam_run(plain_adam_step, HYPER), adam_run(optimizer_step(foreach=False), HYPER), strict=True):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
 
 
 @pytest.mark.skipif(not HAS_FUSED_ADAM, reason="this torch has no torch._fused_adam_")
 def test_fused_adam_step_is_torch_fused_adam_bit_for_bit():
     # exact: the kernel torch.optim.Adam(fused=True) runs, on the same state
-    for ours, ref in zip(
-        adam_run(fused_adam_step, **HYPER), adam_run(optimizer_step(fused=True), **HYPER), strict=True
-    ):
+    for ours, ref in zip(adam_run(fused_adam_step, HYPER), adam_run(optimizer_step(fused=True), HYPER), strict=True):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
 
 
 @pytest.mark.skipif(not HAS_FUSED_ADAM, reason="this torch has no torch._fused_adam_")
 def test_plain_adam_step_matches_the_fused_kernel_within_rounding():
     # within atol 1e-6 after 30 steps (parameters ~1): the fused kernel orders the same operations differently
-    fused, plain = adam_run(fused_adam_step, **HYPER), adam_run(plain_adam_step, **HYPER)
+    fused, plain = adam_run(fused_adam_step, HYPER), adam_run(plain_adam_step, HYPER)
     for a, b in zip(fused[0] + fused[1] + fused[2], plain[0] + plain[1] + plain[2], strict=True):
         assert torch.allclose(a, b, rtol=0.0, atol=1e-6)
     assert [t.item() for t in fused[3]] == [t.item() for t in plain[3]] == [30.0] * 4  # step counts: exact
