@@ -150,7 +150,18 @@ _READ: dict[str, _Read] = {}
 
 
 def _config_key(cfg: DatasetEnvConfig) -> str:
-    return json.dumps(asdict(cfg), default=repr, sort_keys=True)
+    """The config, and the size and time of each file of its sources (a file rewritten in this process is new rows)."""
+    stamps = [_stamp(Path(p).expanduser()) for p in (cfg.path, cfg.eval_path) if p is not None]
+    return json.dumps([asdict(cfg), stamps], default=repr, sort_keys=True)
+
+
+def _stamp(where: Path) -> list[tuple[str, int, int]]:
+    """(name, bytes, mtime) of a source file, or of each file of a ``save_to_disk`` directory; a hub id: nothing."""
+    try:
+        files = [where] if where.is_file() else sorted(f for f in where.rglob("*") if f.is_file())
+        return [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    except OSError:  # gone meanwhile: reading it says so
+        return []
 
 
 def rows_of(cfg: DatasetEnvConfig) -> Splits:

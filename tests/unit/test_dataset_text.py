@@ -99,6 +99,9 @@ def test_rows_of_reads_once_and_a_scan_is_kept_with_those_rows(tmp_path: Path, m
     other = load_splits(env)  # rows read some other way: scanned on each call
     assert text_chars(env, other) == text_chars(env, splits) and len(scans) == 2
     assert rows_of(DatasetEnvConfig(path=env.path, eval_size=3)) is not splits  # another config: its own read
+    write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "z", "answer": "yy"}] * 9)  # rewritten in this process
+    again = rows_of(env)
+    assert again is not splits and len(again.train) == 7 and text_chars(env, again).chars == "yz"
 
 
 def counting(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
