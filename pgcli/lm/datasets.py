@@ -156,9 +156,11 @@ def _config_key(cfg: DatasetEnvConfig) -> str:
 
 
 def _stamp(where: Path) -> list[tuple[str, int, int]]:
-    """(name, bytes, mtime) of a source file, or of each file of a ``save_to_disk`` directory; a hub id: nothing."""
+    """(name, bytes, mtime) of a source file, or of each file of a ``save_to_disk`` directory (its files and its
+    splits'; no deeper: a wrong directory is not walked); a hub id: nothing."""
     try:
-        files = [where] if where.is_file() else sorted(f for f in where.rglob("*") if f.is_file())
+        inside = [*where.glob("*"), *where.glob("*/*")] if where.is_dir() else []
+        files = [where] if where.is_file() else sorted(f for f in inside if f.is_file())
         return [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     except OSError:  # gone meanwhile: reading it says so
         return []
