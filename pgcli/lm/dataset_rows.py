@@ -18,15 +18,16 @@ ids and EOS), so a built-in task exported as rows trains exactly as the task doe
 row under ``env.system_prompt`` (a system message, then the prompt as the user turn: the prompt RL on the same rows
 reads, :func:`pgcli.lm.dataset_task.render_prompt`), is a conversation.
 
-TinyGPT on rows reads a character vocabulary built from the data (:func:`rows_vocab`: the characters of the columns
-the command reads, plus the plain rendering's for conversations), or an ``init=`` model's. Rows are read lazily from
-the Arrow table, a batch at a time; :func:`check_rows` (the checks before a run) reads every row once and refuses,
-in one line, what would fail later.
+TinyGPT on rows reads a character vocabulary built from the data (:func:`rows_vocab`:
+:func:`pgcli.lm.datasets.text_chars`, the rule RL on the same rows follows), or an ``init=`` model's. The rows are
+read once per process (:func:`pgcli.lm.datasets.rows_of`: the checks before a run and the run share them), then
+lazily from the Arrow table, a batch at a time; :func:`check_rows` (the checks before a run) encodes every row once
+and refuses, in one line, what would fail later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -34,17 +35,8 @@ import numpy as np
 
 from pgcli.config import DatasetEnvConfig, HFModelConfig, LMModelConfig, RMConfig, SFTConfig
 from pgcli.errors import ConfigError
-from pgcli.lm.conversations import (
-    ASSISTANT,
-    PLAIN_CHARS,
-    SYSTEM,
-    USER,
-    Rendered,
-    as_messages,
-    render_conversation,
-    with_system,
-)
-from pgcli.lm.datasets import Splits, load_splits, require_columns
+from pgcli.lm.conversations import ASSISTANT, USER, Rendered, as_messages, render_conversation, with_system
+from pgcli.lm.datasets import Splits, once, require_columns, rows_of, text_chars
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -93,23 +85,10 @@ class EncodedPair:
     rejected: list[int]
 
 
-def _collect_chars(value: Any, chars: set[str]) -> None:
-    if isinstance(value, str):
-        chars.update(value)
-    elif isinstance(value, int | float) and not isinstance(value, bool):  # a csv number, read as its text
-        chars.update(str(value))
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            _collect_chars(item, chars)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect_chars(item, chars)
-
-
 def rows_vocab(env: DatasetEnvConfig, splits: Splits, model: TextModel, recorded: str | None = None) -> Vocab:
     """The vocabulary a model reads the rows in: its tokenizer (``model=hf``), or TinyGPT's characters: ``recorded``
     (an ``init=`` model's: its token ids) when the rows need no other character, else the sorted characters of the
-    columns the command reads (and the plain rendering's, for conversations).
+    rows' text (:func:`pgcli.lm.datasets.text_chars`, as RL on the rows reads them).
 
     Raises:
         ConfigError: a row holds a character outside ``recorded``.
@@ -120,31 +99,18 @@ def rows_vocab(env: DatasetEnvConfig, splits: Splits, model: TextModel, recorded
         return load_tokenizer(model)
     from pgcli.lm.tasks import CharVocab
 
-    needed = _needed_chars(env, splits)
+    found = text_chars(env, splits)
     if recorded is None:
-        return CharVocab("".join(sorted(needed)))
-    outside = sorted(needed - set(recorded))
+        return CharVocab(found.chars)
+    outside = [c for c in found.chars if c not in recorded]
     if outside:
+        which, index = found.first_row[outside[0]]
         raise ConfigError(
-            f"env.path={env.path}: the rows have the character {outside[0]!r}, outside the vocabulary of the init "
-            f"model ({len(outside)} such character(s)); TinyGPT reads only those characters: use model=hf, or train "
-            "without init="
+            f"env.path={env.path}: {which} row {index} has the character {outside[0]!r}, outside the vocabulary of the "
+            f"init model ({len(outside)} such character(s)); TinyGPT reads only those characters: use model=hf, or "
+            "train without init="
         )
     return CharVocab(recorded)
-
-
-def _needed_chars(env: DatasetEnvConfig, splits: Splits) -> set[str]:
-    """The characters the command's columns hold, and the plain rendering's when a value is a conversation."""
-    keys = (env.prompt_key, env.completion_key, env.messages_key, env.chosen_key, env.rejected_key)
-    chars: set[str] = set() if env.system_prompt is None else set(SYSTEM + env.system_prompt) | set(PLAIN_CHARS)
-    for rows in (splits.train, splits.held_out):
-        for column in (k for k in keys if k in rows.column_names):
-            for batch in rows.iter(batch_size=4096):
-                values = batch[column]
-                _collect_chars(values, chars)
-                if any(isinstance(v, list | tuple) for v in values):
-                    chars |= set(PLAIN_CHARS)
-    return chars
 
 
 def context_length(model: TextModel) -> int:
@@ -262,8 +228,10 @@ class PreferenceRows:
         keys = [("env.chosen_key", env.chosen_key), ("env.rejected_key", env.rejected_key)]
         require_columns(splits.train, keys, source=splits.source)
         self.explicit_prompt = env.prompt_key in splits.columns
-        self.train_rows = self._distinct(splits.train)
-        self.held_out_rows = self._distinct(splits.held_out)
+        # one pass per process (the preflight's rows are the run's)
+        self.train_rows, self.held_out_rows = once(
+            env, splits, "distinct pairs", lambda: (self._distinct(splits.train), self._distinct(splits.held_out))
+        )
         self.n_equal = len(splits.train) - len(self.train_rows)
         self.n_equal_held_out = len(splits.held_out) - len(self.held_out_rows)
         if len(self.train_rows) == 0:
@@ -353,7 +321,7 @@ def supervised_rows(
 ) -> DemoRows | PreferenceRows:
     """The rows of a ``pgcli sft`` (demonstrations) or ``pgcli rm`` (preference pairs) run on ``env=dataset``
     (``recorded``: an ``init=`` TinyGPT's characters, :func:`rows_vocab`)."""
-    splits = load_splits(env) if splits is None else splits
+    splits = rows_of(env) if splits is None else splits
     vocab = rows_vocab(env, splits, model, recorded)
     if isinstance(algo, RMConfig):
         return PreferenceRows(env, vocab, splits)
@@ -374,8 +342,8 @@ def check_rows(env: DatasetEnvConfig, model: TextModel, algo: object) -> DemoRow
         check_hf_model(model)
     rows = supervised_rows(env, model, algo)
     limit = context_length(model)
-    for split, rows_of in (("training", rows.splits.train), ("held-out", rows.splits.held_out)):
-        lengths = list(_lengths(rows, rows_of, split))
+    for split, data in (("training", rows.splits.train), ("held-out", rows.splits.held_out)):
+        lengths = list(_lengths(rows, data, split))
         over = [n for n in lengths if n > limit]
         if over:
             key = "model.max_len" if isinstance(model, LMModelConfig) else "the model's max_position_embeddings"

@@ -1,6 +1,6 @@
 """Your own rows as a text task (``env=dataset``; docs/lm.md, "Your data"): :class:`DatasetTask`.
 
-The rows come from :func:`pgcli.lm.datasets.load_splits` (training rows and held-out rows, memory-mapped). A row's
+The rows come from :func:`pgcli.lm.datasets.rows_of` (training and held-out rows, memory-mapped, read once). A row's
 prompt (``env.prompt_key``) is a string or a list of ``{role, content}`` messages; :func:`render_prompt` turns it into
 the text the policy reads:
 
@@ -16,26 +16,26 @@ trainer's checkpoint, so a resumed run reads exactly the rows a straight run rea
 A problem's ``columns`` are the row's columns other than the prompt: what the rewards see
 (:mod:`pgcli.lm.verifiers`); ``correct`` is the verifier's judgement on ``env.answer_key``, the ``eval/accuracy``.
 
-TinyGPT reads characters: its vocabulary is the sorted characters of the rows' text (rendered prompts, answers,
-completions, messages, chosen and rejected responses, train and held-out), recorded in the model's ``agent.json``
-(``vocab``) so that ``pgcli eval``, resume, ``init=`` and the MLflow Model use the same ids. A completion may hold
-up to the longest reference (``env.answer_key`` or ``env.completion_key``, in characters) + EOS tokens
-(``model.max_new_tokens`` with ``model=hf`` when set), and every prompt plus that budget must fit the model's context.
+TinyGPT reads characters: its vocabulary is the sorted characters of the rows' text
+(:func:`pgcli.lm.datasets.text_chars`: the same rule as ``pgcli sft`` and ``pgcli rm`` on the rows), recorded in the
+model's ``agent.json`` (``vocab``) so that ``pgcli eval``, resume, ``init=`` and the MLflow Model use the same ids. A
+completion may hold up to the longest reference (``env.answer_key`` or ``env.completion_key``, in characters) + EOS
+tokens (``model.max_new_tokens`` with ``model=hf`` when set), and every prompt plus that budget must fit the model's
+context.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pgcli.config import DatasetEnvConfig, HFModelConfig, LMModelConfig
 from pgcli.errors import ConfigError, PgcliError
-from pgcli.lm.datasets import RowOrder, Splits, load_splits, require_columns
+from pgcli.lm.datasets import RowOrder, Splits, is_messages, once, require_columns, rows_of, text_chars
 from pgcli.lm.tasks import CharVocab, LearnedReward, Problem, Vocab
 
 if TYPE_CHECKING:
@@ -65,17 +65,13 @@ def as_messages(prompt: Any, system_prompt: str | None = None) -> list[dict[str,
     """
     if isinstance(prompt, str):
         messages = [{"role": "user", "content": prompt}]
-    elif isinstance(prompt, Sequence) and prompt and all(_is_message(m) for m in prompt):
+    elif is_messages(prompt):
         messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
     else:
         raise ValueError(_describe(prompt))
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": system_prompt})
     return messages
-
-
-def _is_message(value: Any) -> bool:
-    return isinstance(value, Mapping) and isinstance(value.get("role"), str) and isinstance(value.get("content"), str)
 
 
 def _describe(value: Any) -> str:
@@ -142,13 +138,13 @@ def _text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, Sequence) and value and all(_is_message(m) for m in value):
+    if is_messages(value):
         return "".join(f"{m['role']}: {m['content']}\n" for m in value)
     return str(value)
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The rows, profiled once per process: characters, prompt lengths, bad prompts
+# The rows, profiled once per process: prompt lengths, bad prompts
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -156,55 +152,38 @@ def _text(value: Any) -> str:
 class Profile:
     """What one pass over the rows finds (:func:`profile_rows`)."""
 
-    chars: str
-    """The sorted characters of the rows' text (TinyGPT's vocabulary)."""
-    first_row: dict[str, tuple[str, int]]
-    """Each character's first row: (which rows, index)."""
     prompt_tokens: dict[str, np.ndarray]
     """Prompt tokens (BOS included) of each row, by split (``train``, ``held-out``)."""
     longest_reference: int
     """The longest answer or completion, in characters (0 without such columns)."""
 
 
-_CACHE: dict[str, tuple[Splits, Profile]] = {}
-
-
 def rows_and_profile(env: DatasetEnvConfig, vocab: Vocab | None, render: Renderer) -> tuple[Splits, Profile]:
-    """The rows of ``env`` and their :class:`Profile` in ``vocab`` (None: characters), read once per process (the
-    preflight and the run ask for the same ones)."""
-    name = getattr(render.tokenizer, "name_or_path", None)
-    key = json.dumps([asdict(env), name, render.chat_template], default=repr)
-    if key not in _CACHE:
-        splits = load_splits(env)
-        require_columns(splits.train, [("env.prompt_key", env.prompt_key)], source=splits.source)
-        _CACHE[key] = splits, profile_rows(env, splits, vocab, render)
-    return _CACHE[key]
+    """The rows of ``env`` and their :class:`Profile` in ``vocab`` (None: characters), read and profiled once per
+    process (:func:`pgcli.lm.datasets.rows_of`: the preflight and the run ask for the same ones)."""
+    splits = rows_of(env)
+    require_columns(splits.train, [("env.prompt_key", env.prompt_key)], source=splits.source)
+    what = f"profile {getattr(render.tokenizer, 'name_or_path', None)!r} {render.chat_template}"
+    return splits, once(env, splits, what, lambda: profile_rows(env, splits, vocab, render))
 
 
 def profile_rows(env: DatasetEnvConfig, splits: Splits, vocab: Vocab | None, render: Renderer) -> Profile:
-    """Render every prompt (a bad one is a one-line ConfigError naming its row), collect the characters of the text
-    columns, measure each prompt in ``vocab``'s tokens (None: characters + BOS)."""
-    seen: dict[str, tuple[str, int]] = {}
+    """Render every prompt (a bad one is a one-line ConfigError naming its row), measure each in ``vocab``'s tokens
+    (None: characters + BOS), and the longest reference (answer or completion)."""
     lengths: dict[str, np.ndarray] = {}
     longest = 0
-    text_keys = [env.answer_key, env.completion_key, env.messages_key, env.chosen_key, env.rejected_key]
+    references = [env.answer_key, env.completion_key]
     for name, rows in (("train", splits.train), ("held-out", splits.held_out)):
         counts: list[int] = []
-        for start, batch in _batches(rows, [env.prompt_key, *text_keys]):
+        for start, batch in _batches(rows, [env.prompt_key, *references]):
             prompts = [
                 _render_row(env, render, p, name, start + i, splits) for i, p in enumerate(batch[env.prompt_key])
             ]
             counts += _token_counts(vocab, prompts)
-            for i, text in enumerate(prompts):
-                _note_chars(seen, text, (name, start + i))
-            for key in text_keys:
-                for i, value in enumerate(batch.get(key, [])):
-                    text = _text(value)
-                    _note_chars(seen, text, (name, start + i))
-                    if key in (env.answer_key, env.completion_key):
-                        longest = max(longest, len(text))
+            for key in references:
+                longest = max([longest, *(len(_text(value)) for value in batch.get(key, []))])
         lengths[name] = np.asarray(counts, dtype=np.int64)
-    return Profile("".join(sorted(seen)), seen, lengths, longest)
+    return Profile(lengths, longest)
 
 
 def _batches(rows: Dataset, keys: list[str]) -> Iterator[tuple[int, dict[str, list[Any]]]]:
@@ -227,11 +206,6 @@ def _render_row(env: DatasetEnvConfig, render: Renderer, prompt: Any, name: str,
 
 def _where(name: str, env: DatasetEnvConfig, splits: Splits) -> str:
     return splits.source if name == "train" or env.eval_path is None else str(env.eval_path)
-
-
-def _note_chars(seen: dict[str, tuple[str, int]], text: str, where: tuple[str, int]) -> None:
-    for c in set(text).difference(seen):
-        seen[c] = where
 
 
 def _token_counts(vocab: Vocab | None, prompts: list[str]) -> list[int]:
@@ -471,7 +445,7 @@ def make_dataset_task(
     splits, profile = rows_and_profile(env, vocab, render)
     chars = None
     if vocab is None:
-        chars = _char_vocabulary(env, profile, recorded.vocab)
+        chars = _char_vocabulary(env, splits, recorded.vocab)
         vocab = CharVocab(chars)
     lengths = check_lengths(env, model, splits, profile)
     reward_set = reward_set_of(env, splits.columns)
@@ -504,13 +478,15 @@ def reward_set_of(env: DatasetEnvConfig, columns: Sequence[str]) -> RewardSet:
     )
 
 
-def _char_vocabulary(env: DatasetEnvConfig, profile: Profile, recorded: str | None) -> str:
-    """TinyGPT's characters: the rows', or ``recorded`` (an earlier run's) when every row's character is in it."""
+def _char_vocabulary(env: DatasetEnvConfig, splits: Splits, recorded: str | None) -> str:
+    """TinyGPT's characters: the rows' (:func:`pgcli.lm.datasets.text_chars`), or ``recorded`` (an earlier run's) when
+    every row's character is in it."""
+    found = text_chars(env, splits)
     if recorded is None:
-        return profile.chars
-    outside = [c for c in profile.chars if c not in recorded]
+        return found.chars
+    outside = [c for c in found.chars if c not in recorded]
     if outside:
-        which, index = profile.first_row[outside[0]]
+        which, index = found.first_row[outside[0]]
         raise ConfigError(
             f"env.path={env.path}: {which} row {index} has the character {outside[0]!r}, outside the vocabulary the "
             f"model was trained with ({len(outside)} such character(s)); TinyGPT reads only those characters: use "

@@ -11,27 +11,38 @@ same rows for every run, never trained on.
 
 Every problem with the data is a one-line :class:`pgcli.errors.ConfigError` naming the key and what is there, raised
 before any MLflow run exists (``pgcli.training.checks`` loads the rows in the preflight).
+
+The rows are read once per process (:func:`rows_of`), and what a pass over them finds is kept with them
+(:func:`once`): the checks before a run and the run itself, for every command, share one read and one scan.
+:func:`text_chars` is the one rule for the characters a dataset's text holds (TinyGPT's vocabulary on rows), so
+``pgcli sft``, ``pgcli rm`` and RL on the same rows and the same ``env`` config read the same token ids.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from pgcli.config import DatasetEnvConfig
 from pgcli.errors import ConfigError
+from pgcli.lm.conversations import PLAIN_CHARS, SYSTEM
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
+T = TypeVar("T")
+
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 """Suffix -> the ``datasets`` builder that reads it."""
+TEXT_BATCH = 4096
+"""Rows read per batch while collecting characters."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,131 @@ def load_splits(cfg: DatasetEnvConfig) -> Splits:
             f"(they have: {', '.join(held_out.column_names)})"
         )
     return Splits(train, held_out, source)
+
+
+@dataclass
+class _Read:
+    """The rows of one ``env`` config, and what passes over them found (:func:`once`)."""
+
+    splits: Splits
+    scans: dict[str, Any] = field(default_factory=dict)
+
+
+_READ: dict[str, _Read] = {}
+
+
+def _config_key(cfg: DatasetEnvConfig) -> str:
+    """The config, and the size and time of each file of its sources (a file rewritten in this process is new rows)."""
+    stamps = [_stamp(Path(p).expanduser()) for p in (cfg.path, cfg.eval_path) if p is not None]
+    return json.dumps([asdict(cfg), stamps], default=repr, sort_keys=True)
+
+
+def _stamp(where: Path) -> list[tuple[str, int, int]]:
+    """(name, bytes, mtime) of a source file, or of each file of a ``save_to_disk`` directory (its files and its
+    splits'; no deeper: a wrong directory is not walked); a hub id: nothing."""
+    try:
+        inside = [*where.glob("*"), *where.glob("*/*")] if where.is_dir() else []
+        files = [where] if where.is_file() else sorted(f for f in inside if f.is_file())
+        return [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    except OSError:  # gone meanwhile: reading it says so
+        return []
+
+
+def rows_of(cfg: DatasetEnvConfig) -> Splits:
+    """:func:`load_splits` of ``cfg``, read once per process (the checks before a run and the run ask alike)."""
+    key = _config_key(cfg)
+    if key not in _READ:
+        _READ[key] = _Read(load_splits(cfg))
+    return _READ[key].splits
+
+
+def once(cfg: DatasetEnvConfig, splits: Splits, what: str, scan: Callable[[], T]) -> T:
+    """``scan()``, kept under ``what`` with ``splits`` when they are :func:`rows_of`'s (so a pass over them is made
+    once per process); recomputed for rows read some other way."""
+    read = _READ.get(_config_key(cfg))
+    if read is None or read.splits is not splits:
+        return scan()
+    if what not in read.scans:
+        read.scans[what] = scan()
+    result: T = read.scans[what]
+    return result
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The characters of the rows' text: TinyGPT's vocabulary, for every command
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextChars:
+    """The characters a dataset's text holds (:func:`text_chars`)."""
+
+    chars: str
+    """Sorted: TinyGPT's vocabulary on these rows."""
+    first_row: dict[str, tuple[str, int]]
+    """Each character's first row: (``train`` or ``held-out``, index)."""
+
+
+def text_columns(cfg: DatasetEnvConfig) -> list[str]:
+    """Every text column ``cfg`` names: prompt, completion, messages, chosen, rejected and answer."""
+    keys = (cfg.prompt_key, cfg.completion_key, cfg.messages_key, cfg.chosen_key, cfg.rejected_key, cfg.answer_key)
+    return list(dict.fromkeys(keys))
+
+
+def text_chars(cfg: DatasetEnvConfig, splits: Splits) -> TextChars:
+    """The characters of the rows' text, whatever the command reads of it (``pgcli sft``, ``pgcli rm``, RL): every
+    column of :func:`text_columns` (training and held-out rows; a number as its text, a message list as its roles
+    and contents), plus what the plain rendering adds (:data:`~pgcli.lm.conversations.PLAIN_CHARS`) where a row
+    holds a message list, and ``env.system_prompt`` with its role (every row is then a conversation). Scanned once
+    per process for :func:`rows_of`'s rows (:func:`once`)."""
+    return once(cfg, splits, "chars", lambda: _scan_chars(cfg, splits))
+
+
+def _scan_chars(cfg: DatasetEnvConfig, splits: Splits) -> TextChars:
+    seen: dict[str, tuple[str, int]] = {}
+    if cfg.system_prompt is not None:  # the system turn leads every row's conversation
+        _note(seen, SYSTEM + cfg.system_prompt + PLAIN_CHARS, ("train", 0))
+    for name, rows in (("train", splits.train), ("held-out", splits.held_out)):
+        present = [k for k in text_columns(cfg) if k in rows.column_names]
+        if not present:
+            continue
+        start = 0
+        for batch in rows.select_columns(present).iter(batch_size=TEXT_BATCH):
+            for key in present:
+                for i, value in enumerate(batch[key]):
+                    _note(seen, _value_chars(value), (name, start + i))
+            start += len(batch[present[0]])
+    return TextChars("".join(sorted(seen)), seen)
+
+
+def _note(seen: dict[str, tuple[str, int]], text: str, where: tuple[str, int]) -> None:
+    for c in set(text).difference(seen):
+        seen[c] = where
+
+
+def _value_chars(value: Any) -> str:
+    """A cell's text: a string as it is, a message list as its roles and contents and the plain rendering's
+    characters, anything else (a number) as ``str`` (as a reference answer reads it); None: nothing."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if is_messages(value):
+        return "".join(m["role"] + m["content"] for m in value) + PLAIN_CHARS
+    return str(value)
+
+
+def is_messages(value: Any) -> bool:
+    """``value`` is a non-empty list of ``{role, content}`` mappings with string values (a conversation)."""
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str | bytes)
+        and bool(value)
+        and all(
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value
+        )
+    )
 
 
 def read_rows(path: str, split: str, *, key: str) -> Dataset:
