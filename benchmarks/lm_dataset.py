@@ -300,12 +300,14 @@ def report(args: argparse.Namespace) -> None:
         runs = sorted(RESULTS.glob(f"{prefix}_*grpo_s*.json"))
         if not runs:
             continue
-        print(f"\n{prefix}: | seed | SFT accuracy | final | last-5 evals | best eval | wall |")
+        # "at step 0": the SFT model under the RL run's own evaluation (sampled, pass@k), the baseline of its gain
+        print(f"\n{prefix}: | seed | SFT accuracy | GRPO at step 0 | final | last-5 evals | best eval | wall |")
         for path in runs:
             r = json.loads(path.read_text())
+            start = next((v for step, v in r.get("curve", []) if step == 0), float("nan"))
             print(
-                f"| {r['seed']} | {r['sft_accuracy']:.3f} | {r['accuracy']:.3f} | {r['last5']:.3f} | {r['best']:.3f} "
-                f"| {r['wall_s'] / 60:.1f} min |"
+                f"| {r['seed']} | {r['sft_accuracy']:.3f} | {start:.3f} | {r['accuracy']:.3f} | {r['last5']:.3f} "
+                f"| {r['best']:.3f} | {r['wall_s'] / 60:.1f} min |"
             )
         finals = [json.loads(p.read_text())["accuracy"] for p in runs]
         print(f"mean final accuracy {statistics.fmean(finals):.3f} over {len(finals)} seeds")
