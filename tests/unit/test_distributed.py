@@ -1,6 +1,7 @@
 """Data-parallel text training (pgcli.hardware.distributed; docs/distributed.md): one update on a fixed batch split
-over 2 gloo ranks moves the parameters as one process does on the whole batch, and the metrics reduced over the ranks
-are the whole batch's; the per-rank seeds; the config's rules for hardware.processes.
+over 2 gloo ranks moves the parameters as one process does on the whole batch (GRPO, SFT, the reward model, PPO's
+policy and value network), and the metrics reduced over the ranks are the whole batch's; the per-rank seeds; the
+config's rules for hardware.processes.
 
 Tolerance: atol 1e-6, rtol 1e-5 on every parameter and metric (float32 summation order: the ranks sum their shares
 of the batch's loss in another order than one pass over the batch). The optimiser is SGD, as in test_lm_sft's
@@ -14,6 +15,7 @@ import os
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -21,12 +23,15 @@ from test_lm_trainers import CONFIGS, CPU, Sampling, make_policy, make_task, sta
 
 from pgcli.algo.lm_base import kl_reference
 from pgcli.algo.lm_grpo import LMGRPO
+from pgcli.algo.lm_ppo import LMPPO
 from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
+from pgcli.algo.reward_model import RewardModelTrainer
 from pgcli.algo.sft import SFT
-from pgcli.config import LMModelConfig, SFTConfig
+from pgcli.config import LMModelConfig, RMConfig, SFTConfig
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import ConfigError
 from pgcli.hardware import distributed
+from pgcli.lm.pairs import Pair, PairGenerator
 
 ATOL, RTOL = 1e-6, 1e-5
 WORLD = 2
@@ -46,6 +51,21 @@ def grpo_trainer(loss_agg: str) -> LMGRPO:
         cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=Sampling(), seed=0, device=CPU
     )
     trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.5)
+    return trainer
+
+
+def ppo_trainer() -> LMPPO:
+    """PPO with the value network, whitened advantages and value clipping (the defaults); two epochs on the one
+    minibatch of 16, so that the second moves the value network's trunk (its head starts at zero)."""
+    task = make_task(starts_low)
+    cfg = CONFIGS["ppo_lm"](batch_size=16, n_iterations=2, beta=0.04)
+    assert cfg.normalize_advantage and cfg.clip_range_vf is not None
+    policy = make_policy(task)
+    trainer = LMPPO(
+        cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=Sampling(), seed=0, device=CPU
+    )
+    trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.5)
+    trainer.vf_optimizer = torch.optim.SGD(trainer.value.parameters(), lr=0.5)
     return trainer
 
 
@@ -98,14 +118,50 @@ def sft_batches(sft: SFT) -> list[tuple[torch.Tensor, ...]]:
     return [sft._batch() for _ in range(2)]
 
 
-def _train(kind: str, loss_agg: str, rank: int, data: Path) -> tuple[list[torch.Tensor], list[dict[str, float]]]:
-    """The update(s) of ``kind`` on rank ``rank``'s share of the fixed data (all of it in one process)."""
+def rm_trainer(micro_batch: int) -> RewardModelTrainer:
+    task = make_task()
+    rm = RewardModelTrainer(
+        RMConfig(batch_size=16),
+        task=task,
+        policy=make_policy(task),
+        reference=None,
+        model=LMModelConfig(micro_batch=micro_batch),
+        seed=0,
+        device=CPU,
+    )
+    rm.optimizer = torch.optim.SGD(rm.reward_model.parameters(), lr=0.5)
+    return rm
+
+
+def rm_batches() -> list[list[Pair]]:
+    """Two fixed batches of 16 checker pairs: the first step moves the head alone (it starts at zero), the second
+    the backbone too."""
+    pairs = PairGenerator(make_task(), "checker")
+    rng = np.random.default_rng(0)
+    return [pairs.sample(rng, 16) for _ in range(2)]
+
+
+def _params(*modules: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for m in modules for p in m.parameters()]
+
+
+def _train(kind: str, variant: str, rank: int, data: Path) -> tuple[list[torch.Tensor], list[dict[str, float]]]:
+    """The update(s) of ``kind`` on rank ``rank``'s share of the fixed data (all of it in one process); ``variant``:
+    GRPO's ``loss_agg``, the reward model's ``micro_batch``."""
     world = distributed.world_size() if distributed.active() else 1
-    if kind == "grpo":
-        trainer = grpo_trainer(loss_agg)
+    if kind in ("grpo", "ppo"):
+        trainer = grpo_trainer(variant) if kind == "grpo" else ppo_trainer()
         batch = torch.load(data, weights_only=False)
         stats = [trainer._update(batch if world == 1 else rank_share(batch, rank))]
-        return [p.detach().clone() for p in trainer.policy.parameters()], stats
+        value = [trainer.value] if isinstance(trainer, LMPPO) else []
+        return _params(trainer.policy, *value), stats
+    if kind == "rm":
+        rm = rm_trainer(int(variant))
+        out = [
+            rm._train_on(pairs if world == 1 else pairs[rank * 8 : (rank + 1) * 8])
+            for pairs in torch.load(data, weights_only=False)
+        ]
+        return _params(rm.reward_model), out
     sft = sft_trainer()
     batches = torch.load(data, weights_only=False)
     out = []
@@ -113,23 +169,23 @@ def _train(kind: str, loss_agg: str, rank: int, data: Path) -> tuple[list[torch.
         share = whole if world == 1 else tuple(t[rank * 8 : (rank + 1) * 8] for t in whole)
         sft._batch = lambda share=share: share  # type: ignore[method-assign]
         out.append(sft._step())
-    return [p.detach().clone() for p in sft.policy.parameters()], out
+    return _params(sft.policy), out
 
 
-def _rank_main(rank: int, port: int, kind: str, loss_agg: str, data: Path, out: Path) -> None:
+def _rank_main(rank: int, port: int, kind: str, variant: str, data: Path, out: Path) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
     torch.set_num_threads(1)
     distributed.init(CPU, timeout_s=60)
     try:
-        params, stats = _train(kind, loss_agg, rank, data)
+        params, stats = _train(kind, variant, rank, data)
         reduced = [distributed.mean_stats(s) for s in stats]
         torch.save({"params": params, "stats": reduced}, out / f"rank{rank}.pt")
     finally:
         distributed.teardown()
 
 
-def run_on_two_ranks(kind: str, loss_agg: str, data: Path, out: Path) -> list[dict]:
-    mp.spawn(_rank_main, args=(free_port(), kind, loss_agg, data, out), nprocs=WORLD, join=True)
+def run_on_two_ranks(kind: str, variant: str, data: Path, out: Path) -> list[dict]:
+    mp.spawn(_rank_main, args=(free_port(), kind, variant, data, out), nprocs=WORLD, join=True)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
@@ -162,6 +218,33 @@ def test_sft_steps_split_over_two_ranks_are_the_one_process_steps(tmp_path: Path
     torch.save(batches, data)
     params, stats = _train("sft", "", 0, data)
     for got in run_on_two_ranks("sft", "", data, tmp_path):
+        assert_same(got, params, stats)
+
+
+@pytest.mark.parametrize("micro_batch", [0, 3])
+def test_reward_model_steps_split_over_two_ranks_are_the_one_process_steps(micro_batch: int, tmp_path: Path):
+    data = tmp_path / "pairs.pt"
+    torch.save(rm_batches(), data)
+    params, stats = _train("rm", str(micro_batch), 0, data)
+    start = _params(rm_trainer(micro_batch).reward_model)
+    assert not torch.equal(params[-1], start[-1])  # the head (its one weight) moved
+    assert any(not torch.equal(a, b) for a, b in zip(params[:-1], start[:-1], strict=True))  # and the backbone
+    for got in run_on_two_ranks("rm", str(micro_batch), data, tmp_path):
+        assert_same(got, params, stats)
+
+
+def test_a_ppo_update_split_over_two_ranks_is_the_one_process_update(tmp_path: Path):
+    data = tmp_path / "batch.pt"
+    batch = fixed_batch()
+    torch.save(batch, data)
+    assert batch.rewards[:8].mean() != batch.rewards[8:].mean()  # whitening each rank's own share would differ
+    params, stats = _train("ppo", "", 0, data)
+    fresh = ppo_trainer()
+    n_policy = len(list(fresh.policy.parameters()))
+    start = _params(fresh.policy, fresh.value)
+    moved = [not torch.equal(a, b) for a, b in zip(params, start, strict=True)]
+    assert any(moved[:n_policy]) and all(moved[-2:]) and any(moved[n_policy:-2])  # policy, value head, value trunk
+    for got in run_on_two_ranks("ppo", "", data, tmp_path):
         assert_same(got, params, stats)
 
 
