@@ -198,20 +198,35 @@ def sum_stats(stats: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, values.tolist(), strict=True))
 
 
-def mean_stats(stats: Mapping[str, float]) -> dict[str, float]:
+def mean_stats(stats: Mapping[str, float], weights: Mapping[str, float] | None = None) -> dict[str, float]:
     """Each metric's mean over the ranks that report it: with equal shares per rank, the mean over every completion
-    of the global batch (a key only some ranks report, as an update with nothing to train, averages over those)."""
+    of the global batch (a key only some ranks report, as an update with nothing to train, averages over those). A
+    metric in ``weights`` is weighted by each rank's weight of it: a mean over the turns of a multi-turn batch, whose
+    ranks hold different numbers of turns, is weighted by them."""
     if not active():
         return dict(stats)
     import torch.distributed as dist
 
     every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, dict(stats))
+    dist.all_gather_object(every, (dict(stats), dict(weights or {})))
     out: dict[str, float] = {}
-    for key in sorted({k for s in every for k in s}):
-        values = [float(s[key]) for s in every if key in s]
-        out[key] = float(np.mean(values))
+    for key in sorted({k for s, _ in every for k in s}):
+        values = [(float(s[key]), float(w.get(key, 1.0))) for s, w in every if key in s]
+        out[key] = float(np.average([v for v, _ in values], weights=[w for _, w in values]))
     return out
+
+
+def all_counts(n: int) -> list[int]:
+    """``n`` of every rank, by rank (``[n]`` in one process)."""
+    if not active():
+        return [n]
+    import torch
+    import torch.distributed as dist
+
+    counts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    counts[dist.get_rank()] = n
+    dist.all_reduce(counts)
+    return [int(c) for c in counts.tolist()]
 
 
 def broadcast_module(module: nn.Module) -> None:

@@ -11,6 +11,7 @@ flip its sign with the summation order.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from pathlib import Path
@@ -21,16 +22,18 @@ import torch
 import torch.multiprocessing as mp
 from test_lm_trainers import CONFIGS, CPU, Sampling, make_policy, make_task, starts_low
 
+from pgcli.algo.lm_agent import LMAgentGRPO
 from pgcli.algo.lm_base import kl_reference
 from pgcli.algo.lm_grpo import LMGRPO
 from pgcli.algo.lm_ppo import LMPPO
 from pgcli.algo.lm_rollout import CompletionBatch, sample_completions
 from pgcli.algo.reward_model import RewardModelTrainer
 from pgcli.algo.sft import SFT
-from pgcli.config import LMModelConfig, RMConfig, SFTConfig
+from pgcli.config import CountdownToolEnvConfig, FlowGRPOConfig, GRPOConfig, LMModelConfig, RMConfig, SFTConfig
 from pgcli.config.compose import compose_train_config
 from pgcli.errors import ConfigError
 from pgcli.hardware import distributed
+from pgcli.lm.load import make_text_policy, make_text_task
 from pgcli.lm.pairs import Pair, PairGenerator
 
 ATOL, RTOL = 1e-6, 1e-5
@@ -84,6 +87,58 @@ def fixed_batch() -> CompletionBatch:
         generator=generator,
         device=CPU,
     )
+
+
+def agent_trainer(algo: str) -> LMAgentGRPO:
+    """Flow-GRPO or whole-trajectory GRPO on countdown with a calculator: 4 questions x 2 trajectories, every turn in
+    the one minibatch (batch_size 64 > 4 turns x 8 trajectories)."""
+    task = make_text_task(CountdownToolEnvConfig(n_eval=16), LMModelConfig())
+    torch.manual_seed(0)
+    policy = make_text_policy(task, LMModelConfig(d_model=32, d_ff=64, n_layers=1), CPU)
+    kw = {"group_size": 2, "n_groups": 4, "beta": 0.04}
+    cfg = FlowGRPOConfig(**kw, batch_size=64) if algo == "flow_grpo" else GRPOConfig(**kw, batch_size=8)
+    cfg.batch_size = 64  # GRPOConfig caps it at the trajectories (8), its rule for episodes: one minibatch here too
+    trainer = LMAgentGRPO(
+        cfg, task=task, policy=policy, reference=kl_reference(cfg, policy, None), model=Sampling(), seed=0, device=CPU
+    )
+    trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.5)
+    return trainer
+
+
+def fixed_turns() -> CompletionBatch:
+    """The turns of 8 trajectories (4 questions x 2) the untrained policy played, sampled once in this process. It
+    solves none and plays every turn there is, so the batch is made uneven: trajectories 0, 3 and 6 are marked solved
+    (the update reads only the rewards), which leaves questions 0, 1 and 3 with a reward that varies, and
+    trajectories 4 and 5 keep their first turn alone, so that the ranks hold different numbers of turns."""
+    batch, _ = agent_trainer("flow_grpo")._sample()
+    assert batch.trajectory is not None
+    seen: set[int] = set()
+    keep = []
+    for i, t in enumerate(batch.trajectory.tolist()):
+        keep.append(i) if t not in (4, 5) or t not in seen else None
+        seen.add(t)
+    rows = torch.tensor(keep)
+    fields = {
+        name: value[rows] if isinstance(value, torch.Tensor) and value.shape[:1] == batch.rewards.shape else value
+        for name, value in batch._asdict().items()
+    }
+    solved = fields["trajectory"] % 3 == 0
+    fields |= {"rewards": solved.float(), "correct": solved, "reward_parts": {}}  # a plain dict: saved to a file
+    return CompletionBatch(**fields)
+
+
+def turns_share(batch: CompletionBatch, rank: int) -> CompletionBatch:
+    """Rank ``rank``'s questions of ``batch`` (2 of 4: the turns of their trajectories), group and trajectory ids
+    from 0."""
+    assert batch.trajectory is not None
+    rows = ((batch.group_ids >= 2 * rank) & (batch.group_ids < 2 * rank + 2)).nonzero().squeeze(1)
+    fields = {
+        name: value[rows] if isinstance(value, torch.Tensor) and value.shape[:1] == batch.rewards.shape else value
+        for name, value in batch._asdict().items()
+    }
+    fields["group_ids"] = batch.group_ids[rows] - 2 * rank
+    fields["trajectory"] = batch.trajectory[rows] - 4 * rank
+    return CompletionBatch(**fields)
 
 
 def rank_share(batch: CompletionBatch, rank: int) -> CompletionBatch:
@@ -145,30 +200,43 @@ def _params(*modules: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for m in modules for p in m.parameters()]
 
 
-def _train(kind: str, variant: str, rank: int, data: Path) -> tuple[list[torch.Tensor], list[dict[str, float]]]:
+Stats = list[tuple[dict[str, float], dict[str, float]]]
+"""Each update's metrics on this rank, and their weights in the mean over the ranks."""
+
+
+def _train(kind: str, variant: str, rank: int, data: Path) -> tuple[list[torch.Tensor], Stats]:
     """The update(s) of ``kind`` on rank ``rank``'s share of the fixed data (all of it in one process); ``variant``:
-    GRPO's ``loss_agg``, the reward model's ``micro_batch``."""
+    GRPO's ``loss_agg``, the reward model's ``micro_batch``, the multi-turn trainer's algo."""
     world = distributed.world_size() if distributed.active() else 1
+    if kind == "agent":
+        agent = agent_trainer(variant)
+        batch = torch.load(data, weights_only=False)
+        share = batch if world == 1 else turns_share(batch, rank)
+        stats = agent._update(share)
+        # minibatches of 8 turns: as many on each rank as one process has (2 ranks' collectives must line up)
+        agent.cfg.batch_size = 8
+        stats["minibatches_of_8"] = len(agent._minibatches(torch.arange(len(share.rewards))))
+        return _params(agent.policy), [(stats, agent._stat_weights(share))]
     if kind in ("grpo", "ppo"):
         trainer = grpo_trainer(variant) if kind == "grpo" else ppo_trainer()
         batch = torch.load(data, weights_only=False)
-        stats = [trainer._update(batch if world == 1 else rank_share(batch, rank))]
+        stats = trainer._update(batch if world == 1 else rank_share(batch, rank))
         value = [trainer.value] if isinstance(trainer, LMPPO) else []
-        return _params(trainer.policy, *value), stats
+        return _params(trainer.policy, *value), [(stats, {})]
     if kind == "rm":
         rm = rm_trainer(int(variant))
         out = [
             rm._train_on(pairs if world == 1 else pairs[rank * 8 : (rank + 1) * 8])
             for pairs in torch.load(data, weights_only=False)
         ]
-        return _params(rm.reward_model), out
+        return _params(rm.reward_model), [(stats, {}) for stats in out]
     sft = sft_trainer()
     batches = torch.load(data, weights_only=False)
     out = []
     for whole in batches:
         share = whole if world == 1 else tuple(t[rank * 8 : (rank + 1) * 8] for t in whole)
         sft._batch = lambda share=share: share  # type: ignore[method-assign]
-        out.append(sft._step())
+        out.append((sft._step(), {}))
     return _params(sft.policy), out
 
 
@@ -178,7 +246,7 @@ def _rank_main(rank: int, port: int, kind: str, variant: str, data: Path, out: P
     distributed.init(CPU, timeout_s=60)
     try:
         params, stats = _train(kind, variant, rank, data)
-        reduced = [distributed.mean_stats(s) for s in stats]
+        reduced = [distributed.mean_stats(s, weights) for s, weights in stats]
         torch.save({"params": params, "stats": reduced}, out / f"rank{rank}.pt")
     finally:
         distributed.teardown()
@@ -189,13 +257,13 @@ def run_on_two_ranks(kind: str, variant: str, data: Path, out: Path) -> list[dic
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
-def assert_same(got: dict, params: list[torch.Tensor], stats: list[dict[str, float]]) -> None:
+def assert_same(got: dict, params: list[torch.Tensor], stats: Stats) -> None:
     for a, b in zip(params, got["params"], strict=True):
         torch.testing.assert_close(b, a, atol=ATOL, rtol=RTOL)
-    for expected, reduced in zip(stats, got["stats"], strict=True):
+    for (expected, _), reduced in zip(stats, got["stats"], strict=True):
+        assert set(reduced) == set(expected)
         for key, value in expected.items():
-            if key.startswith("train/"):
-                assert reduced[key] == pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True), key
+            assert reduced[key] == pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True), key
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "constant"])
@@ -248,6 +316,22 @@ def test_a_ppo_update_split_over_two_ranks_is_the_one_process_update(tmp_path: P
         assert_same(got, params, stats)
 
 
+@pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])
+def test_a_multi_turn_update_split_over_two_ranks_is_the_one_process_update(algo: str, tmp_path: Path):
+    data = tmp_path / "turns.pt"
+    batch = fixed_turns()
+    torch.save(batch, data)
+    turns = [len(turns_share(batch, rank).rewards) for rank in range(WORLD)]
+    assert turns[0] != turns[1]  # the ranks hold different numbers of turns
+    params, stats = _train("agent", algo, 0, data)
+    assert 0.0 < stats[0][0]["rollout/truncated_frac"] < 1.0  # a per-turn metric: weighted by each rank's turns
+    assert stats[0][0]["minibatches_of_8"] == math.ceil(sum(turns) / 8) > math.ceil(min(turns) / 8)
+    start = _params(agent_trainer(algo).policy)
+    assert any(not torch.equal(a, b) for a, b in zip(params, start, strict=True))
+    for got in run_on_two_ranks("agent", algo, data, tmp_path):
+        assert_same(got, params, stats)
+
+
 def test_rank_seeds_are_distinct_and_rank_0_keeps_the_run_seed():
     seeds = distributed.rank_seeds(7, 4)
     assert seeds[0] == 7 and len(set(seeds)) == 4
@@ -271,11 +355,17 @@ def test_one_process_helpers_are_the_identity():
         (["algo=sft", "env=addition", "algo.batch_size=9"], "algo.batch_size must be a multiple of hardware.processes"),
         (["algo=ppo", "env=cartpole"], "trains text tasks"),
         (["algo=grpo", "env=addition", "algo.drop_degenerate_groups=true"], "algo.drop_degenerate_groups must be"),
-        (["algo=flow_grpo", "env=countdown_tool"], "a multi-turn task trains in one process"),
-        (["algo=sft", "env=countdown_tool"], "a multi-turn task trains in one process"),
+        (["algo=sft", "env=countdown_tool"], "algo=sft on a multi-turn task trains in one process"),
+        (["algo=flow_grpo", "env=countdown_tool", "algo.n_groups=5"], "algo.n_groups must be a multiple of"),
         (["algo=sft", "env=addition", "n_seeds=2"], "n_seeds must be 1 with hardware.processes=2"),
     ],
 )
 def test_sizes_that_do_not_divide_over_the_processes_are_one_line(overrides: list[str], message: str):
     with pytest.raises(ConfigError, match=message):
         compose_train_config([*overrides, "hardware.processes=2"])
+
+
+@pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])
+def test_the_multi_turn_rl_trainers_train_on_several_processes(algo: str):
+    cfg = compose_train_config([f"algo={algo}", "env=countdown_tool", "algo.batch_size=8", "hardware.processes=2"])
+    assert cfg.hardware.processes == 2 and cfg.env_kind == "multi-turn"
