@@ -14,10 +14,17 @@ the advantage each turn gets:
 and then the same as GRPO on single completions (`pgcli.algo.lm_grpo`): mu epochs of minibatch steps (minibatches of
 turns) on the clipped token objective with the KL term to the reference. A "step" is one sampled turn, so both
 compare at the same number of generated completions.
+
+On several processes (docs/distributed.md) each rank plays M / N questions, whole groups, so the advantages, taken
+within a question's trajectories, are the one-process ones. The ranks' numbers of turns differ, so every rank splits
+its turns into the same number of minibatches, ceil(turns of the global batch / `batch_size`) (at most the fewest turns
+a rank holds), each minibatch's loss its share of the global minibatch's; the steps count every rank's turns and a
+per-turn metric is weighted by each rank's turns.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -28,10 +35,19 @@ from pgcli.algo.lm_base import CriticFreeConfig
 from pgcli.algo.lm_grpo import LMGRPO, STD_EPS
 from pgcli.algo.lm_rollout import CompletionBatch, rollout_stats
 from pgcli.config import GRPOConfig
+from pgcli.hardware import distributed
 from pgcli.lm.agent import TOOL_ERRORS, AgentTask
 from pgcli.lm.play import Episodes, play
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.lm import group_advantages, token_advantages
+
+TURN_METRICS = (
+    "rollout/completion_len",
+    "rollout/tool_error_rate",
+    *(f"rollout/errors_{kind}" for kind in TOOL_ERRORS),
+    "rollout/truncated_frac",
+)
+"""The metrics that are means over a batch's turns (the others are per trajectory, question or update)."""
 
 
 def trajectory_advantages(cfg: GRPOConfig, batch: CompletionBatch, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
@@ -75,7 +91,7 @@ class LMAgentGRPO(LMGRPO):
         """1. G trajectories of each of M questions played by the old policy; the batch of their turns, each with
         its trajectory's reward, grouped by question."""
         size = self.cfg.group_size
-        questions = self.task.sample(self.prompt_rng, self.cfg.n_groups)
+        questions = self.task.sample(self.prompt_rng, distributed.local_size(self.cfg.n_groups, "algo.n_groups"))
         episodes = play(
             self.agent_task,
             self.policy,
@@ -106,3 +122,21 @@ class LMAgentGRPO(LMGRPO):
         if isinstance(self.cfg, GRPOConfig):
             return trajectory_advantages(self.cfg, batch, old_logp, ref_logp)
         return super()._advantages(batch, old_logp, ref_logp)
+
+    def _sampled_steps(self, batch: CompletionBatch) -> int:
+        """The turns of every rank's trajectories (their numbers differ)."""
+        return sum(distributed.all_counts(len(batch.rewards)))
+
+    def _stat_weights(self, batch: CompletionBatch) -> dict[str, float]:
+        """A per-turn metric weighs by this rank's turns."""
+        return dict.fromkeys(TURN_METRICS, float(len(batch.rewards)))
+
+    def _minibatches(self, rows: Tensor) -> tuple[Tensor, ...]:
+        """On several processes, as many minibatches on every rank (each step's collectives line up): ceil(turns of
+        the global batch / ``batch_size``), at most the fewest turns a rank holds, each rank's turns (shuffled)
+        split evenly among them; in one process, :class:`LMGRPO`'s."""
+        if not distributed.active():
+            return super()._minibatches(rows)
+        counts = distributed.all_counts(len(rows))
+        n = min(math.ceil(sum(counts) / self.cfg.batch_size), min(counts))
+        return rows[torch.randperm(len(rows), device=self.device)].tensor_split(n)

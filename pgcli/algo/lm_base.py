@@ -156,11 +156,11 @@ class TextRLTrainer(Generic[Cfg]):
         while self.steps < total_steps:
             start = time.perf_counter()
             batch, stats = self._sample()
-            self.steps += len(batch.rewards) * self.world  # every rank samples an equal share
+            self.steps += self._sampled_steps(batch)
             stats |= self._update(batch)
             stats["time/update_s"] = time.perf_counter() - start
             stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
-            stats = distributed.mean_stats(stats)  # over every completion of the global batch
+            stats = distributed.mean_stats(stats, self._stat_weights(batch))  # over every completion of the batch
             losses = self.checked_losses if "train/grad_norm" in stats else ()
             check_update(monitor, self.steps, stats, losses, params=self._trained_parameters())
             monitor.log(self.steps, stats)
@@ -178,6 +178,16 @@ class TextRLTrainer(Generic[Cfg]):
             seed = distributed.resumed_seed(self.seed, self.steps)
             self.prompt_rng = np.random.default_rng(seed)
             self.generator.manual_seed(seed)
+
+    def _sampled_steps(self, batch: CompletionBatch) -> int:
+        """The steps (completions) of the global batch this rank's ``batch`` is a share of: every rank samples an
+        equal share."""
+        return len(batch.rewards) * self.world
+
+    def _stat_weights(self, batch: CompletionBatch) -> dict[str, float]:
+        """The weight of this rank's value of a metric in its mean over the ranks
+        (:func:`pgcli.hardware.distributed.mean_stats`), where the ranks' shares differ; none: equal shares."""
+        return {}
 
     def _minibatch_rows(self) -> int:
         """The rows of this rank's share of a minibatch (``algo.batch_size`` over the processes)."""

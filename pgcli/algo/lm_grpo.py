@@ -229,7 +229,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         stats["train/dropped_frac"] = 1.0 - len(rows) / len(keep)
         if len(rows) == 0:
             return stats
-        first_epoch = rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows())
+        first_epoch = self._minibatches(rows)
         # pi_old: the sampler's log-probs where they are the forward pass's function; else the first step's
         # minibatch reads its own forward pass (the policy has not moved since sampling) and one pass covers the rest.
         # A KL in the reward takes pi_old of every completion from the pass pi_ref's comes from, so that k1 is exactly
@@ -247,12 +247,7 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         n_minibatches = 0
         self.policy.train()
         for epoch in range(cfg.n_iterations):  # mu policy updates per batch
-            order = (
-                first_epoch
-                if epoch == 0
-                else rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows())
-            )
-            for mb in order:
+            for mb in first_epoch if epoch == 0 else self._minibatches(rows):
                 fresh = n_minibatches == 0 and len(own) > 0
                 step = self._policy_step(
                     batch, mb, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, on_policy=fresh
@@ -265,6 +260,11 @@ class LMGRPO(TextRLTrainer[CriticFreeConfig]):
         if self.reference is not None and interval > 0 and self.n_updates % interval == 0:
             self.reference.load_state_dict(self.policy.state_dict())
         return stats | self._step_means(totals, n_minibatches)
+
+    def _minibatches(self, rows: Tensor) -> tuple[Tensor, ...]:
+        """One epoch's minibatches of the trained completions `rows` [B'], shuffled: this rank's share of
+        `algo.batch_size` each."""
+        return rows[torch.randperm(len(rows), device=self.device)].split(self._minibatch_rows())
 
     def _policy_step(
         self,

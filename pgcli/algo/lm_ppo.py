@@ -8,7 +8,8 @@ One update: M prompts, G completions each from the old policy pi_old (the same s
     J(theta) = agg_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t) + c_ent H_t,  rho_t = pi_theta / pi_old
     L(phi)   = 1/2 mean_t max((V_phi - R_t)^2, (clip(V_phi, V_old +- clip_range_vf) - R_t)^2),  R_t = A_t + V_old
 
-for `n_iterations` epochs of minibatches; A is whitened over the batch's tokens when `normalize_advantage`. The value
+for `n_iterations` epochs of minibatches; A is whitened over the batch's tokens when `normalize_advantage` (on
+several processes, the global batch's). The value
 network V_phi is a copy of the initial (SFT) policy's transformer with a scalar head on its final hidden states, trained
 by its own Adam; the state before token t is the prompt and o_<t, read at the position that predicts o_t. `train/kl_ref`
 is the same per-token k3 KL to the reference as the critic-free trainers log, so the table of docs/benchmarks/lm.md
@@ -99,7 +100,8 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
             rewards = kl_penalized_rewards(batch.rewards, old_logp, ref_logp, mask, beta=cfg.beta)
             advantages, returns = token_gae(rewards, old_values, mask, gamma=cfg.gamma, lam=cfg.gae_lambda)
             if cfg.normalize_advantage:
-                advantages = masked_whiten(advantages, mask * keep[:, None])
+                # over the global batch's tokens: on several processes, every rank's share of them
+                advantages = masked_whiten(advantages, mask * keep[:, None], total=distributed.all_sum)
 
         totals = dict.fromkeys(
             ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction", "approx_kl", "grad_norm"), 0.0
@@ -119,7 +121,11 @@ class LMPPO(TextRLTrainer[PPOLMConfig]):
                     totals[key] += value
         self.n_updates += 1
         stats |= self._step_means(totals, n_minibatches)
-        stats["train/token_reward_mean"] = float(masked_mean(rewards[rows], mask[rows]))
+        # the global batch's token mean (the ranks' token counts differ: a mean of their means would not be it)
+        reward_sum, n_tokens = distributed.all_sum(
+            torch.stack([torch.where(mask.bool(), rewards, 0.0)[rows].sum(), mask[rows].sum()])
+        )
+        stats["train/token_reward_mean"] = float(reward_sum / n_tokens)
         return stats
 
     def _policy_step(

@@ -234,6 +234,7 @@ def _checked(args: list[str], *, command: str = "train") -> tuple[list[str], Tra
         writes=not any(a in ("--cfg", "-c") for a in args),  # nothing is written when only the config is printed
         preset_note=distributed.says_notes(),  # one note for a run on several processes
         sweep_check=_check_search,
+        launcher_checked=distributed.launched_by_pgcli(),  # hardware.processes=N: checked once, by the launcher
     )
     task = task_overrides(args)
     job = prepare_job(task, multirun=any(a in ("-m", "--multirun") for a in args), mode=mode)

@@ -12,15 +12,16 @@ from pgcli.errors import ConfigError
 
 SHARED_SIZES = ("n_groups", "batch_size")
 """The global sizes of a text algo that each rank trains 1/N of (those its config has)."""
-DISTRIBUTED_ALGOS = ("sft", "rm", "grpo", "rloo", "reinforce", "gspo", "reinforce_pp", "ppo_lm")
+DISTRIBUTED_ALGOS = ("sft", "rm", "grpo", "rloo", "reinforce", "gspo", "reinforce_pp", "ppo_lm", "flow_grpo")
 """The algos that train on several processes (docs/distributed.md)."""
+MULTI_TURN_ALGOS = ("flow_grpo", "grpo")
+"""Those of them that train a multi-turn task on several processes (the RL trainer's turns: `pgcli.algo.lm_agent`)."""
 
 
 def check_processes(cfg: Any) -> None:
     """One line, before anything runs, where ``hardware.processes`` = N > 1 cannot train ``cfg`` (a ``TrainConfig``,
-    from its own rules): a gymnasium env, a multi-turn task (its turns per trajectory vary, so the ranks' minibatches
-    would not line up), an algo that trains in one process, a global batch size that does not divide by N, or a row
-    filter that would leave the ranks unequal shares."""
+    from its own rules): a gymnasium env, SFT on a multi-turn task, an algo that trains in one process, a global
+    batch size that does not divide by N, or a row filter that would leave the ranks unequal shares."""
     n = cfg.hardware.processes
     if n == 1:
         return
@@ -29,8 +30,11 @@ def check_processes(cfg: Any) -> None:
             f"hardware.processes={n} trains text tasks; env.id {cfg.env.id!r} is a gymnasium env (one process: "
             "hardware.vec_env=worker|shm steps envs in a second one, a sweep runs jobs in parallel)"
         )
-    if cfg.env_kind == "multi-turn":
-        raise ConfigError(f"hardware.processes={n}: a multi-turn task trains in one process; drop hardware.processes")
+    if cfg.env_kind == "multi-turn" and cfg.algo.name not in MULTI_TURN_ALGOS:
+        raise ConfigError(
+            f"hardware.processes={n}: algo={cfg.algo.name} on a multi-turn task trains in one process (several: "
+            f"{', '.join(MULTI_TURN_ALGOS)}); drop hardware.processes"
+        )
     if cfg.algo.name not in DISTRIBUTED_ALGOS:
         raise ConfigError(
             f"hardware.processes={n}: algo={cfg.algo.name} trains in one process (several: "

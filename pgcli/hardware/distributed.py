@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # torch is imported where a collective runs: `pgcli train --c
 LAUNCH_ENV = "TORCHELASTIC_RUN_ID"
 """Set by torch.distributed's launcher in each worker it starts (``torchrun`` and :func:`launch` alike)."""
 PGCLI_LAUNCH_ENV = "PGCLI_LAUNCHED"
-"""Set by :func:`launch` for its workers: the command line was checked, and its notes printed, before they started."""
+"""Set by :func:`launch` for its workers, to the launcher's pid: the command line was checked, and its notes printed,
+before they started."""
 
 
 def world_size() -> int:
@@ -53,10 +54,18 @@ def launched() -> bool:
     return LAUNCH_ENV in os.environ and "WORLD_SIZE" in os.environ
 
 
+def launched_by_pgcli() -> bool:
+    """This process is a worker of pgcli's own :func:`launch` (``hardware.processes=N``), which checked the command
+    line and printed its notes before it started the workers; not a rank of ``torchrun``, which checks nothing. The
+    launcher's pid in ``PGCLI_LAUNCHED`` must be this worker's parent's, so a value inherited from elsewhere is not
+    trusted."""
+    return launched() and os.environ.get(PGCLI_LAUNCH_ENV) == str(os.getppid())
+
+
 def says_notes() -> bool:
     """This process prints the command line's notes (a preset applied): one process, rank 0 under ``torchrun``, and
     not the workers of :func:`launch` (it printed them)."""
-    return is_main() and PGCLI_LAUNCH_ENV not in os.environ
+    return is_main() and not launched_by_pgcli()
 
 
 def rank_seed(seed: int, of_rank: int) -> int:
@@ -164,6 +173,18 @@ def sum_gradients(params: Iterable[Tensor]) -> None:
         offset += g.numel()
 
 
+def all_sum(tensor: Tensor) -> Tensor:
+    """``tensor`` summed over the ranks (a new tensor; ``tensor`` itself in one process): the whole batch's sums of
+    the ranks' shares of it."""
+    if not active():
+        return tensor
+    import torch.distributed as dist
+
+    total = tensor.detach().clone()
+    dist.all_reduce(total)
+    return total
+
+
 def sum_stats(stats: dict[str, float]) -> dict[str, float]:
     """``stats`` summed over the ranks (the same keys on every rank: the shares of one global minibatch)."""
     if not active():
@@ -177,20 +198,35 @@ def sum_stats(stats: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, values.tolist(), strict=True))
 
 
-def mean_stats(stats: Mapping[str, float]) -> dict[str, float]:
+def mean_stats(stats: Mapping[str, float], weights: Mapping[str, float] | None = None) -> dict[str, float]:
     """Each metric's mean over the ranks that report it: with equal shares per rank, the mean over every completion
-    of the global batch (a key only some ranks report, as an update with nothing to train, averages over those)."""
+    of the global batch (a key only some ranks report, as an update with nothing to train, averages over those). A
+    metric in ``weights`` is weighted by each rank's weight of it: a mean over the turns of a multi-turn batch, whose
+    ranks hold different numbers of turns, is weighted by them."""
     if not active():
         return dict(stats)
     import torch.distributed as dist
 
     every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, dict(stats))
+    dist.all_gather_object(every, (dict(stats), dict(weights or {})))
     out: dict[str, float] = {}
-    for key in sorted({k for s in every for k in s}):
-        values = [float(s[key]) for s in every if key in s]
-        out[key] = float(np.mean(values))
+    for key in sorted({k for s, _ in every for k in s}):
+        values = [(float(s[key]), float(w.get(key, 1.0))) for s, w in every if key in s]
+        out[key] = float(np.average([v for v, _ in values], weights=[w for _, w in values]))
     return out
+
+
+def all_counts(n: int) -> list[int]:
+    """``n`` of every rank, by rank (``[n]`` in one process)."""
+    if not active():
+        return [n]
+    import torch
+    import torch.distributed as dist
+
+    counts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    counts[dist.get_rank()] = n
+    dist.all_reduce(counts)
+    return [int(c) for c in counts.tolist()]
 
 
 def broadcast_module(module: nn.Module) -> None:
@@ -224,7 +260,7 @@ def launch(module_args: list[str], *, processes: int, threads: int) -> int:
 
     # torchrun's own default is 1 thread per worker, announced with a warning: pgcli's hardware.torch_threads says it
     os.environ.setdefault("OMP_NUM_THREADS", str(max(threads, 1)))
-    os.environ[PGCLI_LAUNCH_ENV] = "1"
+    os.environ[PGCLI_LAUNCH_ENV] = str(os.getpid())  # the workers' parent: the elastic agent runs in this process
     args = parse_args(
         [
             "--standalone",

@@ -35,7 +35,7 @@ GRPO math in `pgcli.ops.grpo` is the same math on episodes and is reused here, n
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -365,14 +365,29 @@ def micro_batches(rows: Tensor, size: int) -> tuple[Tensor, ...]:
     return (rows,) if size == 0 else rows.split(size)
 
 
-def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+def masked_whiten(
+    values: Tensor, mask: Tensor, eps: float = 1e-8, *, total: Callable[[Tensor], Tensor] | None = None
+) -> Tensor:
     """(values - mean) / (std + eps) over the entries where `mask` [B, C] is 1.0 (population std); 0.0 elsewhere.
 
     PPO's advantage normalisation over a batch of completions' tokens (TRL's `whiten`, without re-adding the mean).
+    `total` sums a tensor over the shares of a batch split across processes
+    (`pgcli.hardware.distributed.all_sum`), so that the mean and std are the whole batch's (None: `values` is it).
     """
-    mean = masked_mean(values, mask)
-    std = masked_mean((values - mean) ** 2, mask).sqrt()
-    return torch.where(mask.bool(), (values - mean) / (std + eps), 0.0)
+    if total is None:
+        total = _own
+    real = mask.bool()
+    n_real = total(mask.sum())
+    if n_real == 0:
+        raise ValueError("masked_whiten: mask has no real token")
+    mean = total(torch.where(real, values, 0.0).sum()) / n_real
+    std = (total(torch.where(real, (values - mean) ** 2, 0.0).sum()) / n_real).sqrt()
+    return torch.where(real, (values - mean) / (std + eps), 0.0)
+
+
+def _own(tensor: Tensor) -> Tensor:
+    """A batch's sum when it is all in this process: the sum itself."""
+    return tensor
 
 
 def last_token_mask(mask: Tensor) -> Tensor:

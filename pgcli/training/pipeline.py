@@ -19,7 +19,9 @@ The passes (:data:`REWRITES`, then :data:`CHECKS`), in order:
    (:func:`pgcli.training.references.pin_references`; the errors above quote them as typed);
 9. the notices: the dropped preset's, and which preset applies (:func:`preset_note`, ``pgcli train`` only).
 
-Where the two callers differ on purpose it is a field of :class:`Preflight`. Every failure is one line
+Where the two callers differ on purpose it is a field of :class:`Preflight`. A worker of pgcli's own launcher
+(``hardware.processes=N``) leaves the checks and notices (:data:`LAUNCHER_CHECKS`) to the launcher, which ran them on
+the same command line; a ``torchrun`` rank runs them all. Every failure is one line
 (:class:`~pgcli.errors.ConfigError`, exit 2; :class:`~pgcli.errors.PgcliError` for the environment's faults).
 """
 
@@ -53,6 +55,11 @@ class Preflight:
     """Print ``pgcli: note: preset <name> applied`` (``pgcli train``; a script's run records its preset itself)."""
     sweep_check: Callable[[list[str]], None] | None = None
     """A sweep's own check, run with ``multirun`` (``pgcli train -m``: :func:`pgcli.sweeps.study.check_search`)."""
+    launcher_checked: bool = False
+    """A worker of pgcli's own launcher (``hardware.processes=N``:
+    :func:`pgcli.hardware.distributed.launched_by_pgcli`): the launcher ran every check on this command line, and
+    printed the notices, before it started the workers, so a worker runs only the passes that complete the overrides
+    (:data:`LAUNCHER_CHECKS` are left out). A ``torchrun`` rank has no launcher of pgcli's before it: it checks."""
 
 
 @dataclass
@@ -124,15 +131,18 @@ def check_init_source(job: JobDraft) -> None:
 
 def pin(job: JobDraft) -> None:
     """The references as the run records them (:func:`~pgcli.training.references.pin_references`), resolved as the
-    checks resolved them; the checked config follows."""
-    if not job.mode.writes or job.cfg is None:
-        return
-    from pgcli.training.references import pin_references
+    checks resolved them; the checked config follows (a launched worker, which checked none, composes the tracking
+    settings only where a reference is typed)."""
+    from pgcli.training.references import PINNED_KEYS, pin_references
 
-    pinned = pin_references(job.overrides, job.cfg.tracking)
+    if not job.mode.writes or not any(override_key(o) in PINNED_KEYS for o in job.overrides):
+        return
+    last = job_overrides(job.overrides, multirun=job.multirun)[-1]
+    pinned = pin_references(job.overrides, (job.cfg or compose_train_config(last)).tracking)
     if pinned != job.overrides:
         job.overrides = pinned
-        job.cfg = compose_train_config(job_overrides(pinned, multirun=job.multirun)[-1])
+        if job.cfg is not None:
+            job.cfg = compose_train_config(job_overrides(pinned, multirun=job.multirun)[-1])
 
 
 def announce(job: JobDraft) -> None:
@@ -156,6 +166,9 @@ CHECKS: tuple[Callable[[JobDraft], None], ...] = (
     announce,
 )
 """The passes that check the job (and drop a stale preset) before anything is created."""
+LAUNCHER_CHECKS = frozenset({check_jobs, check_sweep, check_store, check_init_source, announce})
+"""The passes a worker of pgcli's own launcher leaves to the launcher, which ran them on the same command line
+(:attr:`Preflight.launcher_checked`); the others complete the overrides, so every process runs them."""
 
 
 def prepare_job(
@@ -164,7 +177,8 @@ def prepare_job(
     """Run the passes (module docstring) over ``overrides``; returns the job with its overrides completed."""
     job = JobDraft(list(overrides), multirun=multirun, output_dir=output_dir, mode=mode or Preflight())
     for step in (*REWRITES, *(CHECKS if job.mode.checks else ())):
-        step(job)
+        if not (job.mode.launcher_checked and step in LAUNCHER_CHECKS):
+            step(job)
     return job
 
 

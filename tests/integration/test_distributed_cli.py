@@ -73,6 +73,30 @@ def test_the_reward_model_and_ppo_train_on_two_processes(
     assert_two_process_run(migrated_store, workdir, metric, [16, 32])
 
 
+def test_flow_grpo_on_a_multi_turn_task_trains_on_two_processes(migrated_store: Store, workdir: Path):
+    args = [
+        "train",
+        "algo=flow_grpo",
+        "env=countdown_tool",
+        "algo.group_size=4",
+        "algo.n_groups=4",
+        "algo.batch_size=4",  # several minibatches of turns: as many on each process
+        *(a for a in LM_SMALL if a != "env.n_digits=2"),
+        f"tracking.uri={migrated_store.uri}",
+        "total_steps=48",
+        "eval.every=48",
+        "hardware.processes=2",
+    ]
+    proc = run_pgcli(args, cwd=workdir, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = one_run(migrated_store, "countdown_tool")
+    assert run.info.status == "FINISHED" and run.data.params["hardware.processes"] == "2"
+    steps = [m.step for m in migrated_store.client().get_metric_history(run.info.run_id, "rollout/turns_mean")]
+    # a step is a turn of either process: 16 trajectories an update, 1 to 4 turns each
+    assert steps and steps[-1] >= 48 and all(16 <= b - a <= 64 for a, b in zip([0, *steps], steps, strict=False))
+    assert {"train/policy_loss", "rollout/tool_error_rate", "eval/accuracy"} <= set(run.data.metrics)
+
+
 def test_torchrun_launches_the_same_run(migrated_store: Store, workdir: Path):
     torchrun = Path(sys.executable).parent / "torchrun"
     args = [*SFT, f"tracking.uri={migrated_store.uri}", "total_steps=32", "eval.every=32"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,44 @@ def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypa
     ]
     job = prepare_job(["env=addition", "env.n_envs=0"], mode=Preflight(checks=False))  # --info: Hydra judges it
     assert job.overrides == ["env=addition", "env.n_envs=0", "model=tiny_gpt", "algo=grpo"] and job.cfg is None
+
+
+def as_rank_0(monkeypatch, launcher: str | None) -> None:
+    """This process as rank 0 of 2 of torch.distributed's launcher; ``launcher``: the pid pgcli's own launcher set
+    in ``PGCLI_LAUNCHED`` (None: ``torchrun``, which sets none)."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    if launcher is None:
+        monkeypatch.delenv("PGCLI_LAUNCHED", raising=False)
+    else:
+        monkeypatch.setenv("PGCLI_LAUNCHED", launcher)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "checks"),
+    [(str(os.getppid()), False), (None, True), ("1" if os.getppid() != 1 else "2", True)],
+    ids=["launched-by-pgcli", "torchrun", "inherited-PGCLI_LAUNCHED"],
+)
+def test_a_worker_of_pgclis_launcher_leaves_the_checks_to_it_and_a_torchrun_rank_checks(
+    launcher, checks, sft_run, tmp_path, monkeypatch, capsys
+):
+    from pgcli.training import checks as checks_module
+    from pgcli.training import preflight
+
+    monkeypatch.chdir(tmp_path)
+    typed = ["algo=grpo", "env=addition", f"init={sft_run}", "hardware.processes=2", "tracking=off"]
+    one_process = checked_args(typed)  # the launcher's passes: what the run trains with
+    capsys.readouterr()
+    ran = []
+    for module, name in ((checks_module, "train_config"), (preflight, "check_train_environment")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **kw: ran.append(name) or real(*a, **kw))
+    as_rank_0(monkeypatch, launcher)
+    assert checked_args(typed) == one_process  # init's settings carried over, groups implied, references pinned
+    err = capsys.readouterr().err
+    if checks:  # torchrun: nothing checked this command line before its ranks started; rank 0 says the notes
+        assert ran == ["train_config", "check_train_environment"]
+        assert "pgcli: note: preset grpo_addition applied" in err
+    else:
+        assert ran == [] and "preset" not in err
