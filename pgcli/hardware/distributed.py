@@ -89,8 +89,9 @@ def active() -> bool:
 
 
 def init(device: torch.device, *, timeout_s: float) -> None:
-    """Join the run's process group when launched with ``WORLD_SIZE`` > 1 (else nothing): ``nccl`` on a CUDA
-    ``device`` (this rank's GPU: ``LOCAL_RANK``), ``gloo`` on the CPU; every collective fails after ``timeout_s``."""
+    """Join the run's process group when launched with ``WORLD_SIZE`` > 1 (else nothing): ``nccl`` for CUDA tensors on
+    a CUDA ``device`` (this rank's GPU: ``LOCAL_RANK``), ``gloo`` for CPU tensors (the metric and count reductions
+    stay on the CPU, which ``nccl`` refuses); every collective fails after ``timeout_s``."""
     import torch
     import torch.distributed as dist
 
@@ -100,7 +101,7 @@ def init(device: torch.device, *, timeout_s: float) -> None:
     backend = "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        backend = "nccl"
+        backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
