@@ -39,11 +39,17 @@ _held_lock = threading.Lock()
 
 def process_start_time(pid: int) -> str:
     """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``); '' where unknown."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields else ""  # field 22
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from its third field on (the state); [] where unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]  # field 22; the command name in (...) may contain spaces
+        return []
+    return stat.rsplit(")", 1)[-1].split()  # the command name in (...) may contain spaces
 
 
 def process_tags() -> dict[str, str]:
@@ -59,7 +65,11 @@ def process_alive(pid: int, start: str = "") -> bool:
         return False
     except PermissionError:  # alive, owned by someone else
         pass
-    return not start or process_start_time(pid) in ("", start)
+    fields = _stat_fields(pid)
+    if fields and fields[0] in ("Z", "X"):
+        # dead, not yet reaped: a killed job's workers wait for an init that may never reap them (a container's)
+        return False
+    return not start or (fields[19] if fields else "") in ("", start)
 
 
 def check_one_writer(run_dir: Path, what: str, record: RunRecord | None = None) -> None:

@@ -68,3 +68,20 @@ def test_stale_reason():
     assert stale_reason(record({})) is None
     assert stale_reason(record({"pid": str(done.pid), "hostname": host}, status="FINISHED")) is None
     assert process_alive(me) and not process_alive(done.pid)
+
+
+def test_a_dead_process_not_yet_reaped_is_not_alive():
+    # kill -9 of a whole job leaves its workers as zombies until an init reaps them (a container's may never): the
+    # run they held is free to resume
+    import time
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 60
+        while (Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]) != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # polling interval: the child exits on its own
+        assert not process_alive(zombie.pid, process_start_time(zombie.pid))
+        assert stale_reason(record({"pid": str(zombie.pid), "hostname": socket.gethostname()})) is not None
+    finally:
+        zombie.wait()
