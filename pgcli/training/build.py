@@ -8,6 +8,7 @@ pay for torch or SB3.
 
 from __future__ import annotations
 
+import copy
 import platform
 import random
 import subprocess
@@ -333,7 +334,13 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
     seed (:func:`pgcli.hardware.distributed.rank_seed`)."""
     from pgcli.algo.lm_base import kl_reference
 
-    return text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
+    twin = None
+    if cfg.hardware.shard == "params":  # rank 0 evaluates and saves a whole copy (docs/distributed.md)
+        from pgcli.lm.hf import shard_hf_policy
+
+        twin = copy.deepcopy(parts.policy) if distributed.is_main() else None
+        shard_hf_policy(parts.policy, device)
+    trainer = text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
         cfg.algo,
         task=parts.trainer_task,
         policy=parts.policy,
@@ -342,6 +349,17 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
         seed=distributed.rank_seed(cfg.seed, distributed.rank()),
         device=device,
     )
+    if cfg.hardware.shard == "params":
+        from pgcli.hardware.sharding import Gathered
+
+        trainer.gathered = Gathered(parts.policy, trainer.optimizer, twin)
+    return trainer
+
+
+def evaluated_policy(parts: TextParts, trainer: Any) -> Any:
+    """The policy rank 0's monitor evaluates: the trainer's, or rank 0's whole twin of a sharded one."""
+    gathered = getattr(trainer, "gathered", None)
+    return parts.policy if gathered is None or gathered.twin is None else gathered.twin
 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
@@ -371,7 +389,9 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
         with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
             trainer = run.closing(text_trainer(cfg, parts, device))
             monitor = run.closing(
-                text_monitor(cfg, ctx, run, parts.task, parts.policy, device, reference=parts.reference)
+                text_monitor(
+                    cfg, ctx, run, parts.task, evaluated_policy(parts, trainer), device, reference=parts.reference
+                )
             )
             steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
     finally:
