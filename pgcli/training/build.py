@@ -356,10 +356,15 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
     return trainer
 
 
-def evaluated_policy(parts: TextParts, trainer: Any) -> Any:
-    """The policy rank 0's monitor evaluates: the trainer's, or rank 0's whole twin of a sharded one."""
+def evaluated_models(parts: TextParts, trainer: Any) -> tuple[Any, Any]:
+    """The policy rank 0's monitor evaluates, and its reference: the trainer's, or rank 0's whole twin of a sharded
+    one (a LoRA run's reference: the twin with its adapters off), which it evaluates alone."""
+    from pgcli.lm.hf import AdapterOff
+
     gathered = getattr(trainer, "gathered", None)
-    return parts.policy if gathered is None or gathered.twin is None else gathered.twin
+    if gathered is None or gathered.twin is None:
+        return parts.policy, parts.reference
+    return gathered.twin, AdapterOff(gathered.twin) if isinstance(parts.reference, AdapterOff) else parts.reference
 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
@@ -388,11 +393,8 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     try:
         with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
             trainer = run.closing(text_trainer(cfg, parts, device))
-            monitor = run.closing(
-                text_monitor(
-                    cfg, ctx, run, parts.task, evaluated_policy(parts, trainer), device, reference=parts.reference
-                )
-            )
+            policy, reference = evaluated_models(parts, trainer)
+            monitor = run.closing(text_monitor(cfg, ctx, run, parts.task, policy, device, reference=reference))
             steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
     finally:
         distributed.teardown()
