@@ -162,7 +162,6 @@ def sum_gradients(params: Iterable[Tensor]) -> None:
         return
     import torch
     import torch.distributed as dist
-
     from torch.distributed.tensor import DTensor
 
     # a sharded parameter's gradient (hardware.shard=params) was summed by FSDP's reduce-scatter in the backward pass

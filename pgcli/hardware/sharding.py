@@ -64,7 +64,10 @@ def full_state(module: nn.Module) -> dict[str, Tensor]:
     it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state: dict[str, Tensor] = get_model_state_dict(  # type: ignore[assignment]  # a module's: tensors only
+        module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    return state
 
 
 def full_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def full_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) ->
     other ranks. A collective."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    full = get_optimizer_state_dict(
+    full: Any = get_optimizer_state_dict(
         module, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
     if not full:
@@ -85,7 +88,9 @@ def full_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) ->
 
 
 def load_full_state(
-    module: nn.Module, state: dict[str, Tensor] | None, optimizer: torch.optim.Optimizer | None = None,
+    module: nn.Module,
+    state: dict[str, Tensor] | None,
+    optimizer: torch.optim.Optimizer | None = None,
     optimizer_state: dict[str, Any] | None = None,
 ) -> None:
     """Rank 0's whole ``state`` (and ``optimizer_state``, in ``optimizer.state_dict()``'s layout) into every rank's
@@ -112,7 +117,7 @@ def load_full_state(
 
 def local_tensors(params: Iterable[Tensor]) -> list[Tensor]:
     """Each of ``params`` as this rank holds it: a sharded parameter's local shard, another one whole."""
-    return [p.to_local() if is_shard(p) else p for p in params]
+    return [p.to_local() if is_shard(p) else p for p in params]  # type: ignore[attr-defined]  # a DTensor's
 
 
 class Gathered:

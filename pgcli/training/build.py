@@ -340,7 +340,7 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
 
         twin = copy.deepcopy(parts.policy) if distributed.is_main() else None
         shard_hf_policy(parts.policy, device)
-    trainer = text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
+    trainer: Any = text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
         cfg.algo,
         task=parts.trainer_task,
         policy=parts.policy,

@@ -30,6 +30,7 @@ from pgcli.lm.hf import AdapterOff, load_hf_policy, shard_hf_policy
 ATOL, RTOL = 1e-6, 1e-5
 WORLD = 2
 CPU = torch.device("cpu")
+SHARD = ["hardware.shard=params"]
 
 
 def free_port() -> int:
@@ -184,6 +185,5 @@ def test_hardware_shard_rules_are_one_line(overrides: list[str], message: str):
 def test_hardware_shard_trains_sft_only(tiny_hf_model: Path):
     with pytest.raises(ConfigError, match="algo=grpo does not train sharded yet"):
         compose_train_config(
-            ["algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2"]
-            + ["hardware.shard=params"]
+            ["algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2", *SHARD]
         )
