@@ -118,7 +118,7 @@ class SFT(SupervisedTrainer[SFTConfig]):
         return stats
 
     def _save_model(self, directory: Path) -> None:
-        save_policy(self.policy, directory)
+        save_policy(self._whole_module(), directory)  # type: ignore[arg-type]  # the policy or its twin
 
     def _weights_file(self, path: Path) -> Path:
         weights = path / WEIGHTS_FILE

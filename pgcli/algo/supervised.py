@@ -23,7 +23,7 @@ from pgcli.algo.checkpoint import atomic_dir, read_file, rng_state, set_rng_stat
 from pgcli.algo.guard import check_update
 from pgcli.contracts import Monitor
 from pgcli.errors import PgcliError
-from pgcli.hardware import distributed
+from pgcli.hardware import distributed, sharding
 from pgcli.lm.datasets import RowOrder
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -81,6 +81,8 @@ class SupervisedTrainer(Generic[Cfg]):
         self.world = distributed.world_size() if distributed.active() else 1
         self.order: RowOrder | None = None
         """On your rows, the order they are read in (saved with each checkpoint); set by the subclass."""
+        self.gathered: sharding.Gathered | None = None
+        """With ``hardware.shard=params``: rank 0's whole copy of the sharded module (set by the builder)."""
 
     def learning_rate(self) -> float:
         """The step size at the current step (linear warm-up, then constant)."""
@@ -91,8 +93,11 @@ class SupervisedTrainer(Generic[Cfg]):
         while self.steps < total_steps:
             stats = distributed.mean_stats(self._step())  # over every example of the global batch
             self.steps += self.cfg.batch_size
-            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=self.module.parameters())
+            params = sharding.local_tensors(self.module.parameters())
+            check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=params)
             monitor.log(self.steps, stats)
+            if self.gathered is not None:  # rank 0's monitor reads the whole model when it evaluates or saves
+                self.gathered.sync(self.steps >= total_steps or monitor_due(monitor, self.steps))
             monitor.update(self.steps, self)
         return self.steps
 
@@ -104,8 +109,12 @@ class SupervisedTrainer(Generic[Cfg]):
         checkpoint is rank 0's), and the other ranks' example generator seeded afresh where a resumed run continues."""
         if not distributed.active():
             return
-        modules = {"module": self.module, "optimizer": self.optimizer}
-        self.steps = distributed.broadcast_state(modules, {"steps": self.steps})["steps"]
+        if self.gathered is not None:  # every rank built the same shards; a resumed run loads rank 0's checkpoint
+            self.steps = distributed.broadcast_state({}, {"steps": self.steps})["steps"]
+            self.gathered.start(resumed=self.steps > 0)
+        else:
+            modules = {"module": self.module, "optimizer": self.optimizer}
+            self.steps = distributed.broadcast_state(modules, {"steps": self.steps})["steps"]
         if self.steps and not distributed.is_main():
             self.rng = np.random.default_rng(distributed.resumed_seed(self.seed, self.steps))
 
@@ -124,6 +133,12 @@ class SupervisedTrainer(Generic[Cfg]):
     def _save_model(self, directory: Path) -> None:
         raise NotImplementedError
 
+    def _whole_module(self) -> nn.Module:
+        """The module as one process holds it: rank 0's gathered twin of a sharded one (hardware.shard=params)."""
+        if self.gathered is not None and self.gathered.twin is not None:
+            return self.gathered.twin
+        return self.module
+
     def _weights_file(self, path: Path) -> Path:
         """The module state to resume from in checkpoint ``path``."""
         return path / WEIGHTS_FILE
@@ -132,8 +147,9 @@ class SupervisedTrainer(Generic[Cfg]):
         """Atomically write the model's files, ``weights.pt``, ``optimizer.pt`` and ``state.json``."""
         with atomic_dir(path) as tmp:
             self._save_model(tmp)
-            torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
-            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            torch.save(self._whole_module().state_dict(), tmp / WEIGHTS_FILE)
+            optimizer = self.gathered.optimizer_state if self.gathered is not None else self.optimizer.state_dict()
+            torch.save(optimizer, tmp / OPTIMIZER_FILE)
             state = {"steps": self.steps, self.rng_key: self.rng.bit_generator.state, "rng": rng_state()}
             if self.order is not None:
                 state["row_order"] = self.order.state_dict()
@@ -144,8 +160,14 @@ class SupervisedTrainer(Generic[Cfg]):
         def torch_file(f: Path) -> Any:
             return torch.load(f, map_location=self.device, weights_only=True)
 
-        self.module.load_state_dict(read_file(self._weights_file(path), torch_file))
-        self.optimizer.load_state_dict(read_file(path / OPTIMIZER_FILE, torch_file))
+        weights = read_file(self._weights_file(path), torch_file)
+        optimizer = read_file(path / OPTIMIZER_FILE, torch_file)
+        if self.gathered is not None:  # into every rank's shards as training starts (_start_ranks)
+            self._whole_module().load_state_dict(weights)
+            self.gathered.pending = (weights, optimizer)
+        else:
+            self.module.load_state_dict(weights)
+            self.optimizer.load_state_dict(optimizer)
         state = read_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
         try:
             self.steps = int(state["steps"])
@@ -158,3 +180,10 @@ class SupervisedTrainer(Generic[Cfg]):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def monitor_due(monitor: Monitor, step: int) -> bool:
+    """Whether ``monitor`` reads the agent after the update that ended at ``step`` (it evaluates, checkpoints or
+    stops); a monitor that cannot say: always."""
+    due = getattr(monitor, "due", None)
+    return True if due is None else bool(due(step))

@@ -16,6 +16,8 @@ DISTRIBUTED_ALGOS = ("sft", "rm", "grpo", "rloo", "reinforce", "gspo", "reinforc
 """The algos that train on several processes (docs/distributed.md)."""
 MULTI_TURN_ALGOS = ("flow_grpo", "grpo")
 """Those of them that train a multi-turn task on several processes (the RL trainer's turns: `pgcli.algo.lm_agent`)."""
+SHARDED_ALGOS = ("sft",)
+"""The algos that train with ``hardware.shard=params`` (docs/distributed.md, "Models that do not fit one device")."""
 
 
 def check_processes(cfg: Any) -> None:
@@ -23,6 +25,7 @@ def check_processes(cfg: Any) -> None:
     from its own rules): a gymnasium env, SFT on a multi-turn task, an algo that trains in one process, a global
     batch size that does not divide by N, or a row filter that would leave the ranks unequal shares."""
     n = cfg.hardware.processes
+    check_shard(cfg)
     if n == 1:
         return
     if not isinstance(cfg.env, TextEnvConfig):
@@ -58,4 +61,27 @@ def check_processes(cfg: Any) -> None:
             True,
             f"false with hardware.processes={n}",
             "it leaves the processes unequal shares of a minibatch",
+        )
+
+
+def check_shard(cfg: Any) -> None:
+    """One line where ``hardware.shard=params`` cannot train ``cfg``: one process, a model other than ``model=hf``,
+    or an algo that does not shard yet."""
+    if cfg.hardware.shard == "none":
+        return
+    n = cfg.hardware.processes
+    if n == 1:
+        raise ConfigError(
+            "hardware.shard=params shards the model over the processes of one run; add hardware.processes=N "
+            "(N > 1), or drop hardware.shard"
+        )
+    if getattr(cfg.model, "name", None) != "hf":
+        raise ConfigError(
+            f"hardware.shard=params shards model=hf; model={getattr(cfg.model, 'name', '?')} is small enough for "
+            "one device (drop hardware.shard: each process holds the whole model)"
+        )
+    if cfg.algo.name not in SHARDED_ALGOS:
+        raise ConfigError(
+            f"hardware.shard=params: algo={cfg.algo.name} does not train sharded yet (sharded: "
+            f"{', '.join(SHARDED_ALGOS)}); drop hardware.shard (each process holds the whole model)"
         )

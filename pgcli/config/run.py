@@ -154,9 +154,14 @@ class HardwareConfig:
     dist_timeout_s: float = 1800.0
     """With processes > 1: the longest a process waits for the others at one collective (an evaluation on rank 0
     included) before the run fails."""
+    shard: str = "none"
+    """With processes > 1: 'none' (each process holds the whole model; the gradients are summed over the processes)
+    or 'params' (``model=hf``: parameters, gradients and optimiser state sharded over the processes with FSDP2;
+    docs/distributed.md, "Models that do not fit one device")."""
 
     def __post_init__(self) -> None:
         _choice("hardware.device", self.device, ("cpu", "cuda", "auto"))
+        _choice("hardware.shard", self.shard, ("none", "params"))
         require(self.torch_threads >= 0, "hardware.torch_threads", self.torch_threads, ">= 0")
         _at_most("hardware.torch_threads", self.torch_threads, MAX_N_ENVS, "0 uses torch's default")
         _choice("hardware.vec_env", self.vec_env, ("sync", "async", "worker", "shm", "envpool"))

@@ -162,8 +162,10 @@ def sum_gradients(params: Iterable[Tensor]) -> None:
         return
     import torch
     import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in params if p.grad is not None]
+    # a sharded parameter's gradient (hardware.shard=params) was summed by FSDP's reduce-scatter in the backward pass
+    grads = [p.grad for p in params if p.grad is not None and not isinstance(p.grad, DTensor)]
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])

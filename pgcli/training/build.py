@@ -8,6 +8,7 @@ pay for torch or SB3.
 
 from __future__ import annotations
 
+import copy
 import platform
 import random
 import subprocess
@@ -333,7 +334,13 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
     seed (:func:`pgcli.hardware.distributed.rank_seed`)."""
     from pgcli.algo.lm_base import kl_reference
 
-    return text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
+    twin = None
+    if cfg.hardware.shard == "params":  # rank 0 evaluates and saves a whole copy (docs/distributed.md)
+        from pgcli.lm.hf import shard_hf_policy
+
+        twin = copy.deepcopy(parts.policy) if distributed.is_main() else None
+        shard_hf_policy(parts.policy, device)
+    trainer: Any = text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
         cfg.algo,
         task=parts.trainer_task,
         policy=parts.policy,
@@ -342,6 +349,22 @@ def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> An
         seed=distributed.rank_seed(cfg.seed, distributed.rank()),
         device=device,
     )
+    if cfg.hardware.shard == "params":
+        from pgcli.hardware.sharding import Gathered
+
+        trainer.gathered = Gathered(parts.policy, trainer.optimizer, twin)
+    return trainer
+
+
+def evaluated_models(parts: TextParts, trainer: Any) -> tuple[Any, Any]:
+    """The policy rank 0's monitor evaluates, and its reference: the trainer's, or rank 0's whole twin of a sharded
+    one (a LoRA run's reference: the twin with its adapters off), which it evaluates alone."""
+    from pgcli.lm.hf import AdapterOff
+
+    gathered = getattr(trainer, "gathered", None)
+    if gathered is None or gathered.twin is None:
+        return parts.policy, parts.reference
+    return gathered.twin, AdapterOff(gathered.twin) if isinstance(parts.reference, AdapterOff) else parts.reference
 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:
@@ -370,9 +393,8 @@ def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = N
     try:
         with new_run(cfg, ctx, tags, resume, describe_model=describe) as run:
             trainer = run.closing(text_trainer(cfg, parts, device))
-            monitor = run.closing(
-                text_monitor(cfg, ctx, run, parts.task, parts.policy, device, reference=parts.reference)
-            )
+            policy, reference = evaluated_models(parts, trainer)
+            monitor = run.closing(text_monitor(cfg, ctx, run, parts.task, policy, device, reference=reference))
             steps, final = fit(run, trainer, monitor, cfg.total_steps, says=[start_line(cfg, ctx, compute), *notes])
     finally:
         distributed.teardown()

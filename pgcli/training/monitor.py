@@ -224,6 +224,13 @@ class TrainingMonitor:
             self.save_checkpoint(step, agent, defer=True)
         self._stop_if_requested(step, agent)
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`update` at ``step`` reads the agent: an evaluation or checkpoint is due, or a stop was
+        asked for (a sharded model is gathered for it first: ``hardware.shard=params``)."""
+        evaluates = self._next_eval is not None and step >= self._next_eval
+        saves = self._next_ckpt is not None and step >= self._next_ckpt and self.outputs.checkpoints is not None
+        return evaluates or saves or bool(self.stop)
+
     def say(self, note: str) -> None:
         """A one-line note on stderr (above the progress bar, which stays) and in train.log."""
         log.info(note.removeprefix("pgcli: note: ").removeprefix("pgcli: "))

@@ -210,3 +210,51 @@ def test_ctrl_c_stops_both_processes_and_ends_the_run_killed_with_a_checkpoint(m
     assert run.info.status == "KILLED"
     assert list((run_dir / "checkpoints").glob("step_*/monitor.json"))  # a checkpoint to resume from
     assert "continue the run with: pgcli train resume=" in text
+
+
+def test_sharded_sft_on_two_processes_lands_one_finished_run_that_one_process_evaluates(
+    migrated_store: Store, workdir: Path, tiny_hf_model: Path
+):
+    """``hardware.shard=params`` (FSDP2 over 2 gloo ranks): one FINISHED run whose losses are the unsharded
+    2-process run's; its model, gathered on rank 0, loads in one process (``pgcli eval`` repeats the final
+    evaluation)."""
+    base = ["sft", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.batch_size=8"]
+    base += ["algo.warmup_steps=0", "total_steps=16", "eval.every=0", "env.n_eval=8", "env.eval_samples=2"]
+    base += [f"tracking.uri={migrated_store.uri}", "hardware.processes=2"]
+    proc = run_pgcli([*base, "hardware.shard=params"], cwd=workdir, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, "train/loss", [8, 16])
+    sharded = one_run(migrated_store)
+    assert sharded.data.params["hardware.shard"] == "params"
+    proc = run_pgcli(["eval", sharded.info.run_id, f"tracking.uri={migrated_store.uri}"], cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (evaluation,) = [r for r in migrated_store.runs("addition") if r.data.tags.get("source_run_id")]
+    for key in ("eval/accuracy", "eval/reward_mean", "eval/completion_len"):
+        assert evaluation.data.metrics[key] == sharded.data.metrics[key], key
+    proc = run_pgcli(base, cwd=workdir, timeout=400)  # the same run, each process holding the whole model
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (whole,) = [r for r in migrated_store.runs("addition") if r.data.params.get("hardware.shard") == "none"]
+    for key in ("train/loss", "train/grad_norm"):
+        losses = [migrated_store.client().get_metric_history(r.info.run_id, key) for r in (sharded, whole)]
+        assert [m.value for m in losses[0]] == pytest.approx([m.value for m in losses[1]], rel=1e-5), key
+
+
+def test_a_sharded_run_resumes_as_the_unsharded_one_does(migrated_store: Store, workdir: Path, tiny_hf_model: Path):
+    """A sharded run of 16 steps, resumed to 32 on 2 processes (rank 0's checkpoint loaded into every process's
+    shards), logs the losses of the unsharded run stopped and resumed alike (the other ranks' generators restart from
+    the same seeds in both)."""
+    base = ["sft", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.batch_size=8", "eval.every=0"]
+    base += ["algo.warmup_steps=8", "checkpoint_every=16", "env.n_eval=8", f"tracking.uri={migrated_store.uri}"]
+    base += ["hardware.processes=2"]
+    losses = {}
+    for shard in ("params", "none"):
+        proc = run_pgcli([*base, f"hardware.shard={shard}", "total_steps=16", f"run_name={shard}"], cwd=workdir)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (run,) = [r for r in migrated_store.runs("addition") if r.info.run_name == shard]
+        resume = ["train", f"resume={run.info.run_id}", "total_steps=32", f"tracking.uri={migrated_store.uri}"]
+        proc = run_pgcli(resume, cwd=workdir, timeout=400)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        history = migrated_store.client().get_metric_history(run.info.run_id, "train/loss")
+        losses[shard] = sorted((m.step, m.value) for m in history)
+    assert [s for s, _ in losses["params"]] == [8, 16, 24, 32]  # every global step once
+    assert [v for _, v in losses["params"]] == pytest.approx([v for _, v in losses["none"]], rel=1e-5)
