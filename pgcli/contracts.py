@@ -51,6 +51,11 @@ class Monitor(Protocol):
         """The error that stops a run whose ``quantity`` became non-finite (``pgcli.algo.guard`` raises it)."""
         ...
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`update` at ``step`` will read the agent (an evaluation or a checkpoint is due, or a stop was
+        asked for): a trainer whose agent is costly to put together first (a sharded model) does it only then."""
+        ...
+
 
 class Agent(Protocol):
     """What the monitor needs from a trainer: save for checkpoints (its evaluator knows how to score it)."""

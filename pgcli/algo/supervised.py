@@ -97,7 +97,7 @@ class SupervisedTrainer(Generic[Cfg]):
             check_update(monitor, self.steps, stats, ("train/loss", "train/grad_norm"), params=params)
             monitor.log(self.steps, stats)
             if self.gathered is not None:  # rank 0's monitor reads the whole model when it evaluates or saves
-                self.gathered.sync(self.steps >= total_steps or monitor_due(monitor, self.steps))
+                self.gathered.sync(self.steps >= total_steps or monitor.due(self.steps))
             monitor.update(self.steps, self)
         return self.steps
 
@@ -180,10 +180,3 @@ class SupervisedTrainer(Generic[Cfg]):
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def monitor_due(monitor: Monitor, step: int) -> bool:
-    """Whether ``monitor`` reads the agent after the update that ended at ``step`` (it evaluates, checkpoints or
-    stops); a monitor that cannot say: always."""
-    due = getattr(monitor, "due", None)
-    return True if due is None else bool(due(step))

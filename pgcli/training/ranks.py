@@ -36,6 +36,10 @@ class QuietMonitor:
     def diverged(self, quantity: str, step: int, value: str) -> DivergenceError:
         return DivergenceError(quantity, step, value)
 
+    def due(self, step: int) -> bool:
+        """Never: rank 0's monitor decides (its answer is broadcast)."""
+        return False
+
 
 class StopSignals:
     """A stop signal (Ctrl-C, SIGTERM, SIGHUP) on a rank other than 0, held until rank 0 has stopped: rank 0 finishes
