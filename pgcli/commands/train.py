@@ -232,7 +232,8 @@ def _checked(args: list[str], *, command: str = "train") -> tuple[list[str], Tra
     mode = Preflight(
         checks=not any(a in HYDRA_INFO_FLAGS or a.startswith("--info") for a in args),
         writes=not any(a in ("--cfg", "-c") for a in args),  # nothing is written when only the config is printed
-        preset_note=distributed.says_notes(),  # one note for a run on several processes
+        preset_note=True,
+        notes=distributed.says_notes(),  # one process of a run on several processes says the notes
         sweep_check=_check_search,
         launcher_checked=distributed.launched_by_pgcli(),  # hardware.processes=N: checked once, by the launcher
     )

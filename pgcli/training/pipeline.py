@@ -27,6 +27,8 @@ the same command line; a ``torchrun`` rank runs them all. Every failure is one l
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -53,6 +55,10 @@ class Preflight:
     checked and no preset is announced as applied."""
     preset_note: bool = False
     """Print ``pgcli: note: preset <name> applied`` (``pgcli train``; a script's run records its preset itself)."""
+    notes: bool = True
+    """False: the passes print no note (a rank other than 0, or a worker of pgcli's launcher, which printed them
+    before it started the workers: :func:`pgcli.hardware.distributed.says_notes`). Every process of a run completes
+    the overrides alike; one of them says what it added or renamed."""
     sweep_check: Callable[[list[str]], None] | None = None
     """A sweep's own check, run with ``multirun`` (``pgcli train -m``: :func:`pgcli.sweeps.study.check_search`)."""
     launcher_checked: bool = False
@@ -148,7 +154,7 @@ def pin(job: JobDraft) -> None:
 def announce(job: JobDraft) -> None:
     """The notices, once every check passed (an error stays the only line)."""
     job.preset_drop.announce()
-    if job.mode.writes and job.mode.preset_note:
+    if job.mode.writes and job.mode.preset_note and job.mode.notes:
         note = preset_note(job.overrides, multirun=job.multirun)
         if note:
             print(note, file=sys.stderr, flush=True)
@@ -176,9 +182,12 @@ def prepare_job(
 ) -> JobDraft:
     """Run the passes (module docstring) over ``overrides``; returns the job with its overrides completed."""
     job = JobDraft(list(overrides), multirun=multirun, output_dir=output_dir, mode=mode or Preflight())
-    for step in (*REWRITES, *(CHECKS if job.mode.checks else ())):
-        if not (job.mode.launcher_checked and step in LAUNCHER_CHECKS):
-            step(job)
+    # the passes' notes are plain lines on stderr (init carry-over, renamed keys, the preset): held back where
+    # another process of the run says them; errors are exceptions, raised whatever the mode
+    with contextlib.nullcontext() if job.mode.notes else contextlib.redirect_stderr(io.StringIO()):
+        for step in (*REWRITES, *(CHECKS if job.mode.checks else ())):
+            if not (job.mode.launcher_checked and step in LAUNCHER_CHECKS):
+                step(job)
     return job
 
 

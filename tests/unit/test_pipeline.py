@@ -107,12 +107,12 @@ def test_the_passes_run_in_order_and_only_the_rewrites_for_hydras_pages(monkeypa
     assert job.overrides == ["env=addition", "env.n_envs=0", "model=tiny_gpt", "algo=grpo"] and job.cfg is None
 
 
-def as_rank_0(monkeypatch, launcher: str | None) -> None:
-    """This process as rank 0 of 2 of torch.distributed's launcher; ``launcher``: the pid pgcli's own launcher set
-    in ``PGCLI_LAUNCHED`` (None: ``torchrun``, which sets none)."""
+def as_rank_0(monkeypatch, launcher: str | None, rank: int = 0) -> None:
+    """This process as rank 0 (or ``rank``) of 2 of torch.distributed's launcher; ``launcher``: the pid pgcli's own
+    launcher set in ``PGCLI_LAUNCHED`` (None: ``torchrun``, which sets none)."""
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("RANK", str(rank))
     if launcher is None:
         monkeypatch.delenv("PGCLI_LAUNCHED", raising=False)
     else:
@@ -144,5 +144,17 @@ def test_a_worker_of_pgclis_launcher_leaves_the_checks_to_it_and_a_torchrun_rank
     if checks:  # torchrun: nothing checked this command line before its ranks started; rank 0 says the notes
         assert ran == ["train_config", "check_train_environment"]
         assert "pgcli: note: preset grpo_addition applied" in err
-    else:
-        assert ran == [] and "preset" not in err
+        assert f"pgcli: note: init={sft_run} sets model.d_model=32" in err
+    else:  # the launcher said them all, the init carry-over too
+        assert ran == [] and err == ""
+
+
+@pytest.mark.parametrize("launcher", [str(os.getppid()), None], ids=["launched-by-pgcli", "torchrun"])
+def test_a_rank_other_than_0_completes_the_overrides_and_says_nothing(launcher, sft_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    typed = ["algo=grpo", "env=addition", f"init={sft_run}", "hardware.processes=2", "tracking=off"]
+    one_process = checked_args(typed)
+    assert f"init={sft_run} sets" in capsys.readouterr().err
+    as_rank_0(monkeypatch, launcher, rank=1)
+    assert checked_args(typed) == one_process
+    assert capsys.readouterr().err == ""  # rank 0 says the notes once for the run
