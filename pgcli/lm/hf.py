@@ -31,8 +31,7 @@ from torch import Tensor, nn
 
 from pgcli.errors import ConfigError
 from pgcli.lm.model import CausalLM
-from pgcli.lm.model_files import check_hf_model as check_hf_model  # the checks before a run start torch-free there
-from pgcli.lm.model_files import resolve_model_dir
+from pgcli.lm.model_files import check_hf_files, resolve_model_dir
 
 if TYPE_CHECKING:
     from pgcli.config import HFModelConfig
@@ -47,16 +46,18 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_loaded_model(cfg: HFModelConfig, directory: Path) -> None:
-    """What :func:`pgcli.lm.model_files.check_hf_model` checks once the libraries are imported: the weights' shapes
-    are those of ``config.json``, the tokenizer reads and has an EOS token, and the LoRA adapters wrap the model (on an
-    empty copy on the meta device: no weights are read).
+def check_hf_model(cfg: HFModelConfig) -> None:
+    """``model.path`` resolves, its files are whole and every LoRA target exists in it (:func:`check_hf_files`, which
+    the checks before a run call first, before torch is imported), its weights have the shapes of its
+    ``config.json``, its tokenizer has an EOS token, and the LoRA adapters wrap it (checked on an empty copy on the
+    meta device: no weights are read).
 
     Raises:
         ConfigError: one line naming what is missing.
     """
     from pgcli.lm.model_files import check_model_dir
 
+    directory = check_hf_files(cfg)
     check_model_dir(directory, f"model.path={cfg.path}", base_shapes(directory, cfg.path))
     load_tokenizer(cfg, directory)
     if cfg.lora.r == 0:

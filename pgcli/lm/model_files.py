@@ -13,7 +13,7 @@ libraries would stop on an exception cut at its colon or on a hint that a tokeni
   replaced by one of another shape after training).
 
 Only headers are read (a few kilobytes per file) and the model's shapes come from an empty copy on the meta device.
-:func:`check_hf_model` runs what needs neither torch nor transformers first: the directory, its files, and the LoRA
+:func:`check_hf_files` checks what needs neither torch nor transformers: the directory, its files, and the LoRA
 targets against the module names of the weights' headers (a target that names no module is refused in a second, not
 after importing the libraries and building the model).
 """
@@ -46,10 +46,10 @@ SHOWN_NAMES = 12
 """The module names a refused LoRA target lists."""
 
 
-def check_hf_model(cfg: HFModelConfig) -> None:
-    """``model.path`` resolves, its files are whole, every LoRA target names a module of it, its shapes are those of
-    its ``config.json`` and its tokenizer has an EOS token (:func:`pgcli.lm.hf.check_loaded_model`); what needs no
-    torch is checked first.
+def check_hf_files(cfg: HFModelConfig) -> Path:
+    """What can be checked of ``model=hf`` before torch and transformers are imported: both packages are installed,
+    ``model.path`` resolves (its directory is returned), its files are whole, and a LoRA target names a module of it
+    (:func:`check_lora_targets`). :func:`pgcli.lm.hf.check_hf_model` checks the rest on the model itself.
 
     Raises:
         ConfigError: one line naming what is missing.
@@ -63,9 +63,7 @@ def check_hf_model(cfg: HFModelConfig) -> None:
     check_model_dir(directory, f"model.path={cfg.path}")
     if cfg.lora.r > 0:
         check_lora_targets(cfg, directory)
-    from pgcli.lm.hf import check_loaded_model
-
-    check_loaded_model(cfg, directory)
+    return directory
 
 
 def check_lora_targets(cfg: HFModelConfig, directory: Path) -> None:
