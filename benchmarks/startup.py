@@ -100,11 +100,11 @@ BUDGETS_S = {
     "pgcli train <bad value> (refused)": 3.0,
     "pgcli compare --experiment cartpole": 5.0,
     "pgcli eval <unknown run id> (refused)": 3.0,
-    "pgcli eval <TinyGPT run dir> --no-log": 6.0,
-    "pgcli eval <TinyGPT run dir>": 11.0,
+    "pgcli eval <TinyGPT run dir> --no-log": 5.0,
+    "pgcli eval <TinyGPT run dir>": 11.5,
 }
 """CPU seconds (user + system) from spawn to exit, about the wall time on an idle machine (issue 34, item 10); compare
-draws its plot (matplotlib). A text `pgcli eval` imports torch (about 3 s of CPU) and evaluates 32 held-out problems
+draws its plot (matplotlib). A text `pgcli eval` imports torch (about 3.5 s of CPU) and evaluates 32 held-out problems
 (0.1 s); logging the evaluation imports MLflow's SQL store (about 5 s more)."""
 TEXT_RUN_ARGS = ["sft", "env=addition", "model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.n_digits=2",
                  "env.n_eval=32", "env.eval_samples=4", "algo.batch_size=32", "total_steps=64", "eval.every=0",
