@@ -106,9 +106,21 @@ BUDGETS_S = {
 """CPU seconds (user + system) from spawn to exit, about the wall time on an idle machine (issue 34, item 10); compare
 draws its plot (matplotlib). A text `pgcli eval` imports torch (about 3.5 s of CPU) and evaluates 32 held-out problems
 (0.1 s); logging the evaluation imports MLflow's SQL store (about 5 s more)."""
-TEXT_RUN_ARGS = ["sft", "env=addition", "model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.n_digits=2",
-                 "env.n_eval=32", "env.eval_samples=4", "algo.batch_size=32", "total_steps=64", "eval.every=0",
-                 "tracking=off", "progress=false"]  # fmt: skip
+TEXT_RUN_ARGS = [
+    "sft",
+    "env=addition",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_layers=1",
+    "env.n_digits=2",
+    "env.n_eval=32",
+    "env.eval_samples=4",
+    "algo.batch_size=32",
+    "total_steps=64",
+    "eval.every=0",
+    "tracking=off",
+    "progress=false",
+]
 """The text run `pgcli eval` evaluates (TEXT_RUN): a tiny TinyGPT, 32 held-out problems."""
 
 
@@ -200,9 +212,7 @@ def cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def light_commands(
-    template: Path, refs: dict[str, str], repeats: int, preexec: object
-) -> dict[str, dict[str, object]]:
+def light_commands(template: Path, refs: dict[str, str], repeats: int, preexec: object) -> dict[str, dict[str, object]]:
     """Median wall and CPU seconds of each light command, the CPU seconds against its budget (on a busy machine the
     wall time grows with the load; on an idle one it is about the CPU time)."""
     out: dict[str, dict[str, object]] = {}

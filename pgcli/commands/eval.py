@@ -133,10 +133,8 @@ def tracking_config(overrides: list[str]) -> TrackingConfig:
     default env's world (gymnasium, a probe of CartPole) is not checked."""
     from pgcli.config import TrackingConfig
 
-    if not overrides:
-        return (
-            TrackingConfig()
-        )  # conf/tracking/local.yaml sets the dataclass's defaults (tests/unit/test_eval_start.py)
+    if not overrides:  # conf/tracking/local.yaml sets the dataclass's defaults (tests/unit/test_eval_start.py)
+        return TrackingConfig()
     from pgcli.config.compose import compose_train_config
 
     return compose_train_config(overrides).tracking

@@ -1,5 +1,5 @@
-"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` and ``pgcli compare`` read, without
-importing MLflow.
+"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` and ``pgcli compare`` read, and the
+run a run id (or a prefix of one) names, without importing MLflow.
 
 Importing MLflow's SQLAlchemy store costs seconds of CPU (docs/benchmarks/overhead.md, "Light commands"), more than
 a listing takes. A read-only listing needs six tables whose columns MLflow has kept since its 1.x schemas

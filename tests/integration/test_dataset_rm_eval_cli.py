@@ -13,9 +13,20 @@ import pytest
 
 from tests.conftest import Store, run_pgcli
 
-TINY = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.eval_size=32", "env.n_eval=32",
-        "env.eval_samples=4", "algo.batch_size=32", "algo.warmup_steps=64", "algo.learning_rate=3e-3",
-        "total_steps=256", "eval.every=128", "progress=false"]  # fmt: skip
+TINY = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_layers=1",
+    "env.eval_size=32",
+    "env.n_eval=32",
+    "env.eval_samples=4",
+    "algo.batch_size=32",
+    "algo.warmup_steps=64",
+    "algo.learning_rate=3e-3",
+    "total_steps=256",
+    "eval.every=128",
+    "progress=false",
+]
 """A tiny TinyGPT reward model, 32 held-out pairs."""
 KEYS = ("eval/pairwise_accuracy", "eval/reward_margin", "eval/loss")
 
@@ -45,9 +56,7 @@ def train_rm(tmp_path: Path, workdir: Path, rows: Path, extra: list[str]) -> tup
     return store, run.info.run_id
 
 
-def check_eval(
-    store: Store, run_id: str, workdir: Path, run_dir: Path, n_pairs: int, held_out: list[dict]
-) -> None:
+def check_eval(store: Store, run_id: str, workdir: Path, run_dir: Path, n_pairs: int, held_out: list[dict]) -> None:
     proc = run_pgcli(["eval", run_id, f"tracking.uri={store.uri}"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"pgcli: evaluating {n_pairs} held-out preference pairs of dataset, final model..." in proc.stderr

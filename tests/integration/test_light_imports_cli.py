@@ -9,12 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.integration.conftest import SFTRun
 
-HEAVY = ("torch", "transformers", "peft", "mlflow", "gymnasium", "stable_baselines3", "ray", "optuna", "mujoco",
-         "hydra", "matplotlib", "sqlalchemy")  # fmt: skip
+HEAVY = ("torch", "transformers", "peft", "mlflow", "gymnasium", "stable_baselines3", "ray", "optuna", "mujoco")
+HEAVY += ("hydra", "matplotlib", "sqlalchemy")
 PROBE = f"""
 import json, sys
 from pgcli.cli import main
@@ -39,22 +37,18 @@ def test_a_text_eval_without_logging_imports_torch_alone(lm_sft_run: SFTRun, tmp
 
 
 def test_an_unknown_run_id_is_refused_before_torch_or_mlflow(tmp_path: Path):
-    store = tmp_path / "outputs"
-    store.mkdir()
-    sqlite = subprocess.run(
-        [sys.executable, "-c", f"from mlflow.tracking import MlflowClient; MlflowClient('sqlite:///{store}/mlflow.db')"
-         ".create_experiment('x')"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert sqlite.returncode == 0, sqlite.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "outputs").mkdir()
+    MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}").create_experiment("x")  # a store, no such run
     code, heavy, stderr = imports_of(["eval", "0123abcd"], tmp_path)
     assert code == 2 and stderr.startswith("pgcli: error: no run 0123abcd in sqlite:///"), stderr
     assert heavy == []
 
 
 def test_a_lora_target_the_model_lacks_is_refused_before_torch(tiny_hf_model: Path, tmp_path: Path):
-    args = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "model.lora.r=4",
-            "model.lora.target_modules=[qkv_nope]", "tracking=off"]  # fmt: skip
+    lora = ["model=hf", f"model.path={tiny_hf_model}", "model.lora.r=4", "model.lora.target_modules=[qkv_nope]"]
+    args = ["train", "algo=grpo", "env=addition", *lora, "tracking=off"]
     code, heavy, stderr = imports_of(args, tmp_path)
     assert code == 2, stderr[-2000:]
     assert stderr.startswith("pgcli: error: model.lora.target_modules=['qkv_nope']: ") and "q_proj" in stderr

@@ -52,8 +52,9 @@ def test_a_run_is_found_without_mlflow_as_mlflow_finds_it(store: RunStore):
     from mlflow.entities import ViewType
 
     client = store.client
-    everything = client.search_runs([e.experiment_id for e in client.search_experiments(ViewType.ALL)], "",
-                                    run_view_type=ViewType.ALL)  # fmt: skip
+    everything = client.search_runs(
+        [e.experiment_id for e in client.search_experiments(ViewType.ALL)], "", run_view_type=ViewType.ALL
+    )
     assert store.reader is not None and len(everything) == 4
     for run in everything:
         assert store.find(run.info.run_id) == _record(client.get_run(run.info.run_id)), run.info.run_name
