@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from pgcli.errors import ConfigError
 from pgcli.lm.model import CausalLM
-from pgcli.lm.model_files import check_hf_files, resolve_model_dir
+from pgcli.lm.model_files import check_hf_files, check_model_dir, resolve_model_dir
 
 if TYPE_CHECKING:
     from pgcli.config import HFModelConfig
@@ -55,8 +55,6 @@ def check_hf_model(cfg: HFModelConfig) -> None:
     Raises:
         ConfigError: one line naming what is missing.
     """
-    from pgcli.lm.model_files import check_model_dir
-
     directory = check_hf_files(cfg)
     check_model_dir(directory, f"model.path={cfg.path}", base_shapes(directory, cfg.path))
     load_tokenizer(cfg, directory)
