@@ -10,6 +10,7 @@ commands against their budgets (docs/benchmarks/overhead.md).
   whose outputs/mlflow.db holds one finished run, its CPU seconds against a budget (:data:`BUDGETS_S`; the wall time
   is recorded beside them, and grows with the machine's load): they must answer before any
   heavy import (torch, MLflow's server-side store) they do not need. ``--check`` exits 1 when one is over budget.
+  A text `pgcli eval` is timed on a tiny TinyGPT run trained once beforehand (tracking=off).
 - **What dominates**: each Python process on the way is timed on its own (wall time of a process that only imports
   what that process imports), and the train command once more under ``python -X importtime`` for the cumulative
   import time of each top-level package.
@@ -85,8 +86,12 @@ LIGHT_COMMANDS: dict[str, list[str]] = {
     "pgcli export <run> --out <non-empty dir> (refused)": ["export", "RUN_ID", "--out", "full"],
     "pgcli train <bad value> (refused)": ["train", "algo.n_steps=-1"],
     "pgcli compare --experiment cartpole": ["compare", "--experiment", "cartpole"],
+    "pgcli eval <unknown run id> (refused)": ["eval", "0123abcd"],
+    "pgcli eval <TinyGPT run dir> --no-log": ["eval", "TEXT_RUN", "--no-log", "--out", "evaluated"],
+    "pgcli eval <TinyGPT run dir>": ["eval", "TEXT_RUN", "--out", "evaluated"],
 }
-"""Each light command's arguments (RUN_ID: the store's run), run in the folder that holds the store."""
+"""Each light command's arguments (RUN_ID: the store's run; TEXT_RUN: the directory of a tiny TinyGPT SFT run,
+trained once with tracking=off), run in the folder that holds the store."""
 BUDGETS_S = {
     "pgcli --help": 1.0,
     "pgcli runs": 3.0,
@@ -94,9 +99,29 @@ BUDGETS_S = {
     "pgcli export <run> --out <non-empty dir> (refused)": 3.0,
     "pgcli train <bad value> (refused)": 3.0,
     "pgcli compare --experiment cartpole": 5.0,
+    "pgcli eval <unknown run id> (refused)": 3.0,
+    "pgcli eval <TinyGPT run dir> --no-log": 5.0,
+    "pgcli eval <TinyGPT run dir>": 11.5,
 }
 """CPU seconds (user + system) from spawn to exit, about the wall time on an idle machine (issue 34, item 10); compare
-draws its plot (matplotlib)."""
+draws its plot (matplotlib). A text `pgcli eval` imports torch (about 3.5 s of CPU) and evaluates 32 held-out problems
+(0.1 s); logging the evaluation imports MLflow's SQL store (about 5 s more)."""
+TEXT_RUN_ARGS = [
+    "sft",
+    "env=addition",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_layers=1",
+    "env.n_digits=2",
+    "env.n_eval=32",
+    "env.eval_samples=4",
+    "algo.batch_size=32",
+    "total_steps=64",
+    "eval.every=0",
+    "tracking=off",
+    "progress=false",
+]
+"""The text run `pgcli eval` evaluates (TEXT_RUN): a tiny TinyGPT, 32 held-out problems."""
 
 
 def free_port() -> int:
@@ -117,6 +142,13 @@ def make_store(folder: Path) -> str:
     runs.log_metrics(run.run_id, {"eval/return_mean": 10.0}, step=0)
     runs.end(run.run_id, "FINISHED")
     return run.run_id
+
+
+def make_text_run(folder: Path) -> Path:
+    """The run directory of a tiny TinyGPT SFT run (:data:`TEXT_RUN_ARGS`), trained in ``folder``."""
+    run_dir = folder / "text_run"
+    subprocess.run([PGCLI, *TEXT_RUN_ARGS, f"hydra.run.dir={run_dir}"], cwd=folder, check=True, capture_output=True)
+    return run_dir
 
 
 def time_ui(store_template: Path, preexec: object) -> float:
@@ -161,7 +193,7 @@ def time_train(store_db: Path, preexec: object, importtime: bool = False) -> tup
         return float(stamp.split()[1]) - start, proc.stderr
 
 
-def time_light(template: Path, run_id: str, argv: list[str], preexec: object) -> tuple[float, float]:
+def time_light(template: Path, refs: dict[str, str], argv: list[str], preexec: object) -> tuple[float, float]:
     """Seconds from spawn to exit of ``pgcli <argv>`` in a copy of the folder with one run, and the CPU seconds (user +
     system) the process used."""
     with tempfile.TemporaryDirectory(prefix="pgcli-bench-light-") as tmp:
@@ -169,7 +201,7 @@ def time_light(template: Path, run_id: str, argv: list[str], preexec: object) ->
         shutil.copytree(template / "outputs", work / "outputs")
         (work / "full").mkdir()
         (work / "full" / "keep.txt").write_text("not empty\n")
-        args = [run_id if a == "RUN_ID" else a for a in argv]
+        args = [refs.get(a, a) for a in argv]
         cpu, start = cpu_of_children(), time.perf_counter()
         subprocess.run([PGCLI, *args], cwd=work, capture_output=True, preexec_fn=preexec)  # type: ignore[arg-type]
         return time.perf_counter() - start, cpu_of_children() - cpu
@@ -180,12 +212,12 @@ def cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def light_commands(template: Path, run_id: str, repeats: int, preexec: object) -> dict[str, dict[str, object]]:
+def light_commands(template: Path, refs: dict[str, str], repeats: int, preexec: object) -> dict[str, dict[str, object]]:
     """Median wall and CPU seconds of each light command, the CPU seconds against its budget (on a busy machine the
     wall time grows with the load; on an idle one it is about the CPU time)."""
     out: dict[str, dict[str, object]] = {}
     for name, argv in LIGHT_COMMANDS.items():
-        times = [time_light(template, run_id, argv, preexec) for _ in range(repeats)]
+        times = [time_light(template, refs, argv, preexec) for _ in range(repeats)]
         cpu = median([c for _, c in times])
         out[name] = {"wall": median([w for w, _ in times]), "cpu": cpu, "budget": BUDGETS_S[name]}
         out[name]["ok"] = cpu <= BUDGETS_S[name]
@@ -255,7 +287,8 @@ def main() -> int:
         run_id = make_store(template)
         load_before = os.getloadavg()
         result = {} if ns.light_only else heavy_results(template, ns.repeats, preexec)
-        result["light_commands_s"] = light_commands(template, run_id, ns.repeats, preexec)
+        refs = {"RUN_ID": run_id, "TEXT_RUN": str(make_text_run(Path(tmp)))}
+        result["light_commands_s"] = light_commands(template, refs, ns.repeats, preexec)
         load_after = os.getloadavg()
 
     result |= {

@@ -32,7 +32,7 @@ from pgcli.training.progress import number, write_line
 if TYPE_CHECKING:
     from gymnasium.vector import VectorEnv
 
-    from pgcli.config import TrainConfig
+    from pgcli.config import TrackingConfig, TrainConfig
     from pgcli.tracking.store import RunRecord, RunStore
 
 VIDEO_FLAGS = ("video=true", "video=True", "+video=true")
@@ -116,9 +116,8 @@ def main(args: Sequence[str]) -> int:
     ns = parse_args(args)
     from pgcli.tracking.checks import check_store
     from pgcli.tracking.store import open_run_store
-    from pgcli.training.checks import train_config
 
-    tracking = train_config(ns.overrides).tracking  # the tracking overrides, checked as pgcli train checks them
+    tracking = tracking_config(ns.overrides)
     store = open_run_store(tracking)  # opened on first use: a run id is looked up only in a store that is there
     if store is not None and not ns.no_log:
         check_store(
@@ -126,6 +125,19 @@ def main(args: Sequence[str]) -> int:
         )
     with resolve_target(ns.target, best=ns.best, store=store) as target:
         return evaluate(target, ns, store=None if ns.no_log else store, artifact_root=_artifact_root(tracking))
+
+
+def tracking_config(overrides: list[str]) -> TrackingConfig:
+    """The tracking settings of the command line: the default ``tracking`` group without overrides (no Hydra
+    composition), else the composed config's, with the rules of their values. Only tracking is this command's: the
+    default env's world (gymnasium, a probe of CartPole) is not checked."""
+    from pgcli.config import TrackingConfig
+
+    if not overrides:  # conf/tracking/local.yaml sets the dataclass's defaults (tests/unit/test_eval_start.py)
+        return TrackingConfig()
+    from pgcli.config.compose import compose_train_config
+
+    return compose_train_config(overrides).tracking
 
 
 def _artifact_root(tracking: Any) -> str | None:
@@ -218,19 +230,20 @@ def _eval_env(cfg: TrainConfig, *, video: bool, seed: int, n_envs: int) -> Vecto
 
 def evaluate(target: EvalTarget, ns: argparse.Namespace, *, store: RunStore | None, artifact_root: str | None) -> int:
     """Play the episodes, print the result, log it (unless ``store`` is None); returns the exit status."""
+    from pgcli.config import TextEnvConfig
+
+    cfg = target.cfg
+    if isinstance(cfg.env, TextEnvConfig):  # before the gymnasium side's imports: a text run needs none of them
+        return evaluate_text_target(target, ns, store=store, artifact_root=artifact_root)
     import torch
 
     from pgcli.agent import load_agent
-    from pgcli.config import TextEnvConfig
     from pgcli.envs.episodes import run_episodes
     from pgcli.envs.make import EVAL_SEED_OFFSET
     from pgcli.envs.normalize import load_saved_normalizer
     from pgcli.training.progress import episode_progress
     from pgcli.video import EpisodeRecorder
 
-    cfg = target.cfg
-    if isinstance(cfg.env, TextEnvConfig):
-        return evaluate_text_target(target, ns, store=store, artifact_root=artifact_root)
     episodes = ns.episodes or cfg.eval.episodes
     seed = cfg.seed + EVAL_SEED_OFFSET if ns.seed is None else ns.seed
     deterministic = not ns.stochastic

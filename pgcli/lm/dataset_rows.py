@@ -337,6 +337,9 @@ def check_rows(env: DatasetEnvConfig, model: TextModel, algo: object) -> DemoRow
             f"{env.chosen_key} and {env.rejected_key} columns: drop algo.pairs"
         )
     if isinstance(model, HFModelConfig):
+        from pgcli.lm.model_files import check_hf_files
+
+        check_hf_files(model)  # what needs no torch, first: a missing file or LoRA target
         from pgcli.lm.hf import check_hf_model
 
         check_hf_model(model)

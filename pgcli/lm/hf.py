@@ -11,15 +11,15 @@ server, no weight sync); the KL reference of a LoRA run is the same model with i
 is the other): prompts are encoded as strings (optionally wrapped in the chat template), a completion ends at EOS or
 at the first token whose text holds a stop string (a newline), and the task's checker reads the decoded string.
 
-Nothing here downloads while training: :func:`resolve_model_dir` accepts a model directory, or a hub id that is in the
-local Hugging Face cache or can be fetched now (the checks before a run call it, before anything is created).
+Nothing here downloads while training: :func:`~pgcli.lm.model_files.resolve_model_dir` accepts a model directory,
+or a hub id that is in the local Hugging Face cache or can be fetched now (the checks before a run call it, before
+anything is created).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import inspect
 import warnings
 from collections.abc import Sequence
@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from pgcli.errors import ConfigError
 from pgcli.lm.model import CausalLM
+from pgcli.lm.model_files import check_hf_files, check_model_dir, resolve_model_dir
 
 if TYPE_CHECKING:
     from pgcli.config import HFModelConfig
@@ -45,58 +46,16 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def resolve_model_dir(path: str) -> Path:
-    """The local directory of ``model.path``: a model directory, or a hub id's snapshot in the Hugging Face cache
-    (fetched now when it is not there yet).
-
-    Raises:
-        ConfigError: not a model directory, and the hub id is neither cached nor fetchable (one line).
-    """
-    local = Path(path).expanduser()
-    if local.is_dir():
-        if not (local / "config.json").is_file():
-            raise ConfigError(
-                f"model.path={path}: {local} has no config.json; pass a directory written by "
-                "save_pretrained (a Hugging Face model) or a hub id"
-            )
-        return local.resolve()
-    looks_local = path.startswith((".", "/", "~")) or path.count("/") > 1
-    if looks_local:
-        raise ConfigError(f"model.path={path}: no such directory")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
-    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
-    try:
-        return Path(snapshot_download(path, local_files_only=True, allow_patterns=patterns))
-    except (OSError, HFValidationError):
-        pass
-    try:
-        return Path(snapshot_download(path, allow_patterns=patterns))
-    except HFValidationError:
-        raise ConfigError(f"model.path={path}: no such directory, and not a Hugging Face hub id") from None
-    except Exception as exc:  # network, auth, missing repo: all say the same to the user
-        reason = whole_message(exc)
-        raise ConfigError(
-            f"model.path={path}: no such directory, and the hub id is not in the local Hugging Face "
-            f"cache and cannot be fetched ({reason}); download it where there is a network "
-            f"(hf download {path}) or pass a local directory"
-        ) from None
-
-
 def check_hf_model(cfg: HFModelConfig) -> None:
-    """``model.path`` resolves, its tokenizer has an EOS token, and every LoRA target exists in the model (checked
-    on an empty copy on the meta device: no weights are read).
+    """``model.path`` resolves, its files are whole and every LoRA target exists in it (:func:`check_hf_files`, which
+    the checks before a run call first, before torch is imported), its weights have the shapes of its
+    ``config.json``, its tokenizer has an EOS token, and the LoRA adapters wrap it (checked on an empty copy on the
+    meta device: no weights are read).
 
     Raises:
         ConfigError: one line naming what is missing.
     """
-    for package in ("transformers", "peft"):
-        if importlib.util.find_spec(package) is None:
-            raise ConfigError(f"model=hf needs the {package} package: pip install 'pgcli[lm]'")
-    from pgcli.lm.model_files import check_model_dir
-
-    directory = resolve_model_dir(cfg.path)
+    directory = check_hf_files(cfg)
     check_model_dir(directory, f"model.path={cfg.path}", base_shapes(directory, cfg.path))
     load_tokenizer(cfg, directory)
     if cfg.lora.r == 0:
@@ -136,11 +95,6 @@ def check_weights_fit(weights: Path, cfg: HFModelConfig) -> None:
     check_state_fits(
         shapes, base_shapes(directory, cfg.path), weights / POLICY_FILE, directory, f"model.path={cfg.path}"
     )
-
-
-def whole_message(exc: BaseException) -> str:
-    """``exc``'s message whole, on one line (its lines joined; its type when it has none): quoted, never cut."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _last_line(exc: BaseException, limit: int = 200) -> str:

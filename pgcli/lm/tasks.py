@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from pgcli.config import AdditionEnvConfig, CountdownEnvConfig, CountdownToolEnvConfig, SortEnvConfig, TextEnvConfig
-from pgcli.envs.spec import resolve_target
 from pgcli.errors import ConfigError
 from pgcli.lm.arithmetic import evaluate_expression, uses_given_numbers
 
@@ -387,6 +386,8 @@ def resolve_reward(spec: Mapping[str, Any] | str | None) -> RewardFn | None:
     target = spec.pop("_target_", None)
     if not isinstance(target, str):
         raise ConfigError("env.reward must be {_target_: module.function, ...} (got no _target_)")
+    from pgcli.envs.spec import resolve_target  # gymnasium's: not for a task whose reward is built in
+
     try:
         fn = resolve_target(target)
     except ImportError as exc:

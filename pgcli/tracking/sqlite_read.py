@@ -1,5 +1,5 @@
-"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` and ``pgcli compare`` read, without
-importing MLflow.
+"""Listing a SQLite MLflow store with the standard library: what ``pgcli runs`` and ``pgcli compare`` read, and the
+run a run id (or a prefix of one) names, without importing MLflow.
 
 Importing MLflow's SQLAlchemy store costs seconds of CPU (docs/benchmarks/overhead.md, "Light commands"), more than
 a listing takes. A read-only listing needs six tables whose columns MLflow has kept since its 1.x schemas
@@ -73,12 +73,42 @@ class SqliteReader:
         if not experiment_ids:
             return []
         marks = ", ".join("?" * len(experiment_ids))
+        where = f"lifecycle_stage = 'active' AND experiment_id IN ({marks})"
+        return self._runs(where, [int(i) for i in experiment_ids])
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """The run with this id, deleted or not (as MLflow's ``get_run``), in the fields of a
+        :class:`~pgcli.tracking.store.RunRecord`; None when there is none."""
+        runs = self._runs(f"run_uuid = ? AND {self._experiment_in('')}", [run_id, *self._workspace()])
+        return runs[0] if runs else None
+
+    def runs_with_id_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        """The active runs of active experiments whose id starts with ``prefix`` (lowercase hex digits), ordered by
+        id, in the fields of a :class:`~pgcli.tracking.store.RunRecord`."""
+        if not prefix or not all(c in "0123456789abcdef" for c in prefix):
+            raise ValueError(f"a run id prefix is lowercase hex digits, got {prefix!r}")
+        active = self._experiment_in("lifecycle_stage = 'active'")
+        where = f"lifecycle_stage = 'active' AND run_uuid LIKE ? AND {active}"
+        runs = self._runs(where, [f"{prefix}%", *self._workspace()])
+        return sorted((r for r in runs if r["run_id"].startswith(prefix)), key=lambda r: r["run_id"])
+
+    def _experiment_in(self, condition: str) -> str:
+        """``experiment_id IN`` the experiments that meet ``condition`` (and are of the default workspace)."""
+        conditions = [c for c in (condition, "workspace = ?" if self.workspaces else "") if c]
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        return f"experiment_id IN (SELECT experiment_id FROM experiments{where})"
+
+    def _workspace(self) -> tuple[str, ...]:
+        return (DEFAULT_WORKSPACE,) if self.workspaces else ()
+
+    def _runs(self, where: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+        """The runs ``where`` selects, newest first, each with its params, tags and latest metric values."""
         query = (
             "SELECT run_uuid, experiment_id, name, status, start_time, end_time FROM runs "
-            f"WHERE lifecycle_stage = 'active' AND experiment_id IN ({marks}) ORDER BY start_time DESC, run_uuid"
+            f"WHERE {where} ORDER BY start_time DESC, run_uuid"
         )
         with _connect(self.path) as db:
-            rows = db.execute(query, [int(i) for i in experiment_ids]).fetchall()
+            rows = db.execute(query, list(args)).fetchall()
             runs = {
                 r[0]: {
                     "run_id": r[0],

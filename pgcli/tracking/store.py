@@ -101,6 +101,9 @@ class RunStore:
 
     def find(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None when the store has no such run."""
+        if self.reader is not None:  # a lookup that needs no MLflow (`pgcli eval <id> --no-log`, a refusal)
+            found = self.reader.run(run_id)
+            return RunRecord(**found) if found is not None else None
         from mlflow.exceptions import MlflowException
 
         try:
@@ -118,6 +121,8 @@ class RunStore:
         """
         if not prefix or not all(c in "0123456789abcdef" for c in prefix):
             raise ValueError(f"a run id prefix is lowercase hex digits, got {prefix!r}")
+        if self.reader is not None:
+            return [RunRecord(**fields) for fields in self.reader.runs_with_id_prefix(prefix)]
         experiment_ids = self.experiment_ids()
         if not experiment_ids:
             return []

@@ -245,6 +245,9 @@ def check_text_task(cfg: TrainConfig) -> None:
         "lower env.n_eval or make the task larger",
     )
     if isinstance(cfg.model, HFModelConfig):  # imports torch and transformers: only for model=hf
+        from pgcli.lm.model_files import check_hf_files
+
+        check_hf_files(cfg.model)  # what needs no torch, first: a missing file or LoRA target
         from pgcli.lm.hf import check_hf_model
 
         check_hf_model(cfg.model)
@@ -268,6 +271,9 @@ def check_dataset_task(cfg: TrainConfig, env: DatasetEnvConfig) -> None:
     from pgcli.lm.load import make_text_task
 
     if isinstance(cfg.model, HFModelConfig):  # imports torch and transformers: only for model=hf
+        from pgcli.lm.model_files import check_hf_files
+
+        check_hf_files(cfg.model)  # what needs no torch, first: a missing file or LoRA target
         from pgcli.lm.hf import check_hf_model
 
         check_hf_model(cfg.model)

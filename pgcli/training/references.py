@@ -12,9 +12,9 @@ reads a run itself.
 
 A reference is resolved once per process (:func:`locate_model` keeps what it found) and a new run records it whole
 (:func:`pin_references`): the absolute run directory when the run is on this machine, else the whole run id, and an
-existing ``model.path`` directory as an absolute path; so ``pgcli eval``, ``init=`` of that run and its MLflow Model
-work from any directory, and ``resume=`` finds the same runs (:func:`recorded_references`: the model directory and run
-id the run was tagged with).
+existing ``model.path`` directory or rows file (``env.path``, ``env.eval_path``) as an absolute path; so ``pgcli
+eval``, ``init=`` of that run and its MLflow Model work from any directory, and ``resume=`` finds the same runs
+(:func:`recorded_references`: the model directory and run id the run was tagged with).
 """
 
 from __future__ import annotations
@@ -247,14 +247,18 @@ def _check_record(tags: Mapping[str, str], run_id: str, how: ModelRef) -> None:
         )
 
 
-PINNED_KEYS = ("init", "env.reward", "model.path")
-"""The overrides that name another run or a model directory: :func:`pin_references` writes them whole."""
+PINNED_KEYS = ("init", "env.reward", "model.path", "env.path", "env.eval_path")
+"""The overrides that name another run, a model directory or a rows file (``env=dataset``): :func:`pin_references`
+writes them whole."""
+LOCAL_PATH_KEYS = ("model.path", "env.path", "env.eval_path")
+"""The references that are a local path or a hub id: an existing path is written absolute, a hub id as typed."""
 
 
 def pin_references(overrides: list[str], tracking: TrackingConfig) -> list[str]:
     """``overrides`` with each reference set to one value written whole, in place (module docstring): ``init=<run>``
     and ``env.reward=rm:<run>`` as :func:`pinned` (the run found as the checks found it), an existing ``model.path``
-    directory as its absolute path. A hub id, a swept value and every other override are kept as typed."""
+    directory or ``env.path`` / ``env.eval_path`` file or directory as its absolute path. A hub id, a swept value and
+    every other override are kept as typed."""
     if not any(override_key(line) in PINNED_KEYS for line in overrides):
         return overrides
     lines = []
@@ -270,9 +274,9 @@ def pin_references(overrides: list[str], tracking: TrackingConfig) -> list[str]:
 
 
 def _pinned_value(key: str, value: str, tracking: TrackingConfig) -> str:
-    if key == "model.path":
+    if key in LOCAL_PATH_KEYS:
         local = Path(value).expanduser()
-        return str(local.resolve()) if local.is_dir() else value
+        return str(local.resolve()) if local.exists() else value
     if key == "init":
         return pinned(locate_init(value, tracking))
     ref = reward_model_ref(value)
