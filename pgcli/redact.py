@@ -20,7 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
-SECRET_WORDS = r"token|passw(?:or)?d|secret|api[_-]?key|credential"
+SECRET_WORDS = r"token(?!s|iz|_id)|passw(?:or)?d|secret|api[_-]?key|credential"
+"""What a secret's key contains: ``api_token``, ``hf_token``, ``password``, ... (not a count or an id of tokens:
+``max_new_tokens``, ``tokenizer``, ``pad_token_id`` are settings, logged as typed)."""
 SECRET_KEY = re.compile(SECRET_WORDS, re.IGNORECASE)
 """A key (or the last part of a dotted key) whose value is masked whatever it is."""
 URI_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s'\"]+)@")

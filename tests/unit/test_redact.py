@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
-from pgcli.redact import redact_hydra_dir, redact_mapping, redact_text, redact_uri
+from pgcli.redact import is_secret_key, redact_hydra_dir, redact_mapping, redact_text, redact_uri
 
 
 def test_uri_credentials_are_replaced_and_the_rest_kept():
@@ -67,3 +68,15 @@ def test_redact_uri_drops_credentials_or_keeps_the_user():
     assert redact_uri("http://user:pass@host:5000/x", keep_user=True) == "http://user:***@host:5000/x"
     assert redact_uri("http://user@host", keep_user=True) == "http://user@host"  # no password: as given
     assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+
+
+@pytest.mark.parametrize("key", ["model.max_new_tokens", "tokenizer", "pad_token_id", "time/tokens_per_s"])
+def test_a_setting_about_tokens_is_not_a_secret(key):
+    assert not is_secret_key(key)
+    assert redact_text(f"algo=grpo {key}=64 seed=0") == f"algo=grpo {key}=64 seed=0"
+
+
+@pytest.mark.parametrize("key", ["hf_token", "env.kwargs.access_token", "token", "HF_TOKEN"])
+def test_a_key_naming_a_token_is_a_secret(key):
+    assert is_secret_key(key)
+    assert redact_text(f"{key}=abc seed=0") == f"{key}=*** seed=0"
