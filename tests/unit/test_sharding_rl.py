@@ -58,7 +58,7 @@ def free_port() -> int:
 
 
 def model_config(path: Path, lora: int) -> HFModelConfig:
-    cfg = HFModelConfig(path=str(path), logprob_chunk=1, micro_batch=2)  # several passes per minibatch and row
+    cfg = HFModelConfig(path=str(path), logprob_chunk=2, micro_batch=2)  # several passes per minibatch and row
     cfg.lora.r = lora
     return cfg
 
