@@ -288,13 +288,12 @@ class TextRLTrainer(Generic[Cfg]):
         return save_text_trainer(path, policy, modules, values | task_state(self.task))
 
     def load(self, path: Path) -> None:
-        policy, modules = self._whole_modules()
+        _, modules = self._whole_modules()
         values = load_text_trainer(path, self.device, modules)
         if self.gathered is not None:  # into every rank's shards as training starts (_start_ranks)
-            self.gathered.pending = (policy.state_dict(), modules["optimizer"].state_dict())  # type: ignore[union-attr]
-            self.gathered.pending_others = {
-                name: modules[name].state_dict() for name in self.gathered.others  # type: ignore[union-attr,misc]
-            }
+            loaded: dict[str, Any] = {name: obj.state_dict() for name, obj in modules.items() if obj is not None}
+            self.gathered.pending = (loaded["policy"], loaded["optimizer"])
+            self.gathered.pending_others = {name: loaded[name] for name in self.gathered.others}
         self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
         self.prompt_rng.bit_generator.state = values["prompt_rng"]
         set_generator_state(self.generator, values["generator"])

@@ -128,7 +128,9 @@ def generation(trainer: LMGRPO, rank: int) -> tuple[torch.Tensor, torch.Tensor, 
     prompt_tokens, prompt_mask = encode_prompts(trainer.task.vocab, problems, CPU)
     stops = list(range(trainer.task.vocab.size)) if rank == 0 else [-1]
     generator = torch.Generator().manual_seed(1)
-    out = generate(trainer.policy, prompt_tokens, prompt_mask, max_new_tokens=NEW_TOKENS, eos_id=stops, generator=generator)
+    out = generate(
+        trainer.policy, prompt_tokens, prompt_mask, max_new_tokens=NEW_TOKENS, eos_id=stops, generator=generator
+    )
     return out.tokens, out.mask, generator.get_state()
 
 
@@ -218,8 +220,6 @@ def test_what_does_not_shard_yet_is_one_line(overrides: list[str], message: str,
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "reinforce", "gspo", "reinforce_pp"])
 def test_the_grpo_family_composes_sharded(algo: str, tiny_hf_model: Path):
-    cfg = compose_train_config(
-        [f"algo={algo}", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2"]
-        + ["hardware.shard=params"]
-    )
+    shard = ["model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2", "hardware.shard=params"]
+    cfg = compose_train_config([f"algo={algo}", "env=addition", *shard])
     assert cfg.hardware.shard == "params"
