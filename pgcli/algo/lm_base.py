@@ -49,7 +49,7 @@ from pgcli.config import (
     RLOOConfig,
 )
 from pgcli.contracts import Learner, Monitor
-from pgcli.hardware import distributed
+from pgcli.hardware import distributed, sharding
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.lm.tasks import TextTask
 from pgcli.ops.lm import micro_batches
@@ -150,6 +150,9 @@ class TextRLTrainer(Generic[Cfg]):
         self.steps = 0
         self.n_updates = 0
         self.world = distributed.world_size() if distributed.active() else 1
+        self.gathered: sharding.Gathered | None = None
+        """With ``hardware.shard=params``: rank 0's whole copies of the sharded policy and reference (set by the
+        builder)."""
 
     def learn(self, total_steps: int, monitor: Monitor) -> int:
         self._start_ranks()
@@ -162,8 +165,11 @@ class TextRLTrainer(Generic[Cfg]):
             stats["time/tokens_per_s_overall"] = batch.n_tokens / stats["time/update_s"]  # sampling + update
             stats = distributed.mean_stats(stats, self._stat_weights(batch))  # over every completion of the batch
             losses = self.checked_losses if "train/grad_norm" in stats else ()
-            check_update(monitor, self.steps, stats, losses, params=self._trained_parameters())
+            params = sharding.local_tensors(self._trained_parameters())
+            check_update(monitor, self.steps, stats, losses, params=params)
             monitor.log(self.steps, stats)
+            if self.gathered is not None:  # rank 0's monitor reads the whole model when it evaluates or saves
+                self.gathered.sync(self.steps >= total_steps or monitor.due(self.steps))
             monitor.update(self.steps, agent=self)
         return self.steps
 
@@ -172,7 +178,12 @@ class TextRLTrainer(Generic[Cfg]):
         checkpoint is rank 0's), and the other ranks' generators seeded afresh where a resumed run continues."""
         if not distributed.active():
             return
-        values = distributed.broadcast_state(self._modules(), {"steps": self.steps, "n_updates": self.n_updates})
+        counters = {"steps": self.steps, "n_updates": self.n_updates}
+        if self.gathered is not None:  # every rank built the same shards; a resumed run loads rank 0's checkpoint
+            values = distributed.broadcast_state({}, counters)
+            self.gathered.start(resumed=values["steps"] > 0)
+        else:
+            values = distributed.broadcast_state(self._modules(), counters)
         self.steps, self.n_updates = values["steps"], values["n_updates"]
         if self.steps and not distributed.is_main():
             seed = distributed.resumed_seed(self.seed, self.steps)
@@ -273,10 +284,16 @@ class TextRLTrainer(Generic[Cfg]):
             "prompt_rng": self.prompt_rng.bit_generator.state,
             "generator": generator_state(self.generator),
         }
-        return save_text_trainer(path, self.policy, self._modules(), values | task_state(self.task))
+        policy, modules = self._whole_modules()
+        return save_text_trainer(path, policy, modules, values | task_state(self.task))
 
     def load(self, path: Path) -> None:
-        values = load_text_trainer(path, self.device, self._modules())
+        _, modules = self._whole_modules()
+        values = load_text_trainer(path, self.device, modules)
+        if self.gathered is not None:  # into every rank's shards as training starts (_start_ranks)
+            loaded: dict[str, Any] = {name: obj.state_dict() for name, obj in modules.items() if obj is not None}
+            self.gathered.pending = (loaded["policy"], loaded["optimizer"])
+            self.gathered.pending_others = {name: loaded[name] for name in self.gathered.others}
         self.steps, self.n_updates = int(values["steps"]), int(values["n_updates"])
         self.prompt_rng.bit_generator.state = values["prompt_rng"]
         set_generator_state(self.generator, values["generator"])
@@ -286,5 +303,32 @@ class TextRLTrainer(Generic[Cfg]):
         """The state dicts of ``model.pt``, by name."""
         return {"policy": self.policy, "optimizer": self.optimizer, "reference": self.reference}
 
+    def _whole_modules(self) -> tuple[CausalLM, dict[str, Stateful | None]]:
+        """The policy and ``model.pt``'s state dicts as one process holds them: with a sharded policy
+        (``hardware.shard=params``), rank 0's whole twin and the state last gathered (:class:`WholeState`)."""
+        gathered = self.gathered
+        if gathered is None or gathered.twin is None:
+            return self.policy, self._modules()
+        modules: dict[str, Stateful | None] = dict(self._modules())
+        modules["policy"] = gathered.twin
+        modules["optimizer"] = WholeState(gathered.optimizer_state)
+        for name in gathered.others:
+            modules[name] = WholeState(gathered.states.get(name, {}))
+        return gathered.twin, modules  # type: ignore[return-value]  # the policy's twin: a CausalLM
+
     def close(self) -> None:
         """Nothing to release: a text task holds no env."""
+
+
+class WholeState:
+    """A state dict gathered on rank 0 (a sharded run's optimiser or reference, :class:`pgcli.hardware.sharding.
+    Gathered`) as a checkpoint saves and loads it."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = state

@@ -44,7 +44,7 @@ from torch import Tensor
 from pgcli.algo.lm_base import CriticFreeConfig, TextRLTrainer
 from pgcli.algo.lm_rollout import CompletionBatch, batch_prompts
 from pgcli.config import FlowGRPOConfig, GRPOConfig, GSPOConfig, REINFORCEConfig, ReinforcePPConfig, RLOOConfig
-from pgcli.hardware import distributed
+from pgcli.hardware import distributed, sharding
 from pgcli.lm.model import CausalLM, completion_logprobs
 from pgcli.ops.aggregate import LOSS_AGGREGATIONS, BatchTotals
 from pgcli.ops.grpo import KL_ESTIMATORS, clip_bounds, k3_kl
@@ -170,6 +170,8 @@ def token_loss(
     and diagnostic is the micro-batch's share of the minibatch's: the shares of its micro-batches sum to it."""
     mask = batch.mask[rows]
     width = int(mask.sum(1).max())  # drop columns that are padding in every row of these completions
+    if sharding.in_lockstep(policy):  # as many log-prob chunks, each a pass through the sharded head, on every rank
+        width = sharding.widest(width)
     mask, advantages = mask[:, :width], advantages[:, :width]
     prompt_tokens, prompt_mask, prompt_index = batch_prompts(batch, rows)
     logp, entropy = completion_logprobs(

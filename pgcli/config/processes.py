@@ -16,7 +16,7 @@ DISTRIBUTED_ALGOS = ("sft", "rm", "grpo", "rloo", "reinforce", "gspo", "reinforc
 """The algos that train on several processes (docs/distributed.md)."""
 MULTI_TURN_ALGOS = ("flow_grpo", "grpo")
 """Those of them that train a multi-turn task on several processes (the RL trainer's turns: `pgcli.algo.lm_agent`)."""
-SHARDED_ALGOS = ("sft",)
+SHARDED_ALGOS = ("sft", "grpo", "rloo", "reinforce", "gspo", "reinforce_pp")
 """The algos that train with ``hardware.shard=params`` (docs/distributed.md, "Models that do not fit one device")."""
 
 
@@ -66,7 +66,7 @@ def check_processes(cfg: Any) -> None:
 
 def check_shard(cfg: Any) -> None:
     """One line where ``hardware.shard=params`` cannot train ``cfg``: one process, a model other than ``model=hf``,
-    or an algo that does not shard yet."""
+    an algo or a multi-turn task that does not shard yet."""
     if cfg.hardware.shard == "none":
         return
     n = cfg.hardware.processes
@@ -84,4 +84,9 @@ def check_shard(cfg: Any) -> None:
         raise ConfigError(
             f"hardware.shard=params: algo={cfg.algo.name} does not train sharded yet (sharded: "
             f"{', '.join(SHARDED_ALGOS)}); drop hardware.shard (each process holds the whole model)"
+        )
+    if cfg.env_kind == "multi-turn":
+        raise ConfigError(
+            f"hardware.shard=params: a multi-turn task ({cfg.env.id}) does not train sharded yet; drop hardware.shard "
+            "(each process holds the whole model)"
         )

@@ -24,10 +24,18 @@ SHARD_CHOICES = ("none", "params")
 """``hardware.shard``: ``none`` (each process holds the whole model; gradients all-reduced) or ``params``."""
 
 
-def shard(module: nn.Module, blocks: Iterable[nn.Module], device: torch.device, methods: Iterable[str] = ()) -> None:
+def shard(
+    module: nn.Module,
+    blocks: Iterable[nn.Module],
+    device: torch.device,
+    methods: Iterable[str] = (),
+    *,
+    frozen: bool = False,
+) -> None:
     """Shard ``module`` in place over the process group: each of ``blocks`` a unit of its own, the rest (embeddings,
     final norm, head) the root's; ``methods`` of ``module`` run FSDP's forward hooks as ``forward`` does (a model
-    called through methods other than ``forward``)."""
+    called through methods other than ``forward``). ``frozen``: a module that never runs backward (a KL reference)
+    reshards its root after each forward too (FSDP keeps a trained root whole until its backward pass)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
@@ -35,7 +43,7 @@ def shard(module: nn.Module, blocks: Iterable[nn.Module], device: torch.device, 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for block in blocks:
         fully_shard(block, mesh=mesh)
-    fully_shard(module, mesh=mesh)
+    fully_shard(module, mesh=mesh, reshard_after_forward=True if frozen else None)
     for unit in module.modules():
         if isinstance(unit, FSDPModule):
             # the ranks' losses are shares of the batch's: a plain sum (gloo has no scaled sum)
@@ -115,6 +123,36 @@ def load_full_state(
     set_optimizer_state_dict(module, optimizer, full, options=options)
 
 
+def in_lockstep(module: nn.Module) -> bool:
+    """``module`` is sharded over the processes of this run: each of its forward passes gathers its blocks from every
+    process, so every process must run as many of them (generation's decoding steps, the chunks of a pass)."""
+    from pgcli.hardware import distributed
+
+    return distributed.active() and is_sharded(module)
+
+
+def widest(width: int) -> int:
+    """The largest ``width`` of any rank: a collective."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([width], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
+
+
+def every_rank(flag: Tensor) -> bool:
+    """Whether ``flag`` (a bool scalar on this rank's device) holds on every rank: a collective. A sharded model's
+    generation stops on it, so every rank runs as many decoding steps (each a forward pass whose blocks every rank
+    gathers) as the rank whose sequences end last."""
+    import torch
+    import torch.distributed as dist
+
+    value = flag.to(torch.int32).reshape(1)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
 def local_tensors(params: Iterable[Tensor]) -> list[Tensor]:
     """Each of ``params`` as this rank holds it: a sharded parameter's local shard, another one whole."""
     return [p.to_local() if is_shard(p) else p for p in params]  # type: ignore[attr-defined]  # a DTensor's
@@ -123,13 +161,25 @@ def local_tensors(params: Iterable[Tensor]) -> list[Tensor]:
 class Gathered:
     """What rank 0 does alone with a sharded module (evaluations, checkpoints, the final model) reads its unsharded
     ``twin`` (rank 0's whole copy, None on the other ranks) and ``optimizer_state``, both as of the last
-    :meth:`gather`. ``pending``: rank 0's checkpoint (weights, optimiser state) to load into every rank's shards as
-    training starts (a resumed run)."""
+    :meth:`gather`. ``others``: further sharded modules by name (an RL run's frozen KL reference), each with rank 0's
+    whole twin where it reads one (else None); their whole state dicts are gathered into :attr:`states` (and their
+    twins) alike. ``pending``: rank 0's checkpoint (weights, optimiser state, the others' states) to load into every
+    rank's shards as training starts (a resumed run)."""
 
-    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, twin: nn.Module | None) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        twin: nn.Module | None,
+        others: dict[str, tuple[nn.Module, nn.Module | None]] | None = None,
+    ) -> None:
         self.module, self.optimizer, self.twin = module, optimizer, twin
+        self.others = dict(others or {})
         self.optimizer_state: dict[str, Any] = {}
+        self.states: dict[str, dict[str, Tensor]] = {}
+        """Rank 0's whole state dict of each of :attr:`others` (on the CPU), as of the last :meth:`gather`."""
         self.pending: tuple[dict[str, Tensor], dict[str, Any]] | None = None
+        self.pending_others: dict[str, dict[str, Tensor]] = {}
 
     def gather(self) -> None:
         """The whole weights into rank 0's twin and the whole optimiser state beside them: a collective."""
@@ -138,6 +188,12 @@ class Gathered:
         if self.twin is not None:
             self.twin.load_state_dict(state)
             self.optimizer_state = optimizer_state
+        for name, (module, twin) in self.others.items():
+            other = full_state(module)
+            if self.twin is not None:  # rank 0
+                self.states[name] = other
+                if twin is not None:
+                    twin.load_state_dict(other)
 
     def sync(self, due: bool) -> None:
         """Every rank gathers when rank 0's ``due`` says it reads the twin at this update (every rank calls it)."""
@@ -152,4 +208,6 @@ class Gathered:
             return
         weights, optimizer_state = self.pending if self.pending is not None else (None, None)
         load_full_state(self.module, weights, self.optimizer, optimizer_state)
-        self.pending = None
+        for name, (module, _) in self.others.items():
+            load_full_state(module, self.pending_others.get(name) if self.twin is not None else None)
+        self.pending, self.pending_others = None, {}

@@ -291,15 +291,15 @@ class AdapterOff(CausalLM):
         return self._policy.new_cache(batch, max_len)
 
 
-def shard_hf_policy(policy: CausalLM, device: torch.device) -> None:
+def shard_hf_policy(policy: CausalLM, device: torch.device, *, frozen: bool = False) -> None:
     """Shard ``policy`` over the run's processes in place (``hardware.shard=params``): each decoder layer a unit,
     the embeddings, final norm and head the root's; its ``hidden`` and ``logits`` gather as ``forward`` would. A LoRA
-    policy's frozen base shards alike (only its adapters train)."""
+    policy's frozen base shards alike (only its adapters train). ``frozen``: a KL reference, never trained."""
     from pgcli.hardware.sharding import shard
 
     if not isinstance(policy, HFCausalLM):
         raise ConfigError("hardware.shard=params shards model=hf")
-    shard(policy, list(policy._decoder.layers), device, methods=("hidden", "logits"))
+    shard(policy, list(policy._decoder.layers), device, methods=("hidden", "logits"), frozen=frozen)
 
 
 def load_hf_policy(

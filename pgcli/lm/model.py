@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from pgcli.hardware import sharding
+
 POLICY_FILE = "policy.pt"
 """The policy's ``state_dict`` in a saved model or checkpoint directory (what ``init=<run>`` loads)."""
 
@@ -305,23 +307,31 @@ def generate(
         generator: the sampling RNG (torch's default RNG when None).
 
     Returns:
-        :class:`Generation` with C <= ``max_new_tokens`` columns (generation stops once every row has ended).
+        :class:`Generation` with C <= ``max_new_tokens`` columns (generation stops once every row has ended; a model
+        sharded over the processes, once every row of every process has: each decoding step is a forward pass every
+        process takes part in).
     """
+    lockstep = sharding.in_lockstep(model)
     b, p = prompt_tokens.shape
     stops = torch.as_tensor(eos_id, device=prompt_tokens.device).reshape(-1)
     cache = model.new_cache(b, p + max_new_tokens)
     logits = model(prompt_tokens, prompt_mask, cache)[:, -1]  # [B, V]
     done = torch.zeros(b, dtype=torch.bool, device=prompt_tokens.device)
+    ended = False  # every row has ended (a sharded model's generation goes on while another process's rows have not)
     tokens, masks, logprobs = [], [], []
     for _ in range(max_new_tokens):
         alive = ~done  # [B]: rows still generating sample a real token this step
-        nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
+        if ended:  # padding, with no draw: the generator stays where an unsharded process's generation leaves it
+            nxt = torch.full_like(done, pad_id, dtype=torch.long)
+        else:
+            nxt = _sample(logits, temperature, top_p, generator).masked_fill(done, pad_id)  # [B]
         logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, V]
         logprobs.append(logp.gather(-1, nxt[:, None]).squeeze(-1).masked_fill(done, 0.0))
         tokens.append(nxt)
         masks.append(alive)
         done = done | torch.isin(nxt, stops)
-        if bool(done.all()):
+        ended = bool(done.all())
+        if sharding.every_rank(done.all()) if lockstep else ended:
             break
         logits = model(nxt[:, None], alive[:, None], cache)[:, -1]
     return Generation(torch.stack(tokens, 1), torch.stack(masks, 1), torch.stack(logprobs, 1))

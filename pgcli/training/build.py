@@ -8,7 +8,6 @@ pay for torch or SB3.
 
 from __future__ import annotations
 
-import copy
 import platform
 import random
 import subprocess
@@ -331,40 +330,43 @@ def note_busy_cores(env: VectorEnv, monitor: TrainingMonitor, fit_start: float, 
 
 def text_trainer(cfg: TrainConfig, parts: TextParts, device: torch.device) -> Any:
     """The run's text trainer on ``parts``, with its KL reference; on several processes seeded with this rank's
-    seed (:func:`pgcli.hardware.distributed.rank_seed`)."""
+    seed (:func:`pgcli.hardware.distributed.rank_seed`); with ``hardware.shard=params``, its models sharded
+    (:mod:`pgcli.training.sharded`)."""
     from pgcli.algo.lm_base import kl_reference
 
-    twin = None
-    if cfg.hardware.shard == "params":  # rank 0 evaluates and saves a whole copy (docs/distributed.md)
-        from pgcli.lm.hf import shard_hf_policy
+    # before any sharding: a KL reference without init is a copy of the whole starting policy
+    reference = kl_reference(cfg.algo, parts.policy, parts.reference)  # the evaluator's is the init model's
+    gathered = None
+    if cfg.hardware.shard == "params":  # rank 0 evaluates and saves whole copies (docs/distributed.md)
+        from pgcli.training.sharded import shard_text_models
 
-        twin = copy.deepcopy(parts.policy) if distributed.is_main() else None
-        shard_hf_policy(parts.policy, device)
+        gathered = shard_text_models(cfg.algo, parts, reference, device)
     trainer: Any = text_trainer_class(cfg.algo, multi_turn=parts.multi_turn)(
         cfg.algo,
         task=parts.trainer_task,
         policy=parts.policy,
-        reference=kl_reference(cfg.algo, parts.policy, parts.reference),  # the evaluator's is the init model's
+        reference=reference,
         model=cfg.model,  # type: ignore[arg-type]  # TrainConfig's rules: a text model
         seed=distributed.rank_seed(cfg.seed, distributed.rank()),
         device=device,
     )
-    if cfg.hardware.shard == "params":
-        from pgcli.hardware.sharding import Gathered
-
-        trainer.gathered = Gathered(parts.policy, trainer.optimizer, twin)
+    if gathered is not None:
+        trainer.gathered = gathered(trainer.optimizer)
     return trainer
 
 
 def evaluated_models(parts: TextParts, trainer: Any) -> tuple[Any, Any]:
-    """The policy rank 0's monitor evaluates, and its reference: the trainer's, or rank 0's whole twin of a sharded
-    one (a LoRA run's reference: the twin with its adapters off), which it evaluates alone."""
+    """The policy rank 0's monitor evaluates, and its reference: the trainer's, or rank 0's whole twins of sharded
+    ones (a LoRA run's reference: the twin with its adapters off), which it evaluates alone."""
     from pgcli.lm.hf import AdapterOff
 
     gathered = getattr(trainer, "gathered", None)
     if gathered is None or gathered.twin is None:
         return parts.policy, parts.reference
-    return gathered.twin, AdapterOff(gathered.twin) if isinstance(parts.reference, AdapterOff) else parts.reference
+    if isinstance(parts.reference, AdapterOff):
+        return gathered.twin, AdapterOff(gathered.twin)
+    sharded, twin = gathered.others.get("reference", (None, None))
+    return gathered.twin, twin if parts.reference is not None and parts.reference is sharded else parts.reference
 
 
 def train_text(cfg: TrainConfig, ctx: RunContext, resume: ResumePoint | None = None) -> TrainSummary:

@@ -258,3 +258,49 @@ def test_a_sharded_run_resumes_as_the_unsharded_one_does(migrated_store: Store, 
         losses[shard] = sorted((m.step, m.value) for m in history)
     assert [s for s, _ in losses["params"]] == [8, 16, 24, 32]  # every global step once
     assert [v for _, v in losses["params"]] == pytest.approx([v for _, v in losses["none"]], rel=1e-5)
+
+
+def test_sharded_grpo_on_two_processes_lands_one_finished_run_as_the_unsharded_one(
+    migrated_store: Store, workdir: Path, tiny_hf_model: Path
+):
+    """``algo=grpo hardware.shard=params`` (FSDP2 over 2 gloo ranks, the KL reference a sharded copy of the starting
+    policy): one FINISHED run whose rewards, losses and gradient norms are the unsharded 2-process run's (each
+    process samples the same completions: a rank whose rows have ended waits for the other's without drawing)."""
+    base = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.group_size=2"]
+    base += ["algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04", "total_steps=16", "eval.every=0"]
+    base += ["env.n_eval=4", "env.eval_samples=2", "model.max_new_tokens=6", f"tracking.uri={migrated_store.uri}"]
+    base += ["hardware.processes=2"]
+    proc = run_pgcli([*base, "hardware.shard=params"], cwd=workdir, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_two_process_run(migrated_store, workdir, "train/loss", [8, 16])
+    sharded = one_run(migrated_store)
+    assert sharded.data.params["hardware.shard"] == "params" and "eval/accuracy" in sharded.data.metrics
+    proc = run_pgcli(base, cwd=workdir, timeout=400)  # the same run, each process holding the whole model
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (whole,) = [r for r in migrated_store.runs("addition") if r.data.params.get("hardware.shard") == "none"]
+    for key in ("rollout/reward_mean", "rollout/completion_len", "train/loss", "train/grad_norm", "train/kl_ref"):
+        history = [migrated_store.client().get_metric_history(r.info.run_id, key) for r in (sharded, whole)]
+        assert [m.value for m in history[0]] == pytest.approx([m.value for m in history[1]], rel=1e-5, abs=1e-8), key
+
+
+def test_a_sharded_grpo_run_resumes_as_the_unsharded_one_does(
+    migrated_store: Store, workdir: Path, tiny_hf_model: Path
+):
+    """A sharded GRPO run of one update, resumed to two on 2 processes (rank 0's checkpoint of the policy, Adam's
+    state and the sharded KL reference loaded into every process's shards), logs the losses of the unsharded run
+    stopped and resumed alike."""
+    base = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.group_size=2"]
+    base += ["algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04", "eval.every=0", "checkpoint_every=8"]
+    base += ["env.n_eval=4", f"tracking.uri={migrated_store.uri}", "hardware.processes=2"]
+    losses = {}
+    for shard in ("params", "none"):
+        proc = run_pgcli([*base, f"hardware.shard={shard}", "total_steps=8", f"run_name={shard}"], cwd=workdir)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (run,) = [r for r in migrated_store.runs("addition") if r.info.run_name == shard]
+        resume = ["train", f"resume={run.info.run_id}", "total_steps=16", f"tracking.uri={migrated_store.uri}"]
+        proc = run_pgcli(resume, cwd=workdir, timeout=400)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        history = migrated_store.client().get_metric_history(run.info.run_id, "train/loss")
+        losses[shard] = sorted((m.step, m.value) for m in history)
+    assert [s for s, _ in losses["params"]] == [8, 16]  # every global update once
+    assert [v for _, v in losses["params"]] == pytest.approx([v for _, v in losses["none"]], rel=1e-5, abs=1e-8)

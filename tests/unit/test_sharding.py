@@ -182,8 +182,8 @@ def test_hardware_shard_rules_are_one_line(overrides: list[str], message: str):
         compose_train_config(["algo=sft", "env=addition", *overrides])
 
 
-def test_hardware_shard_trains_sft_only(tiny_hf_model: Path):
-    with pytest.raises(ConfigError, match="algo=grpo does not train sharded yet"):
+def test_hardware_shard_trains_sft_and_the_grpo_family_only(tiny_hf_model: Path):
+    with pytest.raises(ConfigError, match="algo=ppo_lm does not train sharded yet"):
         compose_train_config(
-            ["algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2", *SHARD]
+            ["algo=ppo_lm", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "hardware.processes=2", *SHARD]
         )
