@@ -171,6 +171,12 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+SERVERS: list[ForkServer] = []
+"""This pytest process's server, kept here and not in tests/conftest.py: pytest imports that file as ``conftest``
+and the tests import it again as ``tests.conftest``, two modules, and the session's end must close the server the
+tests started (it kills the commands still running; its commands' CPU time then counts as the pytest process's)."""
+
+
 class Forked:
     """A forked command, as much of ``subprocess.Popen`` as the tests use."""
 
