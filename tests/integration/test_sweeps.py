@@ -109,16 +109,16 @@ def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store
         "env=cartpole",
         "seed=0,1",
     ]
-    # bytes, not text: text mode would turn a bar's carriage returns into line ends
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "pgcli"), *args],
-        cwd=workdir,
-        capture_output=True,
-        env=cli_env(),
-        timeout=400,
-    )
-    stdout, stderr = proc.stdout.decode(), proc.stderr.decode()
-    assert proc.returncode == 0, stderr[-3000:]
+    # the streams' bytes, not text read with universal newlines: that would turn a bar's carriage returns into line ends
+    out, err = workdir.parent / "stdout", workdir.parent / "stderr"
+    proc = start_pgcli(args, cwd=workdir, stderr=err, stdout=out)
+    try:
+        returncode = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = out.read_bytes().decode(), err.read_bytes().decode()
+    assert returncode == 0, stderr[-3000:]
     assert "\r" not in stdout + stderr and "step/s" not in stderr, "a live progress bar in a parallel sweep"
     assert "Joblib.Parallel(" not in stderr and "loky" not in stderr
     assert "\t#0 : " in stderr and "\t#1 : " in stderr  # which job runs which overrides
