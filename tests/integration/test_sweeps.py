@@ -7,7 +7,6 @@ with the sweep exiting non-zero. Learning quality is not asserted (benchmarks/ m
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.conftest import REPO, Store, cli_env, run_pgcli, start_pgcli
+from tests.conftest import REPO, Store, cli_env, migrated, run_pgcli, start_pgcli
 
 TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
         "tracking.log_model=false"]  # fmt: skip
@@ -63,10 +62,8 @@ class Sweep(NamedTuple):
 def joblib_grid(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> Sweep:
     """One joblib sweep of four jobs, two at a time, with the progress display on: what the two tests below read."""
     root = tmp_path_factory.mktemp("joblib")
-    store, workdir = Store(root / "store"), root / "work"
-    store.root.mkdir()
+    store, workdir = migrated(root / "store", mlflow_schema_db), root / "work"
     workdir.mkdir()
-    shutil.copyfile(mlflow_schema_db, store.root / "mlflow.db")
     # hardware.eval_process asks for a second process per run; parallel jobs run in one process instead
     args = [
         "train",
