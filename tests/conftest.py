@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.forkserver import Forked, ForkServer
+from tests.forkserver import SERVERS, Forked, ForkServer
 
 T = TypeVar("T")
 
@@ -81,10 +81,15 @@ def mlflow_schema_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def migrated_store(tmp_path: Path, mlflow_schema_db: Path) -> Store:
     """Like ``store``, but the SQLite file already exists with MLflow's schema (and no runs)."""
-    new = Store(tmp_path / "store")
-    new.root.mkdir()
-    shutil.copyfile(mlflow_schema_db, new.root / "mlflow.db")
-    return new
+    return migrated(tmp_path / "store", mlflow_schema_db)
+
+
+def migrated(root: Path, mlflow_schema_db: Path) -> Store:
+    """A store in the new directory ``root`` whose SQLite file is a copy of ``mlflow_schema_db`` (the fixture): the
+    first command on it skips MLflow's migrations (4-5 s of CPU), for tests that are not about a new store."""
+    root.mkdir(parents=True)
+    shutil.copyfile(mlflow_schema_db, root / "mlflow.db")
+    return Store(root)
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -108,7 +113,7 @@ def run_pgcli(
     return server.run(argv, cwd=cwd, env=full, timeout=timeout)
 
 
-_SERVER: list[ForkServer] = []
+_SERVER = SERVERS
 
 
 def _launch(args: list[str], fork: bool, env: dict[str, str]) -> tuple[list[str], dict[str, str], ForkServer | None]:
@@ -149,16 +154,16 @@ def _close_forkserver() -> Iterator[None]:
 
 
 def start_pgcli(
-    args: list[str], *, cwd: Path, stderr: Path, fork: bool = True, **env: str
+    args: list[str], *, cwd: Path, stderr: Path, stdout: Path | None = None, fork: bool = True, **env: str
 ) -> subprocess.Popen[bytes] | Forked:
-    """Start ``pgcli <args>`` in ``cwd`` without waiting, its stderr written to the file ``stderr``: forked as
-    :func:`run_pgcli` does (the returned process has Popen's ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``
-    and ``returncode``), or the console script itself."""
+    """Start ``pgcli <args>`` in ``cwd`` without waiting, its stderr written to the file ``stderr`` (its stdout to
+    ``stdout``, or nowhere): forked as :func:`run_pgcli` does (the returned process has Popen's ``pid``, ``poll``,
+    ``wait``, ``send_signal``, ``kill`` and ``returncode``), or the console script itself."""
     argv, full, server = _launch(args, fork, env)
     if server is None:
-        with stderr.open("w") as err:
-            return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=full)
-    return server.start(argv, cwd=cwd, env=full, stdout=Path(os.devnull), stderr=stderr)
+        with stderr.open("w") as err, open(stdout or os.devnull, "w") as out:
+            return subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=full)
+    return server.start(argv, cwd=cwd, env=full, stdout=stdout or Path(os.devnull), stderr=stderr)
 
 
 @pytest.fixture

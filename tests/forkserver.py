@@ -13,6 +13,10 @@ import-laziness probes of ``test_cli.py``, the tests that start ``pgcli`` throug
 command imports, its start-up time. A command whose environment changes a variable the interpreter or the preloaded
 libraries may read at start-up (:data:`IMPORT_ENV`: ``OMP_*``, ``CUDA_*``, ``PYTHONHASHSEED`` ...) runs the console
 script too (:meth:`ForkServer.stopping`). ``PGCLI_TEST_EXEC=1`` runs every command through the console script.
+Where the ``lm`` extra is installed, transformers and peft are preloaded as well (and ``HF_*`` is such a variable):
+a command that sets an ``HF_*`` variable itself before its first import of them (``env=dataset`` sets
+``HF_HUB_OFFLINE`` before importing ``datasets``, then sets ``datasets.config`` too) finds huggingface_hub's constants
+read already, as a console-script command that loaded ``model=hf`` first does.
 
 Protocol (one Unix socket per pytest worker): the client sends one JSON line (argv, cwd, env, stdout and stderr file
 paths); a handler process forked for that connection forks the command, answers ``{"pid": N}``, waits for it and
@@ -62,6 +66,16 @@ PRELOAD = (
 )
 """Imported once by the server. No pgcli module: a command imports pgcli's code afresh, as the console script does."""
 
+PRELOAD_IF_INSTALLED = (
+    "transformers",
+    "transformers.models.llama.modeling_llama",  # model=hf's tests: a random Llama (tests/conftest.py)
+    "transformers.models.gpt2.modeling_gpt2",  # pgcli export writes a GPT-2
+    "peft",
+    "datasets",  # env=dataset reads rows with it
+)
+"""Imported too where the ``lm`` extra is installed: 3-4 s of CPU in every command that loads a ``model=hf``, 1-2 s
+in every ``env=dataset`` command."""
+
 IMPORT_ENV = (
     "PYTHON",
     "LANG",
@@ -81,6 +95,13 @@ IMPORT_ENV = (
     "MPL",
     "TQDM_",
     "SQLALCHEMY_",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "SAFETENSORS_",
+    "ACCELERATE_",
+    "PEFT_",
 )
 """Prefixes of the environment variables the interpreter or a preloaded library may read at start-up or import: a
 command whose environment changes one of these runs as the console script. ``PYTHONPATH`` is the exception: the child
@@ -150,6 +171,12 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+SERVERS: list[ForkServer] = []
+"""This pytest process's server, kept here and not in tests/conftest.py: pytest imports that file as ``conftest``
+and the tests import it again as ``tests.conftest``, two modules, and the session's end must close the server the
+tests started (it kills the commands still running; its commands' CPU time then counts as the pytest process's)."""
+
+
 class Forked:
     """A forked command, as much of ``subprocess.Popen`` as the tests use."""
 
@@ -202,6 +229,9 @@ def _read(path: Path) -> str:
 def serve(path: str) -> None:
     for name in PRELOAD:
         __import__(name)
+    for name in PRELOAD_IF_INSTALLED:
+        with suppress(ImportError):
+            __import__(name)
     import matplotlib
 
     matplotlib.use("Agg")  # what pgcli's plots select; done here once so no child differs in it

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import Store, run_pgcli
+from tests.conftest import Store, migrated, run_pgcli
 
 LM_SMALL = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.n_digits=2", "env.n_eval=32",
             "env.eval_pass_k=2", "env.eval_samples=4", "progress=false"]  # fmt: skip
@@ -21,10 +21,10 @@ class SFTRun(NamedTuple):
 
 
 @pytest.fixture(scope="session")
-def lm_sft_run(tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
+def lm_sft_run(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> SFTRun:
     """One real `pgcli sft` run on addition per session: the warm start (init=) of every RL text run."""
     root = tmp_path_factory.mktemp("lm")
-    store, workdir = Store(root / "store"), root / "work"
+    store, workdir = migrated(root / "store", mlflow_schema_db), root / "work"
     workdir.mkdir()
     args = [
         "sft",

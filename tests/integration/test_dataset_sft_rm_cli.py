@@ -54,9 +54,11 @@ def final_metrics(store: Store, experiment: str = "dataset") -> tuple[str, dict[
     return run.info.run_id, run.data.metrics
 
 
-def test_sft_on_prompt_completion_rows_learns_and_records_its_vocabulary(tmp_path: Path, workdir: Path):
+def test_sft_on_prompt_completion_rows_learns_and_records_its_vocabulary(
+    tmp_path: Path, migrated_store: Store, workdir: Path
+):
     data = write_jsonl(tmp_path / "sums.jsonl", prompt_completion_rows())
-    store = Store(tmp_path / "store")
+    store = migrated_store
     args = ["sft", "env=dataset", f"env.path={data}", f"tracking.uri={store.uri}", "total_steps=1024"]
     proc = run_pgcli([*args, "eval.every=512", *TINY], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -73,7 +75,7 @@ def test_sft_on_prompt_completion_rows_learns_and_records_its_vocabulary(tmp_pat
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "save_to_disk"])
-def test_sft_on_message_rows_trains_the_assistant_turns(fmt: str, tmp_path: Path, workdir: Path):
+def test_sft_on_message_rows_trains_the_assistant_turns(fmt: str, tmp_path: Path, migrated_store: Store, workdir: Path):
     import datasets
 
     rows = datasets.Dataset.from_list(message_rows())
@@ -83,7 +85,7 @@ def test_sft_on_message_rows_trains_the_assistant_turns(fmt: str, tmp_path: Path
     else:
         data = tmp_path / "chat"
         rows.save_to_disk(str(data))
-    store = Store(tmp_path / "store")
+    store = migrated_store
     args = ["sft", "env=dataset", f"env.path={data}", f"tracking.uri={store.uri}", "total_steps=512"]
     proc = run_pgcli([*args, *TINY], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -95,13 +97,15 @@ def test_sft_on_message_rows_trains_the_assistant_turns(fmt: str, tmp_path: Path
     assert first["prompt"].startswith("user: ") and first["prompt"].endswith("assistant: ")
 
 
-def test_sft_with_the_hf_model_on_csv_rows_and_on_conversations(tiny_hf_model: Path, tmp_path: Path, workdir: Path):
+def test_sft_with_the_hf_model_on_csv_rows_and_on_conversations(
+    tiny_hf_model: Path, tmp_path: Path, migrated_store: Store, workdir: Path
+):
     import datasets
 
     csv = tmp_path / "sums.csv"
     datasets.Dataset.from_list(prompt_completion_rows(60)).to_csv(str(csv))
     chat = write_jsonl(tmp_path / "chat.jsonl", message_rows(60))
-    store = Store(tmp_path / "store")
+    store = migrated_store
     for data in (csv, chat):
         args = ["sft", "env=dataset", f"env.path={data}", f"model.path={tiny_hf_model}", f"tracking.uri={store.uri}"]
         proc = run_pgcli([*args, *HF], cwd=workdir)
@@ -123,10 +127,10 @@ def marker_pairs(n: int, seed: int, *, equal: int = 0) -> list[dict]:
     return rows
 
 
-def test_rm_on_preference_rows_ranks_held_out_pairs_above_chance(tmp_path: Path, workdir: Path):
+def test_rm_on_preference_rows_ranks_held_out_pairs_above_chance(tmp_path: Path, migrated_store: Store, workdir: Path):
     train = write_jsonl(tmp_path / "pairs.jsonl", marker_pairs(300, 0, equal=12))
     held_out = write_jsonl(tmp_path / "held.jsonl", marker_pairs(64, 1))
-    store = Store(tmp_path / "store")
+    store = migrated_store
     args = ["rm", "env=dataset", f"env.path={train}", f"env.eval_path={held_out}", f"tracking.uri={store.uri}"]
     proc = run_pgcli([*args, "total_steps=512", "eval.every=256", *TINY], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -137,7 +141,9 @@ def test_rm_on_preference_rows_ranks_held_out_pairs_above_chance(tmp_path: Path,
     assert metrics["eval/pairwise_accuracy"] > 0.6 and metrics["eval/reward_margin"] > 0
 
 
-def test_rm_with_the_hf_model_on_implicit_prompt_conversations(tiny_hf_model: Path, tmp_path: Path, workdir: Path):
+def test_rm_with_the_hf_model_on_implicit_prompt_conversations(
+    tiny_hf_model: Path, tmp_path: Path, migrated_store: Store, workdir: Path
+):
     rows = [
         {
             "chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
@@ -146,7 +152,7 @@ def test_rm_with_the_hf_model_on_implicit_prompt_conversations(tiny_hf_model: Pa
         for r in marker_pairs(60, 0)
     ]
     data = write_jsonl(tmp_path / "pairs.jsonl", rows)
-    store = Store(tmp_path / "store")
+    store = migrated_store
     args = ["rm", "env=dataset", f"env.path={data}", f"model.path={tiny_hf_model}", f"tracking.uri={store.uri}"]
     proc = run_pgcli([*args, *HF], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -222,13 +228,15 @@ def test_bad_rows_are_one_line_before_any_run_exists(case: str, tmp_path: Path, 
     assert not (tmp_path / "store" / "mlflow.db").exists() or not store.runs("dataset")
 
 
-def test_rows_from_init_read_in_the_init_models_characters(lm_sft_run, tmp_path: Path, workdir: Path):
+def test_rows_from_init_read_in_the_init_models_characters(
+    lm_sft_run, tmp_path: Path, migrated_store: Store, workdir: Path
+):
     """`pgcli rm env=dataset init=<TinyGPT SFT run>` reads its rows in the source's token ids (the built-in addition
     model's twelve characters), and `pgcli sft` on rows holding another character is one line, no run."""
     (run_dir,) = {p.parent.parent for p in lm_sft_run.workdir.rglob("model/agent.json")}  # the SFT run's directory
     pairs = [{"prompt": p, "chosen": c, "rejected": str(int(c) + 1)} for p, c in sums(120)]
     data = write_jsonl(tmp_path / "pairs.jsonl", pairs)
-    store = Store(tmp_path / "store")
+    store = migrated_store
     small = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "env.eval_size=16", "env.n_eval=16"]
     args = ["rm", "env=dataset", f"env.path={data}", f"init={run_dir}", f"tracking.uri={store.uri}", *small]
     proc = run_pgcli([*args, "total_steps=64", "eval.every=64", "algo.batch_size=32", "progress=false"], cwd=workdir)

@@ -10,11 +10,18 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import Store, run_pgcli
+from tests.conftest import Store, migrated, run_pgcli
 
 HF_SMALL = ["env.n_digits=2", "env.n_eval=16", "env.eval_pass_k=2", "env.eval_samples=4", "progress=false"]
-SFT_SMALL = ["total_steps=64", "eval.every=32", "algo.batch_size=16", "algo.warmup_steps=16", "checkpoint_every=32"]
 RL_SMALL = ["total_steps=32", "eval.every=0", "algo.group_size=4", "algo.n_groups=4", "algo.batch_size=8"]
+
+
+def lora_args(command: list[str], model: Path, store: Store) -> list[str]:
+    """A LoRA run of ``model`` checkpointed every 16 steps, evaluated at its end only: the module's SFT run, and the
+    runs the resume test stops and compares (total_steps and run_name aside)."""
+    args = [*command, "env=addition", "model=hf", f"model.path={model}", "model.lora.r=4", "eval.every=0"]
+    args += ["checkpoint_every=16", f"tracking.uri={store.uri}", *HF_SMALL]
+    return [*args, "algo.batch_size=8", "algo.warmup_steps=8"] if command[0] == "sft" else args
 
 
 class HFRun(NamedTuple):
@@ -25,22 +32,13 @@ class HFRun(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def hf_sft(tmp_path_factory: pytest.TempPathFactory, tiny_hf_model: Path) -> HFRun:
-    """One `pgcli sft` of the random Llama with LoRA adapters: the start (init=) of the RL runs below."""
+def hf_sft(tmp_path_factory: pytest.TempPathFactory, tiny_hf_model: Path, mlflow_schema_db: Path) -> HFRun:
+    """One `pgcli sft` of the random Llama with LoRA adapters: the start (init=) of the RL runs below, and the
+    straight run the resumed SFT run must match."""
     root = tmp_path_factory.mktemp("hf-cli")
-    store, workdir = Store(root / "store"), root / "work"
+    store, workdir = migrated(root / "store", mlflow_schema_db), root / "work"
     workdir.mkdir()
-    args = [
-        "sft",
-        "env=addition",
-        "model=hf",
-        f"model.path={tiny_hf_model}",
-        "model.lora.r=4",
-        f"tracking.uri={store.uri}",
-        "run_name=sft-lora",
-        *SFT_SMALL,
-        *HF_SMALL,
-    ]
+    args = [*lora_args(["sft"], tiny_hf_model, store), "total_steps=32", "run_name=sft-lora"]
     proc = run_pgcli(args, cwd=workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")
@@ -69,7 +67,7 @@ def test_the_logged_model_completes_prompts_as_the_run_did(hf_sft: HFRun):
     import mlflow.pyfunc
 
     client = hf_sft.store.client()
-    path = client.download_artifacts(hf_sft.run_id, "samples/step_64.json", str(hf_sft.workdir))
+    path = client.download_artifacts(hf_sft.run_id, "samples/step_32.json", str(hf_sft.workdir))
     table = json.loads(Path(path).read_text())
     prompts, greedy = [row["prompt"] for row in table], [row["greedy"] for row in table]
     mlflow.set_tracking_uri(hf_sft.store.uri)
@@ -134,23 +132,13 @@ def test_pgcli_eval_repeats_the_runs_last_evaluation(hf_sft: HFRun):
 
 
 @pytest.mark.parametrize("command", [["sft"], ["train", "algo=grpo", "algo.beta=0.04", *RL_SMALL[2:]]])
-def test_resume_is_bit_exact_on_the_hf_path(hf_sft: HFRun, command: list[str], tmp_path: Path):
-    """A run stopped at its first checkpoint and resumed logs exactly the losses of one straight run."""
-    store = Store(tmp_path / "store")
-    base = [
-        *command,
-        "env=addition",
-        "model=hf",
-        f"model.path={hf_sft.model}",
-        "model.lora.r=4",
-        "eval.every=0",
-        "checkpoint_every=16",
-        f"tracking.uri={store.uri}",
-        *HF_SMALL,
-    ]
-    if command[0] == "sft":
-        base += ["algo.batch_size=8", "algo.warmup_steps=8"]
-    for name, steps in (("straight", 32), ("stopped", 16)):
+def test_resume_is_bit_exact_on_the_hf_path(hf_sft: HFRun, command: list[str], migrated_store: Store, tmp_path: Path):
+    """A run stopped at its first checkpoint and resumed logs exactly the losses of one straight run (SFT's: the
+    module's SFT run, trained with the same arguments)."""
+    sft = command == ["sft"]
+    store = hf_sft.store if sft else migrated_store
+    base = lora_args(command, hf_sft.model, store)
+    for name, steps in [("stopped", 16)] if sft else [("straight", 32), ("stopped", 16)]:
         proc = run_pgcli([*base, f"total_steps={steps}", f"run_name={name}"], cwd=tmp_path, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     runs = {r.info.run_name: r.info.run_id for r in store.runs("addition")}
@@ -160,7 +148,7 @@ def test_resume_is_bit_exact_on_the_hf_path(hf_sft: HFRun, command: list[str], t
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = store.client()
     key = "train/loss"
-    straight = [(m.step, m.value) for m in client.get_metric_history(runs["straight"], key)]
+    straight = [(m.step, m.value) for m in client.get_metric_history(hf_sft.run_id if sft else runs["straight"], key)]
     resumed = [(m.step, m.value) for m in client.get_metric_history(runs["stopped"], key)]
     assert len(straight) >= 2 and resumed == straight
 
@@ -283,9 +271,9 @@ def test_export_merges_the_adapters_of_an_hf_run(hf_sft: HFRun, tmp_path: Path):
     assert again.stderr.strip() == f"pgcli: error: --out {out} exists and is not empty; pass another --out"
 
 
-def test_micro_batches_train_the_hf_model(tiny_hf_model: Path, tmp_path: Path):
+def test_micro_batches_train_the_hf_model(tiny_hf_model: Path, migrated_store: Store, tmp_path: Path):
     # model.micro_batch=2: each minibatch of 8 completions in forward/backward passes of 2, gradients accumulated
-    store = Store(tmp_path / "store")
+    store = migrated_store
     args = [
         "train",
         "algo=grpo",

@@ -36,17 +36,23 @@ def run(out: Path, *overrides: str) -> list[tuple[str, str, str]]:
     return sorted(rows)  # evaluations in the background are logged when they finish, after later train/* rows
 
 
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, str, str]]]:
+    """The one-process run every two-core variant below must match: its directory and its metric rows (trained
+    once for the three)."""
+    out = tmp_path_factory.mktemp("parallel") / "serial"
+    return out, run(out, "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false")
+
+
 @pytest.mark.parametrize(
     ("vec_env", "eval_process", "critic_process"),
     [("worker", "true", "false"), ("shm", "true", "true"), ("shm", "false", "false")],  # the last: the preset's
     ids=["worker-eval_process", "shm-eval_process-critic_process", "shm-eval_in_worker"],
 )
 def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
-    vec_env: str, eval_process: str, critic_process: str, tmp_path: Path
+    vec_env: str, eval_process: str, critic_process: str, serial_run: tuple[Path, list], tmp_path: Path
 ):
-    serial = run(
-        tmp_path / "serial", "hardware.vec_env=sync", "hardware.eval_process=false", "algo.critic_process=false"
-    )
+    serial_dir, serial = serial_run
     # eval_process=false on shm: the env worker plays the evaluations (hardware.eval_in_worker, the default)
     parallel = run(
         tmp_path / "parallel",
@@ -59,15 +65,14 @@ def test_worker_env_and_eval_process_learn_exactly_what_one_process_learns(
     assert [step for step, _ in evals] == ["2048", "4096", "6144"]
     assert serial == parallel
     # the best model is the agent as it was at its evaluation, in both runs
-    best = [
-        torch.load(tmp_path / run / "best_model" / "model.pt", weights_only=False) for run in ("serial", "parallel")
-    ]
+    dirs = (serial_dir, tmp_path / "parallel")
+    best = [torch.load(run_dir / "best_model" / "model.pt", weights_only=False) for run_dir in dirs]
     for name in best[0]["policy"]:
         assert torch.equal(best[0]["policy"][name], best[1]["policy"][name]), name
     assert not list((tmp_path / "parallel").glob(".best_model.step_*"))  # candidates of other evaluations removed
     assert [p.name for p in (tmp_path / "parallel" / "checkpoints").iterdir()] == ["step_4096"]
     # the checkpoint was completed when the evaluation at its step came back: the same monitor state and networks
-    ckpts = [tmp_path / run / "checkpoints" / "step_4096" for run in ("serial", "parallel")]
+    ckpts = [run_dir / "checkpoints" / "step_4096" for run_dir in dirs]
     assert json.loads((ckpts[0] / "monitor.json").read_text()) == json.loads((ckpts[1] / "monitor.json").read_text())
     models = [torch.load(ckpt / "model.pt", weights_only=False) for ckpt in ckpts]
     for name in models[0]["policy"]:

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from tests.conftest import REPO, Store, cli_env, run_pgcli, start_pgcli
+from tests.conftest import REPO, Store, cli_env, migrated, run_pgcli, start_pgcli
 
 TINY = ["total_steps=256", "algo.n_steps=32", "eval.episodes=2", "eval.every=0", "progress=false",
         "tracking.log_model=false"]  # fmt: skip
@@ -50,18 +50,47 @@ def artifacts(store: Store, run: Any) -> set[str]:
     return {a.path for a in store.client().list_artifacts(run.info.run_id)}
 
 
-def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store, workdir: Path) -> None:
+class Sweep(NamedTuple):
+    store: Store
+    workdir: Path
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+@pytest.fixture(scope="module")
+def joblib_grid(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path) -> Sweep:
+    """One joblib sweep of four jobs, two at a time, with the progress display on: what the two tests below read."""
+    root = tmp_path_factory.mktemp("joblib")
+    store, workdir = migrated(root / "store", mlflow_schema_db), root / "work"
+    workdir.mkdir()
     # hardware.eval_process asks for a second process per run; parallel jobs run in one process instead
-    proc = sweep(
-        store,
-        workdir,
+    args = [
+        "train",
+        "-m",
+        f"tracking.uri={store.uri}",
+        *TINY,
+        "progress=true",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
         "env=cartpole",
         "algo=ppo,a2c",
         "seed=0,1",
         "hardware.eval_process=true",
-    )
+    ]
+    # the streams' bytes, not text read with universal newlines: that would turn a bar's carriage returns into line ends
+    out, err = root / "stdout", root / "stderr"
+    proc = start_pgcli(args, cwd=workdir, stderr=err, stdout=out)
+    try:
+        returncode = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return Sweep(store, workdir, out.read_bytes().decode(), err.read_bytes().decode(), returncode)
+
+
+def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(joblib_grid: Sweep) -> None:
+    store, proc = joblib_grid.store, joblib_grid
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = tree(store)
     assert parent.info.status == "FINISHED"
@@ -84,6 +113,24 @@ def test_joblib_grid_sweep_is_one_parent_with_four_tagged_children(store: Store,
     assert proc.stderr.count("a parallel sweep job runs in one process") == 4
 
 
+def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(joblib_grid: Sweep) -> None:
+    # Two jobs at once with the progress display on (docs/sweeps.md, "Launchers"): no live bars redrawing one line
+    # in turn, no joblib machinery, each job's summary a block of its own that names the job
+    stdout, stderr = joblib_grid.stdout, joblib_grid.stderr
+    assert joblib_grid.returncode == 0, stderr[-3000:]
+    assert "\r" not in stdout + stderr and "step/s" not in stderr, "a live progress bar in a parallel sweep"
+    assert "Joblib.Parallel(" not in stderr and "loky" not in stderr
+    assert all(f"\t#{job} : " in stderr for job in range(4))  # which job runs which overrides
+    lines = stdout.splitlines()
+    _, children = tree(joblib_grid.store)
+    for child in children:
+        job, algo, seed = (child.data.tags[key] for key in ("sweep_job", "algo", "seed"))
+        (start,) = [i for i, ln in enumerate(lines) if ln.startswith(f"{algo} on cartpole (seed {seed}, job #{job}): ")]
+        block = lines[start : start + 6]
+        assert [ln.split()[0] for ln in block[1:]] == ["final", "device", "MLflow", "output", "compare"], stdout
+        assert block[4].endswith(f"/{job}_{algo}_cartpole_s{seed}")
+
+
 def test_jobs_that_differ_in_one_value_get_their_own_names_and_lines_as_typed(store: Store, workdir: Path) -> None:
     proc = sweep(store, workdir, "env=cartpole", "algo=ppo", "algo.learning_rate=0.001,0.002")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -92,42 +139,6 @@ def test_jobs_that_differ_in_one_value_get_their_own_names_and_lines_as_typed(st
     assert names == {"ppo-cartpole-algo.learning_rate=0.001-s0", "ppo-cartpole-algo.learning_rate=0.002-s0"}
     jobs = [line for line in proc.stderr.splitlines() if "[HYDRA] \t#" in line]
     assert len(jobs) == 2 and all(f"tracking.uri={store.uri}" in line and "\\" not in line for line in jobs), jobs
-
-
-def test_a_parallel_sweep_prints_whole_lines_and_one_summary_block_per_job(store: Store, workdir: Path) -> None:
-    # Two jobs at once with the progress display on (docs/sweeps.md, "Launchers"): no live bars redrawing one line
-    # in turn, no joblib machinery, each job's summary a block of its own that names the job
-    args = [
-        "train",
-        "-m",
-        f"tracking.uri={store.uri}",
-        *TINY,
-        "progress=true",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "algo=ppo",
-        "env=cartpole",
-        "seed=0,1",
-    ]
-    # bytes, not text: text mode would turn a bar's carriage returns into line ends
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "pgcli"), *args],
-        cwd=workdir,
-        capture_output=True,
-        env=cli_env(),
-        timeout=400,
-    )
-    stdout, stderr = proc.stdout.decode(), proc.stderr.decode()
-    assert proc.returncode == 0, stderr[-3000:]
-    assert "\r" not in stdout + stderr and "step/s" not in stderr, "a live progress bar in a parallel sweep"
-    assert "Joblib.Parallel(" not in stderr and "loky" not in stderr
-    assert "\t#0 : " in stderr and "\t#1 : " in stderr  # which job runs which overrides
-    lines = stdout.splitlines()
-    for job in (0, 1):
-        (start,) = [i for i, ln in enumerate(lines) if ln.startswith(f"ppo on cartpole (seed {job}, job #{job}): ")]
-        block = lines[start : start + 6]
-        assert [ln.split()[0] for ln in block[1:]] == ["final", "device", "MLflow", "output", "compare"], stdout
-        assert block[4].endswith(f"/{job}_ppo_cartpole_s{job}")
 
 
 def test_a_sweep_over_algorithms_takes_a_key_the_default_algorithm_lacks(store: Store, workdir: Path) -> None:

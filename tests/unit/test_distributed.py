@@ -240,21 +240,44 @@ def _train(kind: str, variant: str, rank: int, data: Path) -> tuple[list[torch.T
     return _params(sft.policy), out
 
 
-def _rank_main(rank: int, port: int, kind: str, variant: str, data: Path, out: Path) -> None:
+def _rank_main(rank: int, port: int, cases: list[tuple[str, str, Path]], out: Path) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
     torch.set_num_threads(1)
     distributed.init(CPU, timeout_s=60)
     try:
-        params, stats = _train(kind, variant, rank, data)
-        reduced = [distributed.mean_stats(s, weights) for s, weights in stats]
-        torch.save({"params": params, "stats": reduced}, out / f"rank{rank}.pt")
+        for i, (kind, variant, data) in enumerate(cases):
+            params, stats = _train(kind, variant, rank, data)
+            reduced = [distributed.mean_stats(s, weights) for s, weights in stats]
+            torch.save({"params": params, "stats": reduced}, out / f"{i}.rank{rank}.pt")
     finally:
         distributed.teardown()
 
 
-def run_on_two_ranks(kind: str, variant: str, data: Path, out: Path) -> list[dict]:
-    mp.spawn(_rank_main, args=(free_port(), kind, variant, data, out), nprocs=WORLD, join=True)
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+CASES = [*(("grpo", agg) for agg in ("token_mean", "seq_mean", "constant")), ("sft", ""), ("rm", "0"), ("rm", "3")]
+CASES += [("ppo", ""), ("agent", "flow_grpo"), ("agent", "grpo")]
+"""Every (kind, variant) the tests below split over two ranks."""
+
+
+def fixed_data(kind: str) -> object:
+    """The fixed data ``kind`` trains on (made in this process, saved for the ranks)."""
+    if kind in ("grpo", "ppo"):
+        return fixed_batch()
+    if kind == "sft":
+        return sft_batches(sft_trainer())
+    return rm_batches() if kind == "rm" else fixed_turns()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Path, list[dict]]]:
+    """(kind, variant) -> its fixed data's file and what each of the two ranks got: every case in one spawn of the
+    two ranks (each rank's start imports torch and pgcli, seconds of CPU; the cases follow one another in them)."""
+    out = tmp_path_factory.mktemp("ranks")
+    data = {kind: out / f"{kind}.pt" for kind, _ in CASES}
+    for kind, path in data.items():
+        torch.save(fixed_data(kind), path)
+    mp.spawn(_rank_main, args=(free_port(), [(k, v, data[k]) for k, v in CASES], out), nprocs=WORLD, join=True)
+    ranks = [[torch.load(out / f"{i}.rank{r}.pt", weights_only=False) for r in range(WORLD)] for i in range(len(CASES))]
+    return {case: (data[case[0]], got) for case, got in zip(CASES, ranks, strict=True)}
 
 
 def assert_same(got: dict, params: list[torch.Tensor], stats: Stats) -> None:
@@ -267,44 +290,39 @@ def assert_same(got: dict, params: list[torch.Tensor], stats: Stats) -> None:
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "constant"])
-def test_a_grpo_update_split_over_two_ranks_is_the_one_process_update(loss_agg: str, tmp_path: Path):
-    data = tmp_path / "batch.pt"
-    torch.save(fixed_batch(), data)
+def test_a_grpo_update_split_over_two_ranks_is_the_one_process_update(loss_agg: str, two_ranks: dict):
+    data, ranks = two_ranks["grpo", loss_agg]
     params, stats = _train("grpo", loss_agg, 0, data)
     moved = [p.detach() for p in grpo_trainer(loss_agg).policy.parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(params, moved, strict=True))  # the update moved the policy
-    ranks = run_on_two_ranks("grpo", loss_agg, data, tmp_path)
     for got in ranks:
         assert_same(got, params, stats)
 
 
-def test_sft_steps_split_over_two_ranks_are_the_one_process_steps(tmp_path: Path):
-    data = tmp_path / "batches.pt"
-    batches = sft_batches(sft_trainer())
+def test_sft_steps_split_over_two_ranks_are_the_one_process_steps(two_ranks: dict):
+    data, ranks = two_ranks["sft", ""]
+    batches = torch.load(data, weights_only=False)
     # the halves' trained tokens differ: a mean of the ranks' own token means would not be the batch's mean
     assert any(int(b[4][:8].sum()) != int(b[4][8:].sum()) for b in batches)
-    torch.save(batches, data)
     params, stats = _train("sft", "", 0, data)
-    for got in run_on_two_ranks("sft", "", data, tmp_path):
+    for got in ranks:
         assert_same(got, params, stats)
 
 
 @pytest.mark.parametrize("micro_batch", [0, 3])
-def test_reward_model_steps_split_over_two_ranks_are_the_one_process_steps(micro_batch: int, tmp_path: Path):
-    data = tmp_path / "pairs.pt"
-    torch.save(rm_batches(), data)
+def test_reward_model_steps_split_over_two_ranks_are_the_one_process_steps(micro_batch: int, two_ranks: dict):
+    data, ranks = two_ranks["rm", str(micro_batch)]
     params, stats = _train("rm", str(micro_batch), 0, data)
     start = _params(rm_trainer(micro_batch).reward_model)
     assert not torch.equal(params[-1], start[-1])  # the head (its one weight) moved
     assert any(not torch.equal(a, b) for a, b in zip(params[:-1], start[:-1], strict=True))  # and the backbone
-    for got in run_on_two_ranks("rm", str(micro_batch), data, tmp_path):
+    for got in ranks:
         assert_same(got, params, stats)
 
 
-def test_a_ppo_update_split_over_two_ranks_is_the_one_process_update(tmp_path: Path):
-    data = tmp_path / "batch.pt"
-    batch = fixed_batch()
-    torch.save(batch, data)
+def test_a_ppo_update_split_over_two_ranks_is_the_one_process_update(two_ranks: dict):
+    data, ranks = two_ranks["ppo", ""]
+    batch = torch.load(data, weights_only=False)
     assert batch.rewards[:8].mean() != batch.rewards[8:].mean()  # whitening each rank's own share would differ
     params, stats = _train("ppo", "", 0, data)
     fresh = ppo_trainer()
@@ -312,15 +330,14 @@ def test_a_ppo_update_split_over_two_ranks_is_the_one_process_update(tmp_path: P
     start = _params(fresh.policy, fresh.value)
     moved = [not torch.equal(a, b) for a, b in zip(params, start, strict=True)]
     assert any(moved[:n_policy]) and all(moved[-2:]) and any(moved[n_policy:-2])  # policy, value head, value trunk
-    for got in run_on_two_ranks("ppo", "", data, tmp_path):
+    for got in ranks:
         assert_same(got, params, stats)
 
 
 @pytest.mark.parametrize("algo", ["flow_grpo", "grpo"])
-def test_a_multi_turn_update_split_over_two_ranks_is_the_one_process_update(algo: str, tmp_path: Path):
-    data = tmp_path / "turns.pt"
-    batch = fixed_turns()
-    torch.save(batch, data)
+def test_a_multi_turn_update_split_over_two_ranks_is_the_one_process_update(algo: str, two_ranks: dict):
+    data, ranks = two_ranks["agent", algo]
+    batch = torch.load(data, weights_only=False)
     turns = [len(turns_share(batch, rank).rewards) for rank in range(WORLD)]
     assert turns[0] != turns[1]  # the ranks hold different numbers of turns
     params, stats = _train("agent", algo, 0, data)
@@ -328,7 +345,7 @@ def test_a_multi_turn_update_split_over_two_ranks_is_the_one_process_update(algo
     assert stats[0][0]["minibatches_of_8"] == math.ceil(sum(turns) / 8) > math.ceil(min(turns) / 8)
     start = _params(agent_trainer(algo).policy)
     assert any(not torch.equal(a, b) for a, b in zip(params, start, strict=True))
-    for got in run_on_two_ranks("agent", algo, data, tmp_path):
+    for got in ranks:
         assert_same(got, params, stats)
 
 
