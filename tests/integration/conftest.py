@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,6 +19,16 @@ class SFTRun(NamedTuple):
     store: Store
     workdir: Path
     run_id: str
+
+    @property
+    def run_dir(self) -> Path:
+        """The SFT run's directory (the tests that start from it train in the same ``workdir``)."""
+        (run_dir,) = (
+            p.parent
+            for p in self.workdir.glob("outputs/runs/*/*/run.json")
+            if json.loads(p.read_text()).get("run_id") == self.run_id
+        )
+        return run_dir
 
 
 @pytest.fixture(scope="session")

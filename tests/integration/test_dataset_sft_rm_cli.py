@@ -233,7 +233,7 @@ def test_rows_from_init_read_in_the_init_models_characters(
 ):
     """`pgcli rm env=dataset init=<TinyGPT SFT run>` reads its rows in the source's token ids (the built-in addition
     model's twelve characters), and `pgcli sft` on rows holding another character is one line, no run."""
-    (run_dir,) = {p.parent.parent for p in lm_sft_run.workdir.rglob("model/agent.json")}  # the SFT run's directory
+    run_dir = lm_sft_run.run_dir
     pairs = [{"prompt": p, "chosen": c, "rejected": str(int(c) + 1)} for p, c in sums(120)]
     data = write_jsonl(tmp_path / "pairs.jsonl", pairs)
     store = migrated_store

@@ -29,7 +29,7 @@ def imports_of(args: list[str], cwd: Path) -> tuple[int, list[str], str]:
 
 
 def test_a_text_eval_without_logging_imports_torch_alone(lm_sft_run: SFTRun, tmp_path: Path):
-    (run_dir,) = (lm_sft_run.workdir / "outputs" / "runs").glob("*/*")
+    run_dir = lm_sft_run.run_dir
     code, heavy, stderr = imports_of(["eval", str(run_dir), "--no-log", "--out", str(tmp_path / "eval")], tmp_path)
     assert code == 0, stderr[-2000:]
     assert heavy == ["torch"]  # no env, SB3, MLflow, Hydra or transformers for a TinyGPT run
