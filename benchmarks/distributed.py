@@ -32,9 +32,11 @@ WORKLOADS = {
     "sft": ["sft", "env=addition", "total_steps=2048", "algo.batch_size=64"],
     "sft_b256": ["sft", "env=addition", "total_steps=8192", "algo.batch_size=256"],
     "grpo": ["train", "algo=grpo", "env=addition", "total_steps=512"],
+    "grpo_g64": ["train", "algo=grpo", "env=addition", "total_steps=2048", "algo.n_groups=64", "algo.batch_size=256"],
 }
 """Workload -> its command (the presets' model and batch sizes: SFT 64 demonstrations a step, GRPO 16 x 8; and SFT
-at 256 a step, where each process's share of a step is large enough for its per-operator costs not to dominate)."""
+at 256 a step and GRPO at 64 prompts x 8 an update, where each process's share of a step is large enough for its
+per-operator costs not to dominate)."""
 SETTINGS = {
     "2 proc x 1 thread": ["hardware.processes=2", "hardware.torch_threads=1"],
     "1 proc x 1 thread": ["hardware.torch_threads=1"],
