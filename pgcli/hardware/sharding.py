@@ -133,24 +133,18 @@ def in_lockstep(module: nn.Module) -> bool:
 
 def widest(width: int) -> int:
     """The largest ``width`` of any rank: a collective."""
-    import torch
-    import torch.distributed as dist
+    from pgcli.hardware import distributed
 
-    value = torch.tensor([width], dtype=torch.int64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return int(value.item())
+    return max(distributed.all_counts(width))
 
 
 def every_rank(flag: Tensor) -> bool:
     """Whether ``flag`` (a bool scalar on this rank's device) holds on every rank: a collective. A sharded model's
     generation stops on it, so every rank runs as many decoding steps (each a forward pass whose blocks every rank
     gathers) as the rank whose sequences end last."""
-    import torch
-    import torch.distributed as dist
+    from pgcli.hardware import distributed
 
-    value = flag.to(torch.int32).reshape(1)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return bool(value.item())
+    return min(distributed.all_counts(int(flag))) == 1
 
 
 def local_tensors(params: Iterable[Tensor]) -> list[Tensor]:
