@@ -239,6 +239,24 @@ def test_sharded_sft_on_two_processes_lands_one_finished_run_that_one_process_ev
         assert [m.value for m in losses[0]] == pytest.approx([m.value for m in losses[1]], rel=1e-5), key
 
 
+SHARDS = ("params", "none")
+
+
+def stopped_and_resumed_losses(
+    base: list[str], shard: str, stop: int, end: int, store: Store, workdir: Path
+) -> list[tuple[int, float]]:
+    """(step, train/loss) of the run ``base`` with ``hardware.shard=<shard>`` trained to ``stop`` steps, then
+    resumed to ``end`` (the run named after ``shard``)."""
+    proc = run_pgcli([*base, f"hardware.shard={shard}", f"total_steps={stop}", f"run_name={shard}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = [r for r in store.runs("addition") if r.info.run_name == shard]
+    resume = ["train", f"resume={run.info.run_id}", f"total_steps={end}", f"tracking.uri={store.uri}"]
+    proc = run_pgcli(resume, cwd=workdir, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    history = store.client().get_metric_history(run.info.run_id, "train/loss")
+    return sorted((m.step, m.value) for m in history)
+
+
 def test_a_sharded_run_resumes_as_the_unsharded_one_does(migrated_store: Store, workdir: Path, tiny_hf_model: Path):
     """A sharded run of 16 steps, resumed to 32 on 2 processes (rank 0's checkpoint loaded into every process's
     shards), logs the losses of the unsharded run stopped and resumed alike (the other ranks' generators restart from
@@ -246,16 +264,7 @@ def test_a_sharded_run_resumes_as_the_unsharded_one_does(migrated_store: Store, 
     base = ["sft", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.batch_size=8", "eval.every=0"]
     base += ["algo.warmup_steps=8", "checkpoint_every=16", "env.n_eval=8", f"tracking.uri={migrated_store.uri}"]
     base += ["hardware.processes=2"]
-    losses = {}
-    for shard in ("params", "none"):
-        proc = run_pgcli([*base, f"hardware.shard={shard}", "total_steps=16", f"run_name={shard}"], cwd=workdir)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        (run,) = [r for r in migrated_store.runs("addition") if r.info.run_name == shard]
-        resume = ["train", f"resume={run.info.run_id}", "total_steps=32", f"tracking.uri={migrated_store.uri}"]
-        proc = run_pgcli(resume, cwd=workdir, timeout=400)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        history = migrated_store.client().get_metric_history(run.info.run_id, "train/loss")
-        losses[shard] = sorted((m.step, m.value) for m in history)
+    losses = {shard: stopped_and_resumed_losses(base, shard, 16, 32, migrated_store, workdir) for shard in SHARDS}
     assert [s for s, _ in losses["params"]] == [8, 16, 24, 32]  # every global step once
     assert [v for _, v in losses["params"]] == pytest.approx([v for _, v in losses["none"]], rel=1e-5)
 
@@ -292,15 +301,6 @@ def test_a_sharded_grpo_run_resumes_as_the_unsharded_one_does(
     base = ["train", "algo=grpo", "env=addition", "model=hf", f"model.path={tiny_hf_model}", "algo.group_size=2"]
     base += ["algo.n_groups=4", "algo.batch_size=8", "algo.beta=0.04", "eval.every=0", "checkpoint_every=8"]
     base += ["env.n_eval=4", f"tracking.uri={migrated_store.uri}", "hardware.processes=2"]
-    losses = {}
-    for shard in ("params", "none"):
-        proc = run_pgcli([*base, f"hardware.shard={shard}", "total_steps=8", f"run_name={shard}"], cwd=workdir)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        (run,) = [r for r in migrated_store.runs("addition") if r.info.run_name == shard]
-        resume = ["train", f"resume={run.info.run_id}", "total_steps=16", f"tracking.uri={migrated_store.uri}"]
-        proc = run_pgcli(resume, cwd=workdir, timeout=400)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        history = migrated_store.client().get_metric_history(run.info.run_id, "train/loss")
-        losses[shard] = sorted((m.step, m.value) for m in history)
+    losses = {shard: stopped_and_resumed_losses(base, shard, 8, 16, migrated_store, workdir) for shard in SHARDS}
     assert [s for s, _ in losses["params"]] == [8, 16]  # every global update once
     assert [v for _, v in losses["params"]] == pytest.approx([v for _, v in losses["none"]], rel=1e-5, abs=1e-8)
