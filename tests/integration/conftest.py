@@ -52,3 +52,21 @@ def lm_sft_run(tmp_path_factory: pytest.TempPathFactory, mlflow_schema_db: Path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = store.runs("addition")
     return SFTRun(store, workdir, run.info.run_id)
+
+
+RM_EVAL_KEYS = ("eval/pairwise_accuracy", "eval/reward_margin", "eval/loss")
+"""What ``pgcli eval`` of a reward model reports (and the run logged)."""
+
+
+def assert_rm_eval_repeats_the_run(stdout: str, store: Store, experiment: str, run_id: str) -> None:
+    """``pgcli eval <reward-model run>`` (its ``stdout``) logged an eval run whose pairwise accuracy, margin and loss
+    are the source run's and printed each beside the logged value; it did not score the model as a policy."""
+    source = store.client().get_run(run_id).data.metrics
+    (evaluation,) = [r for r in store.runs(experiment) if r.data.tags.get("source_run_id") == run_id]
+    for key in RM_EVAL_KEYS:
+        assert evaluation.data.metrics[key] == pytest.approx(source[key], abs=1e-6), key
+        name = key.removeprefix("eval/")
+        line = next(line for line in stdout.splitlines() if line.split()[:1] == [name])
+        assert line.split()[1:] == [f"{evaluation.data.metrics[key]:.3f}", "(logged", f"{source[key]:.3f})"], line
+    assert "eval/accuracy" not in evaluation.data.metrics  # not scored as a policy
+    assert "r(chosen)" in stdout and "ranked right" in stdout

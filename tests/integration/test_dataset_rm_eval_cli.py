@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Store, run_pgcli
+from tests.integration.conftest import assert_rm_eval_repeats_the_run
 
 TINY = [
     "model.d_model=32",
@@ -28,7 +29,6 @@ TINY = [
     "progress=false",
 ]
 """A tiny TinyGPT reward model, 32 held-out pairs."""
-KEYS = ("eval/pairwise_accuracy", "eval/reward_margin", "eval/loss")
 
 
 def pairs(n: int, seed: int) -> list[dict]:
@@ -60,15 +60,7 @@ def check_eval(store: Store, run_id: str, workdir: Path, run_dir: Path, n_pairs:
     proc = run_pgcli(["eval", run_id, f"tracking.uri={store.uri}"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"pgcli: evaluating {n_pairs} held-out preference pairs of dataset, final model..." in proc.stderr
-    source = store.client().get_run(run_id).data.metrics
-    (evaluation,) = [r for r in store.runs("dataset") if r.data.tags.get("source_run_id") == run_id]
-    for key in KEYS:
-        assert evaluation.data.metrics[key] == pytest.approx(source[key], abs=1e-6), key
-        name = key.removeprefix("eval/")
-        line = next(line for line in proc.stdout.splitlines() if line.split()[:1] == [name])
-        assert line.split()[1:] == [f"{evaluation.data.metrics[key]:.3f}", "(logged", f"{source[key]:.3f})"], line
-    assert "eval/accuracy" not in evaluation.data.metrics  # not scored as a policy
-    assert "r(chosen)" in proc.stdout and "ranked right" in proc.stdout
+    assert_rm_eval_repeats_the_run(proc.stdout, store, "dataset", run_id)
     table = Path(next(line for line in proc.stdout.splitlines() if "samples table" in line).split()[2])
     rows = json.loads((table if table.is_absolute() else workdir / table).read_text())
     logged = json.loads(next(run_dir.rglob("samples/step_256.json")).read_text())

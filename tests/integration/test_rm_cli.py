@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 
 from tests.conftest import Store, run_pgcli
-from tests.integration.conftest import LM_SMALL, SFTRun
+from tests.integration.conftest import LM_SMALL, SFTRun, assert_rm_eval_repeats_the_run
 
 TINY = ["total_steps=256", "eval.every=128", "checkpoint_every=128", "algo.batch_size=32", *LM_SMALL]
 HF = ["model=hf", "model.lora.r=4", "total_steps=32", "eval.every=16", "checkpoint_every=16", "algo.batch_size=8",
@@ -108,16 +108,7 @@ def test_pgcli_eval_of_the_rm_run_repeats_its_pairwise_evaluation(tiny_rm: RMRun
     proc = run_pgcli(["eval", tiny_rm.run_id, f"tracking.uri={tiny_rm.store.uri}"], cwd=tiny_rm.workdir, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgcli: evaluating 32 held-out preference pairs of addition, final model..." in proc.stderr
-    client = tiny_rm.store.client()
-    source = client.get_run(tiny_rm.run_id).data.metrics
-    (evaluation,) = [r for r in tiny_rm.store.runs("addition") if r.data.tags.get("source_run_id") == tiny_rm.run_id]
-    for key in ("eval/pairwise_accuracy", "eval/reward_margin", "eval/loss"):
-        assert evaluation.data.metrics[key] == pytest.approx(source[key], abs=1e-6), key
-        name = key.removeprefix("eval/")
-        line = next(line for line in proc.stdout.splitlines() if line.split()[:1] == [name])
-        assert line.split()[1:] == [f"{evaluation.data.metrics[key]:.3f}", "(logged", f"{source[key]:.3f})"], line
-    assert "eval/accuracy" not in evaluation.data.metrics  # not scored as a policy
-    assert "r(chosen)" in proc.stdout and "ranked right" in proc.stdout
+    assert_rm_eval_repeats_the_run(proc.stdout, tiny_rm.store, "addition", tiny_rm.run_id)
 
 
 def test_resume_continues_the_rm_run(tiny_rm: RMRun):
